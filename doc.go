@@ -1,0 +1,44 @@
+// Package outbox makes any Watermill publisher and router deliver tracked
+// messages at least once, with each message's record kept in the service's own
+// SQL table, completed by the receiver and replayed at startup.
+//
+// # How it works
+//
+// A [Registry] names the tracked topics and the [Store] each one saves into.
+// Anything not registered passes through untouched, at the cost of one map
+// lookup.
+//
+//  1. The publisher decorator ([NewPublisher], [PublisherDecorator]) inserts one
+//     record per tracked message on the store's own connection, committed on
+//     its own, stamps the record id into the metadata ([MetadataID],
+//     [MetadataName]) and then calls the wrapped publisher. If the insert fails
+//     nothing is sent; if the send fails the record stays pending.
+//  2. The router middleware ([NewMiddleware]) checks that the record of a
+//     delivered message is still pending, runs the handler, and completes the
+//     record when the handler succeeds or drops the message ([Drop]). A copy of
+//     an already completed record is acknowledged without running the handler.
+//  3. Startup replay ([ReplayPlugin], [Replay]) republishes every pending
+//     record through the undecorated publisher once the router's subscriptions
+//     are open.
+//
+// The guarantee: every publish that returned nil, or that returned an error
+// after the insert, is delivered at least once and completed by a receiver.
+//
+// # Stores
+//
+// The sqlstore package provides the record tables for PostgreSQL, MySQL/MariaDB
+// and SQLite. Any type that implements [Store] works.
+//
+// # Middleware order
+//
+// Add the outbox middleware before (outside of) Watermill's PoisonQueue and
+// Retry middleware: the record is completed when the inner chain acknowledges,
+// so a message diverted to a poison queue is completed and never replayed.
+//
+// # Test builds
+//
+// Inside a Go test binary the registry passes everything through untracked
+// unless the environment variable WATERMILL_OUTBOX is "on" when the registry is
+// built (see [EnvToggle]), so handlers can be unit-tested without a database. A
+// normal binary always tracks and never reads the variable.
+package outbox

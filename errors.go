@@ -1,0 +1,90 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNotPending is returned by a [Store] when a record is not pending:
+	// it was completed, deleted or never existed.
+	ErrNotPending = errors.New("outbox: record is not pending")
+
+	// ErrInvalidMetadata is wrapped by the errors returned for a delivered
+	// message whose outbox metadata cannot be read (for example a record id
+	// that is not a positive integer). The handler is not run and the message
+	// is nacked; put Watermill's PoisonQueue middleware inside the outbox
+	// middleware to divert such messages.
+	ErrInvalidMetadata = errors.New("outbox: invalid outbox metadata")
+
+	// ErrInvalidConfig is wrapped by every configuration error.
+	ErrInvalidConfig = errors.New("outbox: invalid configuration")
+
+	// ErrDropped marks a handler error that discards the message: the record
+	// is completed as if the handler had succeeded. Build one with [Drop].
+	ErrDropped = errors.New("outbox: message dropped")
+)
+
+// InsertError is returned by the publisher decorator when the records of a
+// Publish call could not be saved. Nothing was sent.
+type InsertError struct {
+	Topic string
+	Count int
+	Err   error
+}
+
+func (e *InsertError) Error() string {
+	return fmt.Sprintf("outbox: saving %d record(s) for topic %q failed, nothing was sent: %v", e.Count, e.Topic, e.Err)
+}
+
+func (e *InsertError) Unwrap() error { return e.Err }
+
+// SendError is returned by the publisher decorator when the records were saved
+// but the wrapped publisher failed. The records stay pending and the next
+// replay sends them.
+type SendError struct {
+	Topic string
+	IDs   []int64
+	Err   error
+}
+
+func (e *SendError) Error() string {
+	return fmt.Sprintf("outbox: sending %d message(s) to topic %q failed, records %v stay pending for replay: %v", len(e.IDs), e.Topic, e.IDs, e.Err)
+}
+
+func (e *SendError) Unwrap() error { return e.Err }
+
+// FetchError is returned by the middleware when the record of a delivered
+// message could not be read. The handler was not run and the message is
+// nacked so that the broker redelivers it.
+type FetchError struct {
+	Name string
+	ID   int64
+	Err  error
+}
+
+func (e *FetchError) Error() string {
+	return fmt.Sprintf("outbox: checking record %d of %q failed, message nacked: %v", e.ID, e.Name, e.Err)
+}
+
+func (e *FetchError) Unwrap() error { return e.Err }
+
+// ReplayError is returned by [Replay] and aborts the router started with
+// [ReplayPlugin] when a pending record could not be read or sent. For a send
+// failure ID is the first record of the batch that failed; for a read failure
+// ID is zero and AfterID is the last record replayed before it (zero if none).
+type ReplayError struct {
+	Name    string
+	ID      int64
+	AfterID int64
+	Err     error
+}
+
+func (e *ReplayError) Error() string {
+	if e.ID == 0 {
+		return fmt.Sprintf("outbox: replay of %q failed reading the pending records after record %d: %v", e.Name, e.AfterID, e.Err)
+	}
+	return fmt.Sprintf("outbox: replay of %q failed at record %d: %v", e.Name, e.ID, e.Err)
+}
+
+func (e *ReplayError) Unwrap() error { return e.Err }

@@ -1,0 +1,159 @@
+// Package testenv connects the project's tests to the real databases they run
+// against, with an isolated table per test.
+//
+// DSNs come from the environment, with the local defaults:
+//
+//	OUTBOX_TEST_POSTGRES_DSN  postgres://postgres@127.0.0.1:5432/test?sslmode=disable
+//	OUTBOX_TEST_MYSQL_DSN     root@tcp(127.0.0.1:3306)/test
+//
+// A database that cannot be reached skips the test with a message naming it,
+// except when CI=true, where it fails the test.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // MySQL/MariaDB driver
+	_ "github.com/jackc/pgx/v5/stdlib" // PostgreSQL driver
+	"github.com/jmoiron/sqlx"
+	_ "modernc.org/sqlite" // SQLite driver
+
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// Default DSNs of the local services.
+const (
+	DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	DefaultMySQLDSN    = "root@tcp(127.0.0.1:3306)/test"
+)
+
+// PostgresDSN returns the PostgreSQL DSN tests use.
+func PostgresDSN() string { return env("OUTBOX_TEST_POSTGRES_DSN", DefaultPostgresDSN) }
+
+// MySQLDSN returns the MySQL/MariaDB DSN tests use.
+func MySQLDSN() string { return env("OUTBOX_TEST_MYSQL_DSN", DefaultMySQLDSN) }
+
+func env(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// Unavailable skips the test, or fails it under CI=true, because a service
+// cannot be had.
+func Unavailable(tb testing.TB, service string, err error) {
+	tb.Helper()
+	if os.Getenv("CI") == "true" {
+		tb.Fatalf("%s is required under CI=true but not reachable: %v", service, err)
+	}
+	tb.Skipf("%s not reachable, skipping (set CI=true to fail instead): %v", service, err)
+}
+
+// Open opens and pings a database, closing it when the test ends.
+func Open(tb testing.TB, service, driver, dsn string) *sqlx.DB {
+	tb.Helper()
+	db, err := sqlx.Open(driver, dsn)
+	if err != nil {
+		tb.Fatalf("open %s: %v", service, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		Unavailable(tb, service, err)
+	}
+	tb.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// Postgres opens the test PostgreSQL database.
+func Postgres(tb testing.TB) *sqlx.DB {
+	return Open(tb, "PostgreSQL", "pgx", PostgresDSN())
+}
+
+// MySQL opens the test MySQL/MariaDB database.
+func MySQL(tb testing.TB) *sqlx.DB {
+	return Open(tb, "MariaDB", "mysql", MySQLDSN())
+}
+
+// SQLiteDSN returns the DSN of a fresh SQLite file in the test's temp dir.
+func SQLiteDSN(tb testing.TB) string {
+	path := filepath.Join(tb.TempDir(), "outbox.db")
+	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"
+}
+
+// SQLite opens a fresh SQLite file database.
+func SQLite(tb testing.TB) *sqlx.DB {
+	return Open(tb, "SQLite", "sqlite", SQLiteDSN(tb))
+}
+
+// Table returns a table name unique to this test run.
+func Table(tb testing.TB) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := strings.ToLower(tb.Name())
+	var clean strings.Builder
+	for _, c := range name {
+		if (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') {
+			clean.WriteRune(c)
+		}
+	}
+	s := clean.String()
+	if len(s) > 20 {
+		s = s[len(s)-20:]
+	}
+	return "t_" + s + "_" + hex.EncodeToString(b[:])
+}
+
+// Backend is one database the suites run against.
+type Backend struct {
+	Name    string
+	Dialect sqlstore.Dialect
+	// Open opens the database (skipping or failing if it is unreachable).
+	Open func(tb testing.TB) *sqlx.DB
+	// Now is a query returning the database clock, comparable with
+	// processed_at.
+	Now string
+}
+
+// Backends returns every database the project supports.
+func Backends() []Backend {
+	return []Backend{
+		{Name: "Postgres", Dialect: sqlstore.Postgres(), Open: Postgres, Now: "SELECT now()"},
+		{Name: "SQLite", Dialect: sqlstore.SQLite(), Open: SQLite, Now: "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"},
+	}
+}
+
+// NewStore creates a store on a fresh table of the backend, migrated and
+// dropped when the test ends.
+func NewStore(tb testing.TB, b Backend, db *sqlx.DB, mode sqlstore.Completion) *sqlstore.Store {
+	tb.Helper()
+	table := Table(tb)
+	s, err := sqlstore.New(sqlstore.Config{Dialect: b.Dialect, Table: table, Completion: mode, DB: db})
+	if err != nil {
+		tb.Fatalf("new store: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Migrate(ctx); err != nil {
+		tb.Fatalf("migrate %s: %v", table, err)
+	}
+	tb.Cleanup(func() { DropTable(tb, db, b.Dialect, table) })
+	return s
+}
+
+// DropTable removes a test table and its schema version row.
+func DropTable(tb testing.TB, db *sqlx.DB, d sqlstore.Dialect, table string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table) // table names here are generated identifiers
+	_, _ = db.ExecContext(ctx, db.Rebind("DELETE FROM "+sqlstore.VersionTable+" WHERE table_name = ?"), table)
+}

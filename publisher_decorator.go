@@ -1,0 +1,99 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// NewPublisher wraps pub so that messages published to a tracked topic are
+// saved as records before they are sent. Messages to other topics go straight
+// to pub.
+//
+// For a tracked topic, Publish inserts one record per message in one round
+// trip on the store's own connection, stamps [MetadataID] and [MetadataName]
+// into each message, then calls pub. If the insert fails it returns an
+// [*InsertError] and sends nothing. If pub fails it returns a [*SendError]
+// wrapping pub's error; the records stay pending for the next replay. The
+// message UUID, payload and other metadata are not changed.
+//
+// The inserts use each message's context.
+func NewPublisher(pub message.Publisher, reg *Registry) (message.Publisher, error) {
+	if pub == nil {
+		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
+	}
+	if reg == nil {
+		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
+	}
+	if !reg.enabled {
+		return pub, nil
+	}
+	return &publisher{pub: pub, reg: reg}, nil
+}
+
+// PublisherDecorator returns a decorator for Router.AddPublisherDecorators
+// that applies [NewPublisher] to every handler's publisher.
+func PublisherDecorator(reg *Registry) message.PublisherDecorator {
+	return func(pub message.Publisher) (message.Publisher, error) {
+		return NewPublisher(pub, reg)
+	}
+}
+
+type publisher struct {
+	pub message.Publisher
+	reg *Registry
+}
+
+func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
+	store := p.reg.byName[topic]
+	if store == nil {
+		return p.pub.Publish(topic, msgs...)
+	}
+	return p.publishTracked(store, topic, msgs)
+}
+
+func (p *publisher) publishTracked(store Store, topic string, msgs []*message.Message) error {
+	if len(msgs) == 0 {
+		return p.pub.Publish(topic, msgs...)
+	}
+	records := make([]Record, len(msgs))
+	for i, msg := range msgs {
+		if msg == nil {
+			return &InsertError{Topic: topic, Count: len(msgs), Err: fmt.Errorf("%w: message #%d is nil", ErrInvalidConfig, i)}
+		}
+		records[i] = Record{Topic: topic, UUID: msg.UUID, Payload: msg.Payload, Metadata: msg.Metadata}
+	}
+	if err := store.Insert(publishContext(msgs), records); err != nil {
+		return &InsertError{Topic: topic, Count: len(msgs), Err: err}
+	}
+	for i, msg := range msgs {
+		if msg.Metadata == nil {
+			msg.Metadata = make(message.Metadata, 2)
+		}
+		msg.Metadata.Set(MetadataID, strconv.FormatInt(records[i].ID, 10))
+		msg.Metadata.Set(MetadataName, topic)
+	}
+	if err := p.pub.Publish(topic, msgs...); err != nil {
+		ids := make([]int64, len(records))
+		for i := range records {
+			ids[i] = records[i].ID
+		}
+		return &SendError{Topic: topic, IDs: ids, Err: err}
+	}
+	return nil
+}
+
+// publishContext is the context of the first message; Watermill messages carry
+// their own context and Publish has no other.
+func publishContext(msgs []*message.Message) context.Context {
+	return msgs[0].Context()
+}
+
+func (p *publisher) Close() error { return p.pub.Close() }
+
+// Unwrap returns the wrapped publisher.
+func (p *publisher) Unwrap() message.Publisher { return p.pub }
+
+

@@ -1,0 +1,166 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// MiddlewareConfig configures [NewMiddleware].
+type MiddlewareConfig struct {
+	// CompleteTimeout bounds the mark (or delete) after the handler. It runs
+	// on a context that keeps the message context's values but not its
+	// cancellation, so that a router shutting down still completes the
+	// records of handlers that finished. Defaults to 10 seconds.
+	CompleteTimeout time.Duration
+}
+
+func (c *MiddlewareConfig) setDefaults() {
+	if c.CompleteTimeout == 0 {
+		c.CompleteTimeout = 10 * time.Second
+	}
+}
+
+// Validate reports a configuration error, if any.
+func (c MiddlewareConfig) Validate() error {
+	if c.CompleteTimeout < 0 {
+		return fmt.Errorf("%w: CompleteTimeout %v is negative", ErrInvalidConfig, c.CompleteTimeout)
+	}
+	return nil
+}
+
+// NewMiddleware returns the router middleware that completes the records of
+// tracked messages. Add it before (outside of) PoisonQueue and Retry.
+//
+// A message without [MetadataID] runs the handler untouched. For a tracked
+// message the middleware:
+//
+//   - checks that the record is pending, on a connection it gives back before
+//     the handler runs;
+//   - not pending (completed, deleted, never existed): acknowledges without
+//     running the handler;
+//   - the check failed: returns a [*FetchError] (nack) without running the
+//     handler;
+//   - runs the handler, then completes the record when the handler succeeded
+//     or returned a [Drop] error (which is acknowledged), or leaves it pending
+//     and returns the handler's error (nack).
+//
+// A failed completion is logged; the handler's outcome stands and the record
+// stays pending for the next replay. A malformed [MetadataID] returns an error
+// wrapping [ErrInvalidMetadata] without running the handler. A message whose
+// [MetadataName] is not tracked here runs the handler untracked and is
+// logged, since no store of this service holds its record.
+//
+// While the handler runs, the outbox keys are removed from the message
+// metadata and the record is available from [RecordFromContext]; they are put
+// back if the handler fails, so an outer Retry sees the message as delivered.
+func NewMiddleware(reg *Registry, cfg MiddlewareConfig, logger watermill.LoggerAdapter) (message.HandlerMiddleware, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	m := &middleware{reg: reg, cfg: cfg, logger: logger}
+	return m.wrap, nil
+}
+
+type middleware struct {
+	reg    *Registry
+	cfg    MiddlewareConfig
+	logger watermill.LoggerAdapter
+}
+
+func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
+	if !m.reg.enabled {
+		return h
+	}
+	return func(msg *message.Message) ([]*message.Message, error) {
+		idText, ok := msg.Metadata[MetadataID]
+		if !ok {
+			return h(msg)
+		}
+		return m.handleTracked(h, msg, idText)
+	}
+}
+
+func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, idText string) ([]*message.Message, error) {
+	name := msg.Metadata[MetadataName]
+	store := m.reg.byName[name]
+	if store == nil {
+		m.logger.Error("Tracked message of a name this service does not track; handling it untracked", nil, watermill.LogFields{
+			"message_uuid": msg.UUID, "outbox_name": truncate(name, 128), "outbox_id": truncate(idText, 64),
+		})
+		return h(msg)
+	}
+	id, err := parseID(idText)
+	if err != nil {
+		return nil, fmt.Errorf("message %s of %q: %w", msg.UUID, name, err)
+	}
+	fields := watermill.LogFields{"message_uuid": msg.UUID, "outbox_name": name, "outbox_id": id}
+
+	ctx := msg.Context()
+	switch err := store.CheckPending(ctx, id); {
+	case errors.Is(err, ErrNotPending):
+		m.logger.Debug("Record already completed, acking copy without handling", fields)
+		return nil, nil
+	case err != nil:
+		return nil, &FetchError{Name: name, ID: id, Err: err}
+	}
+
+	delete(msg.Metadata, MetadataID)
+	delete(msg.Metadata, MetadataName)
+	msg.SetContext(context.WithValue(ctx, recordKey{}, RecordRef{Name: name, ID: id}))
+
+	produced, herr := h(msg)
+	if herr != nil && !IsDrop(herr) {
+		msg.Metadata[MetadataID] = idText
+		msg.Metadata[MetadataName] = name
+		msg.SetContext(ctx)
+		return produced, herr
+	}
+	if herr != nil {
+		m.logger.Info("Handler dropped message, completing its record", fields.Add(watermill.LogFields{"reason": herr.Error()}))
+		produced = nil
+	}
+	if len(produced) > 0 {
+		// The router publishes what the handler produced after this returns
+		// and nacks if that fails. Completing now would turn the redelivery
+		// into a skipped duplicate and lose the produced messages, so the
+		// record is completed only once the router acks.
+		go m.completeOnAck(ctx, msg, store, id, fields)
+		return produced, nil
+	}
+	m.complete(ctx, store, id, fields)
+	return nil, nil
+}
+
+func (m *middleware) completeOnAck(ctx context.Context, msg *message.Message, store Store, id int64, fields watermill.LogFields) {
+	select {
+	case <-msg.Acked():
+		m.complete(ctx, store, id, fields)
+	case <-msg.Nacked():
+		m.logger.Debug("Publishing produced messages failed, record stays pending", fields)
+	}
+}
+
+func (m *middleware) complete(ctx context.Context, store Store, id int64, fields watermill.LogFields) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
+	defer cancel()
+	err := store.Complete(ctx, id)
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNotPending):
+		m.logger.Debug("Record was completed by another delivery", fields)
+	default:
+		m.logger.Error("Completing record failed; it stays pending for the next replay", err, fields)
+	}
+}

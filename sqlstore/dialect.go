@@ -1,0 +1,63 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/wmoutbox/outbox"
+)
+
+// Dialect is what differs between databases: identifier quoting,
+// placeholders, the clock expression, the batch insert and the schema. Use
+// [Postgres], [MySQL] or [SQLite].
+type Dialect interface {
+	// Name is the dialect's name, used in the schema version table and in
+	// migration paths.
+	Name() string
+
+	quote(ident string) string
+	placeholder(n int) string
+	clock() string
+	// insert saves records in one round trip and sets their ids in order.
+	insert(ctx context.Context, db *sqlx.DB, q *queries, records []outbox.Record) error
+	// insertQuery is the batch insert statement for the quoted table, when
+	// the dialect has one of fixed text; "" when it builds one per batch.
+	insertQuery(table string) string
+	// migrationLock is run inside the migration transaction to serialize
+	// concurrent migrations; "" when the database needs none.
+	migrationLock() string
+	// versionTableDDL creates the schema version table if it is missing.
+	versionTableDDL() string
+	// convertError turns a driver error into the package's sentinels.
+	convertError(err error) error
+}
+
+// queries are built once per store from the validated, quoted table name.
+type queries struct {
+	table        string // quoted
+	insertValues string // INSERT ... VALUES prefix, for dialects that append rows
+	insertBatch  string // fixed-text batch insert, if the dialect has one
+	checkPending string
+	complete     string
+	pendingAfter string
+}
+
+func buildQueries(d Dialect, table string, mode Completion) *queries {
+	t := d.quote(table)
+	p := d.placeholder
+	q := &queries{table: t}
+	q.insertValues = fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata) VALUES ", t)
+	q.insertBatch = d.insertQuery(t)
+	pending := ""
+	if mode == Mark {
+		pending = " AND processed_at IS NULL"
+		q.complete = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE id = %s AND processed_at IS NULL", t, d.clock(), p(1))
+	} else {
+		q.complete = fmt.Sprintf("DELETE FROM %s WHERE id = %s", t, p(1))
+	}
+	q.checkPending = fmt.Sprintf("SELECT 1 FROM %s WHERE id = %s%s", t, p(1), pending)
+	q.pendingAfter = fmt.Sprintf("SELECT id, topic, uuid, payload, metadata FROM %s WHERE topic = %s AND id > %s%s ORDER BY id LIMIT %s",
+		t, p(1), p(2), pending, p(3))
+	return q
+}

@@ -1,0 +1,115 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jmoiron/sqlx"
+	"github.com/wmoutbox/outbox"
+)
+
+// Postgres is the PostgreSQL dialect, for the pgx stdlib driver
+// (import _ "github.com/jackc/pgx/v5/stdlib", driver name "pgx").
+func Postgres() Dialect { return postgres{} }
+
+type postgres struct{}
+
+var _ Dialect = postgres{}
+
+func (postgres) Name() string { return "postgres" }
+
+func (postgres) quote(ident string) string { return `"` + strings.ReplaceAll(ident, `"`, `""`) + `"` }
+
+func (postgres) placeholder(n int) string { return "$" + strconv.Itoa(n) }
+
+func (postgres) clock() string { return "now()" }
+
+// insertQuery inserts any number of rows with one statement of fixed text:
+// the columns travel as four arrays. Rows are inserted in array order (ORDER
+// BY ord), so the identity values they draw from the sequence increase in
+// that order; RETURNING gives no order, hence the sort in insert.
+func (postgres) insertQuery(table string) string {
+	return fmt.Sprintf(`INSERT INTO %s (topic, uuid, payload, metadata)
+SELECT u.topic, u.uuid, u.payload, u.metadata::json
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[]) WITH ORDINALITY AS u(topic, uuid, payload, metadata, ord)
+ORDER BY u.ord
+RETURNING id`, table)
+}
+
+func (postgres) insert(ctx context.Context, db *sqlx.DB, q *queries, records []outbox.Record) error {
+	topics := make([]string, len(records))
+	uuids := make([]string, len(records))
+	payloads := make([][]byte, len(records))
+	metadata := make([]string, len(records))
+	for i, r := range records {
+		md, err := encodeMetadata(r.Metadata)
+		if err != nil {
+			return fmt.Errorf("record #%d: %w", i, err)
+		}
+		topics[i], uuids[i], payloads[i], metadata[i] = r.Topic, r.UUID, payloadOf(r.Payload), md
+	}
+	rows, err := db.QueryContext(ctx, q.insertBatch, topics, uuids, payloads, metadata)
+	if err != nil {
+		return err
+	}
+	return scanIDs(rows, records)
+}
+
+func (postgres) migrationLock() string {
+	// One advisory lock key for all outbox migrations in the database.
+	return "SELECT pg_advisory_xact_lock(7246981365)"
+}
+
+func (postgres) versionTableDDL() string {
+	return `CREATE TABLE IF NOT EXISTS "` + VersionTable + `" (
+    table_name TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    completion TEXT NOT NULL
+)`
+}
+
+func (postgres) convertError(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+		return fmt.Errorf("%w: %w", ErrTableMissing, err)
+	}
+	return err
+}
+
+// rowsScanner is what scanIDs needs of *sql.Rows.
+type rowsScanner interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
+}
+
+// scanIDs reads the ids a batch insert returned and assigns them in
+// ascending order, which is the order the rows were inserted in.
+func scanIDs(rows rowsScanner, records []outbox.Record) error {
+	defer rows.Close()
+	ids := make([]int64, 0, len(records))
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return err
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(ids) != len(records) {
+		return fmt.Errorf("insert returned %d ids for %d records", len(ids), len(records))
+	}
+	slices.Sort(ids)
+	for i := range records {
+		records[i].ID = ids[i]
+	}
+	return nil
+}

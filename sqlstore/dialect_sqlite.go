@@ -1,0 +1,95 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/wmoutbox/outbox"
+)
+
+// SQLite is the SQLite dialect, for the pure Go modernc.org/sqlite driver
+// (import _ "modernc.org/sqlite", driver name "sqlite").
+func SQLite() Dialect { return sqlite{} }
+
+type sqlite struct{}
+
+var _ Dialect = sqlite{}
+
+// sqliteMaxRows keeps a statement within SQLite's default limit of 32766
+// bound variables (four per row); larger batches use several statements in
+// one transaction.
+const sqliteMaxRows = 8000
+
+func (sqlite) Name() string { return "sqlite" }
+
+func (sqlite) quote(ident string) string { return `"` + strings.ReplaceAll(ident, `"`, `""`) + `"` }
+
+func (sqlite) placeholder(int) string { return "?" }
+
+// clock has millisecond precision, the finest SQLite's clock gives, in UTC.
+func (sqlite) clock() string { return "strftime('%Y-%m-%d %H:%M:%f', 'now')" }
+
+func (sqlite) insertQuery(string) string { return "" }
+
+func (sqlite) insert(ctx context.Context, db *sqlx.DB, q *queries, records []outbox.Record) error {
+	if len(records) <= sqliteMaxRows {
+		return sqliteInsertChunk(ctx, db, q, records)
+	}
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
+	for start := 0; start < len(records); start += sqliteMaxRows {
+		end := min(start+sqliteMaxRows, len(records))
+		if err := sqliteInsertChunk(ctx, tx, q, records[start:end]); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+func sqliteInsertChunk(ctx context.Context, db sqlx.QueryerContext, q *queries, records []outbox.Record) error {
+	var b strings.Builder
+	b.Grow(len(q.insertValues) + len(records)*12 + 13)
+	b.WriteString(q.insertValues)
+	args := make([]any, 0, len(records)*4)
+	for i, r := range records {
+		md, err := encodeMetadata(r.Metadata)
+		if err != nil {
+			return fmt.Errorf("record #%d: %w", i, err)
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?,?,?,?)")
+		args = append(args, r.Topic, r.UUID, payloadOf(r.Payload), md)
+	}
+	// Rows of one statement get increasing rowids (AUTOINCREMENT), and
+	// scanIDs assigns the returned ids in ascending order.
+	b.WriteString(" RETURNING id")
+	rows, err := db.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return err
+	}
+	return scanIDs(rows, records)
+}
+
+func (sqlite) migrationLock() string { return "" }
+
+func (sqlite) versionTableDDL() string {
+	return `CREATE TABLE IF NOT EXISTS "` + VersionTable + `" (
+    table_name TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    completion TEXT NOT NULL
+)`
+}
+
+func (sqlite) convertError(err error) error {
+	if err != nil && strings.Contains(err.Error(), "no such table") {
+		return fmt.Errorf("%w: %w", ErrTableMissing, err)
+	}
+	return err
+}

@@ -1,0 +1,25 @@
+// Package sqlstore keeps outbox records in a SQL table: PostgreSQL (pgx
+// stdlib driver), MySQL/MariaDB (go-sql-driver/mysql) and SQLite
+// (modernc.org/sqlite, pure Go) over database/sql and sqlx.
+//
+// # Tables
+//
+// Each [Store] owns one table, created by [Store.Migrate] from migrations
+// embedded per dialect and versioned in the table watermill_outbox_schema.
+// [Store.Verify] checks that the table exists at the version the code
+// expects. A marking store ([Mark], the default) keeps completed records with
+// processed_at set from the database clock; a deleting store ([Delete]) has
+// no processed_at column and deletes completed records.
+//
+// Record ids come from an identity or auto-increment column that never reuses
+// a value, so that a copy of a deleted record can never match a new one.
+//
+// # Connection
+//
+// The *sqlx.DB may be passed in [Config] or attached later with
+// [Store.Attach]; the hot path reads it with one atomic load. Every query runs
+// on that pool, never in a caller's transaction.
+//
+// For SQLite use a file database in WAL mode with a busy timeout, e.g.
+// "file:outbox.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)".
+package sqlstore

@@ -1,0 +1,44 @@
+package sqlstore
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrInvalidTable is wrapped when a table name is not a plain identifier.
+	ErrInvalidTable = errors.New("sqlstore: invalid table name")
+
+	// ErrNoDB is returned by a store that has no database attached yet.
+	ErrNoDB = errors.New("sqlstore: no database attached")
+
+	// ErrTableMissing is wrapped when the store's table does not exist.
+	ErrTableMissing = errors.New("sqlstore: table does not exist")
+
+	// ErrSchemaVersion is wrapped when the table's schema version or
+	// completion mode differs from what the code expects.
+	ErrSchemaVersion = errors.New("sqlstore: table schema does not match")
+
+	// ErrInvalidRecord is wrapped when a record cannot be stored as given,
+	// e.g. metadata that is not valid UTF-8.
+	ErrInvalidRecord = errors.New("sqlstore: invalid record")
+
+	// ErrInvalidConfig is wrapped by configuration errors.
+	ErrInvalidConfig = errors.New("sqlstore: invalid configuration")
+)
+
+// TableError names the table an error happened on.
+type TableError struct {
+	Table string
+	Op    string
+	Err   error
+}
+
+func (e *TableError) Error() string {
+	if errors.Is(e.Err, ErrTableMissing) {
+		return fmt.Sprintf("sqlstore: %s on table %q: table does not exist; create it with Store.Migrate (outboxctl migrate): %v", e.Op, e.Table, e.Err)
+	}
+	return fmt.Sprintf("sqlstore: %s on table %q: %v", e.Op, e.Table, e.Err)
+}
+
+func (e *TableError) Unwrap() error { return e.Err }

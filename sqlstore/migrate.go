@@ -1,0 +1,221 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"text/template"
+)
+
+//go:embed migrations
+var migrationFiles embed.FS
+
+// VersionTable records the schema version and completion mode of every
+// outbox table in the database.
+const VersionTable = "watermill_outbox_schema"
+
+type migration struct {
+	version int
+	name    string
+	tmpl    *template.Template
+}
+
+var migrationName = regexp.MustCompile(`^(\d{3})_[a-z0-9_]+\.sql$`)
+
+// loadMigrations reads the numbered migrations of a dialect, in order.
+func loadMigrations(dialect string) ([]migration, error) {
+	dir := path.Join("migrations", dialect)
+	entries, err := fs.ReadDir(migrationFiles, dir)
+	if err != nil {
+		return nil, fmt.Errorf("sqlstore: no migrations for dialect %q: %w", dialect, err)
+	}
+	var out []migration
+	for _, e := range entries {
+		m := migrationName.FindStringSubmatch(e.Name())
+		if m == nil {
+			return nil, fmt.Errorf("sqlstore: migration file %s/%s is not named NNN_name.sql", dir, e.Name())
+		}
+		v, _ := strconv.Atoi(m[1])
+		text, err := fs.ReadFile(migrationFiles, path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		t, err := template.New(e.Name()).Parse(string(text))
+		if err != nil {
+			return nil, fmt.Errorf("sqlstore: migration %s: %w", e.Name(), err)
+		}
+		out = append(out, migration{version: v, name: e.Name(), tmpl: t})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	for i, m := range out {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("sqlstore: migrations of %q are not numbered 1..n (found %03d at position %d)", dialect, m.version, i+1)
+		}
+	}
+	return out, nil
+}
+
+// SchemaVersion is the version of the table schema this code expects for the
+// dialect.
+func SchemaVersion(d Dialect) (int, error) {
+	ms, err := loadMigrations(d.Name())
+	if err != nil {
+		return 0, err
+	}
+	return len(ms), nil
+}
+
+// templateData is what migration templates see. Every name in it is a
+// validated identifier, quoted by the dialect.
+type templateData struct {
+	d     Dialect
+	table string
+	Mark  bool
+}
+
+func (t templateData) Table() string { return t.d.quote(t.table) }
+
+func (t templateData) Index(suffix string) string { return t.d.quote(t.table + "_" + suffix) }
+
+// statements splits a rendered migration at semicolons that end a line.
+func statements(sqlText string) []string {
+	var out []string
+	for _, s := range regexp.MustCompile(`;\s*(\n|$)`).Split(sqlText, -1) {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Migrate creates the table, or brings it to the current schema version. It
+// is idempotent and safe to run from several processes at once on
+// PostgreSQL and MySQL/MariaDB (it takes a lock for the duration).
+func (s *Store) Migrate(ctx context.Context) error {
+	db, err := s.pool()
+	if err != nil {
+		return err
+	}
+	ms, err := loadMigrations(s.dialect.Name())
+	if err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, s.dialect.versionTableDDL()); err != nil {
+		return s.fail("create schema version table", err)
+	}
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		return s.fail("migrate", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
+	if lock := s.dialect.migrationLock(); lock != "" {
+		if _, err := tx.ExecContext(ctx, lock); err != nil {
+			return s.fail("lock migrations", err)
+		}
+	}
+	version, mode, err := s.readVersion(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if version > 0 && mode != s.mode.String() {
+		return &TableError{Table: s.table, Op: "migrate", Err: fmt.Errorf("%w: table was created for completion %q, store is configured for %q", ErrSchemaVersion, mode, s.mode)}
+	}
+	if version > len(ms) {
+		return &TableError{Table: s.table, Op: "migrate", Err: fmt.Errorf("%w: table is at version %d, newer than this code's %d", ErrSchemaVersion, version, len(ms))}
+	}
+	data := templateData{d: s.dialect, table: s.table, Mark: s.mode == Mark}
+	for _, m := range ms[version:] {
+		var b strings.Builder
+		if err := m.tmpl.Execute(&b, data); err != nil {
+			return fmt.Errorf("sqlstore: render migration %s: %w", m.name, err)
+		}
+		for _, stmt := range statements(b.String()) {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return s.fail("migration "+m.name, err)
+			}
+		}
+	}
+	if version < len(ms) {
+		if err := s.writeVersion(ctx, tx, version, len(ms)); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return s.fail("migrate", err)
+	}
+	return nil
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+func (s *Store) readVersion(ctx context.Context, q querier) (int, string, error) {
+	p := s.dialect.placeholder
+	var version int
+	var mode string
+	err := q.QueryRowContext(ctx, fmt.Sprintf("SELECT version, completion FROM %s WHERE table_name = %s",
+		s.dialect.quote(VersionTable), p(1)), s.table).Scan(&version, &mode)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, "", nil
+	}
+	if err != nil {
+		return 0, "", s.fail("read schema version", err)
+	}
+	return version, mode, nil
+}
+
+func (s *Store) writeVersion(ctx context.Context, q querier, from, to int) error {
+	p := s.dialect.placeholder
+	vt := s.dialect.quote(VersionTable)
+	var err error
+	if from == 0 {
+		_, err = q.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s (table_name, version, completion) VALUES (%s, %s, %s)", vt, p(1), p(2), p(3)),
+			s.table, to, s.mode.String())
+	} else {
+		_, err = q.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET version = %s WHERE table_name = %s", vt, p(1), p(2)), to, s.table)
+	}
+	if err != nil {
+		return s.fail("write schema version", err)
+	}
+	return nil
+}
+
+// Verify checks that the table exists at the schema version and completion
+// mode this code expects. Its errors wrap [ErrTableMissing] or
+// [ErrSchemaVersion] and say what to do.
+func (s *Store) Verify(ctx context.Context) error {
+	db, err := s.pool()
+	if err != nil {
+		return err
+	}
+	want, err := SchemaVersion(s.dialect)
+	if err != nil {
+		return err
+	}
+	version, mode, err := s.readVersion(ctx, db)
+	if errors.Is(err, ErrTableMissing) || (err == nil && version == 0) {
+		return &TableError{Table: s.table, Op: "verify", Err: ErrTableMissing}
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case mode != s.mode.String():
+		return &TableError{Table: s.table, Op: "verify", Err: fmt.Errorf("%w: table was created for completion %q, store is configured for %q", ErrSchemaVersion, mode, s.mode)}
+	case version < want:
+		return &TableError{Table: s.table, Op: "verify", Err: fmt.Errorf("%w: table is at version %d, this code needs %d; run Store.Migrate", ErrSchemaVersion, version, want)}
+	case version > want:
+		return &TableError{Table: s.table, Op: "verify", Err: fmt.Errorf("%w: table is at version %d, newer than this code's %d; upgrade the code", ErrSchemaVersion, version, want)}
+	}
+	return nil
+}

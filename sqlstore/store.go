@@ -1,0 +1,187 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/wmoutbox/outbox"
+)
+
+// DefaultTable is the table name used when Config.Table is empty.
+const DefaultTable = "watermill_outbox"
+
+// Config configures a [Store].
+type Config struct {
+	// Dialect is the database's dialect. Required.
+	Dialect Dialect
+	// Table is the record table, a plain identifier. Defaults to
+	// "watermill_outbox".
+	Table string
+	// Completion is what happens to a handled record. Defaults to [Mark].
+	Completion Completion
+	// DB is the connection pool. It may be nil and attached later with
+	// [Store.Attach].
+	DB *sqlx.DB
+}
+
+func (c *Config) setDefaults() {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+}
+
+// Validate reports a configuration error, if any.
+func (c Config) Validate() error {
+	if c.Dialect == nil {
+		return fmt.Errorf("%w: Dialect is required (sqlstore.Postgres(), sqlstore.MySQL() or sqlstore.SQLite())", ErrInvalidConfig)
+	}
+	if c.Completion != Mark && c.Completion != Delete {
+		return fmt.Errorf("%w: unknown Completion %d", ErrInvalidConfig, int(c.Completion))
+	}
+	return validateTable(c.Table)
+}
+
+// Store is an [outbox.Store] over one SQL table.
+type Store struct {
+	dialect Dialect
+	table   string
+	mode    Completion
+	q       *queries
+	db      atomic.Pointer[sqlx.DB]
+}
+
+var _ outbox.Store = (*Store)(nil)
+
+// New returns a store for the table; it does not touch the database. Call
+// [Store.Migrate] to create the table.
+func New(cfg Config) (*Store, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{dialect: cfg.Dialect, table: cfg.Table, mode: cfg.Completion}
+	s.q = buildQueries(cfg.Dialect, cfg.Table, cfg.Completion)
+	if cfg.DB != nil {
+		s.db.Store(cfg.DB)
+	}
+	return s, nil
+}
+
+// Attach sets (or replaces) the connection pool. It is safe to call while the
+// store is in use.
+func (s *Store) Attach(db *sqlx.DB) { s.db.Store(db) }
+
+// DB returns the attached pool, or nil.
+func (s *Store) DB() *sqlx.DB { return s.db.Load() }
+
+// Table returns the table name.
+func (s *Store) Table() string { return s.table }
+
+// Completion returns what the store does with handled records.
+func (s *Store) Completion() Completion { return s.mode }
+
+// Dialect returns the store's dialect.
+func (s *Store) Dialect() Dialect { return s.dialect }
+
+func (s *Store) pool() (*sqlx.DB, error) {
+	db := s.db.Load()
+	if db == nil {
+		return nil, fmt.Errorf("%w for table %q", ErrNoDB, s.table)
+	}
+	return db, nil
+}
+
+func (s *Store) fail(op string, err error) error {
+	return &TableError{Table: s.table, Op: op, Err: s.dialect.convertError(err)}
+}
+
+// Insert implements [outbox.Store].
+func (s *Store) Insert(ctx context.Context, records []outbox.Record) error {
+	if len(records) == 0 {
+		return nil
+	}
+	db, err := s.pool()
+	if err != nil {
+		return err
+	}
+	if err := s.dialect.insert(ctx, db, s.q, records); err != nil {
+		if errors.Is(err, ErrInvalidRecord) {
+			return err
+		}
+		return s.fail("insert", err)
+	}
+	return nil
+}
+
+// CheckPending implements [outbox.Store].
+func (s *Store) CheckPending(ctx context.Context, id int64) error {
+	db, err := s.pool()
+	if err != nil {
+		return err
+	}
+	var one int
+	switch err := db.QueryRowContext(ctx, s.q.checkPending, id).Scan(&one); {
+	case errors.Is(err, sql.ErrNoRows):
+		return outbox.ErrNotPending
+	case err != nil:
+		return s.fail("check pending", err)
+	}
+	return nil
+}
+
+// Complete implements [outbox.Store].
+func (s *Store) Complete(ctx context.Context, id int64) error {
+	db, err := s.pool()
+	if err != nil {
+		return err
+	}
+	res, err := db.ExecContext(ctx, s.q.complete, id)
+	if err != nil {
+		return s.fail("complete", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return s.fail("complete", err)
+	}
+	if n == 0 {
+		return outbox.ErrNotPending
+	}
+	return nil
+}
+
+type recordRow struct {
+	ID       int64  `db:"id"`
+	Topic    string `db:"topic"`
+	UUID     string `db:"uuid"`
+	Payload  []byte `db:"payload"`
+	Metadata string `db:"metadata"`
+}
+
+// PendingAfter implements [outbox.Store].
+func (s *Store) PendingAfter(ctx context.Context, topic string, afterID int64, limit int) ([]outbox.Record, error) {
+	db, err := s.pool()
+	if err != nil {
+		return nil, err
+	}
+	var rows []recordRow
+	if err := db.SelectContext(ctx, &rows, s.q.pendingAfter, topic, afterID, limit); err != nil {
+		return nil, s.fail("read pending", err)
+	}
+	out := make([]outbox.Record, len(rows))
+	for i, r := range rows {
+		md, err := decodeMetadata(r.Metadata)
+		if err != nil {
+			return nil, s.fail("read pending", fmt.Errorf("record %d: %w", r.ID, err))
+		}
+		payload := r.Payload
+		if payload == nil {
+			payload = []byte{}
+		}
+		out[i] = outbox.Record{ID: r.ID, Topic: r.Topic, UUID: r.UUID, Payload: payload, Metadata: md}
+	}
+	return out, nil
+}
