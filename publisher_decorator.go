@@ -95,5 +95,3 @@ func (p *publisher) Close() error { return p.pub.Close() }
 
 // Unwrap returns the wrapped publisher.
 func (p *publisher) Unwrap() message.Publisher { return p.pub }
-
-

@@ -197,4 +197,3 @@ func TestPublisherBatchIsOneStatement(t *testing.T) {
 	require.NoError(t, pub.Publish("orders", msgs...))
 	assert.Equal(t, 1, counter.n-before, "100 tracked messages are saved with one statement")
 }
-

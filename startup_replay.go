@@ -262,4 +262,3 @@ func (s *replayingSubscriber) Subscribe(ctx context.Context, topic string) (<-ch
 	}
 	return ch, nil
 }
-
