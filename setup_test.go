@@ -100,8 +100,10 @@ func (b *bundle) publishTracked(t *testing.T, n int) []*message.Message {
 	for len(got) < n {
 		select {
 		case m := <-sub:
+			// GoChannel cancels a message's context once it is acked; the
+			// tests hand a fresh copy to the middleware, as a redelivery.
+			got = append(got, m.Copy())
 			m.Ack()
-			got = append(got, m)
 		case <-b.ctx(t).Done():
 			t.Fatalf("received %d of %d messages", len(got), n)
 		}

@@ -185,8 +185,10 @@ func replayMessage(ctx context.Context, name string, rec Record) *message.Messag
 // Router.Running is closed. pub must be the undecorated publisher.
 //
 // A replay that fails aborts the start: Router.Run returns the
-// [*ReplayError] (wrapped by the router), and the caller should Close the
-// router.
+// [*ReplayError] (wrapped by the router) without the service ever counting as
+// started, as it does when a subscription fails; the handlers already
+// subscribed stop with Run's context. Like any router whose Run failed, it
+// cannot be run again: build a new one to retry.
 //
 // The replay runs inside the last handler's Subscribe call, before that
 // handler consumes: use a publisher that does not wait for the message to be
