@@ -1,0 +1,42 @@
+package sqlstore
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestValidateTable(t *testing.T) {
+	t.Parallel()
+	for _, ok := range []string{"watermill_outbox", "_x", "Orders2", "a"} {
+		if err := validateTable(ok); err != nil {
+			t.Errorf("%q refused: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "1abc", `a"b`, "a.b", "a b", "ordres_é", "a;drop", "a-b", "a`b", "a'b",
+		"abcdefghijabcdefghijabcdefghijabcdefghijabcdefghij"} {
+		err := validateTable(bad)
+		if !errors.Is(err, ErrInvalidTable) {
+			t.Errorf("%q accepted (err %v)", bad, err)
+		}
+	}
+}
+
+func TestNewRefusesBadConfigBeforeSQL(t *testing.T) {
+	t.Parallel()
+	if _, err := New(Config{Dialect: Postgres(), Table: `x"; DROP TABLE y; --`}); !errors.Is(err, ErrInvalidTable) {
+		t.Errorf("bad table: %v", err)
+	}
+	if _, err := New(Config{}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("missing dialect: %v", err)
+	}
+	if _, err := New(Config{Dialect: SQLite(), Completion: Completion(9)}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("bad completion: %v", err)
+	}
+	s, err := New(Config{Dialect: SQLite()})
+	if err != nil || s.Table() != DefaultTable {
+		t.Errorf("default table: %v %q", err, s.Table())
+	}
+	if err := s.CheckPending(t.Context(), 1); !errors.Is(err, ErrNoDB) {
+		t.Errorf("no db attached: %v", err)
+	}
+}
