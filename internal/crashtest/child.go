@@ -1,0 +1,224 @@
+package crashtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jmoiron/sqlx"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// ChildConfig is what a child service is built from.
+type ChildConfig struct {
+	// DB is the database of the record and handled tables.
+	DB *sqlx.DB
+	// Dialect is the store's dialect.
+	Dialect sqlstore.Dialect
+	// Broker returns the raw publisher and the subscriber of the service's
+	// broker; close releases them.
+	Broker func(topic string) (pub message.Publisher, sub message.Subscriber, close func(), err error)
+}
+
+// IsChild reports whether this process was started by [Run] to run test.
+func IsChild(test string) bool { return os.Getenv(EnvChild) == test }
+
+// Prepare creates the record table and its handled table for a run.
+func Prepare(t *testing.T, db *sqlx.DB, d sqlstore.Dialect, table string) {
+	t.Helper()
+	s, err := sqlstore.New(sqlstore.Config{Dialect: d, Table: table, DB: db})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("CREATE TABLE " + table + "_handled (uuid VARCHAR(64) NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = db.Exec("DROP TABLE IF EXISTS " + table + "_handled")
+		_, _ = db.Exec("DROP TABLE IF EXISTS " + table)
+		_, _ = db.Exec(db.Rebind("DELETE FROM "+sqlstore.VersionTable+" WHERE table_name = ?"), table)
+	})
+}
+
+// halt tells the parent where the child is and waits to be killed.
+func halt(point Mode) {
+	fmt.Printf("HALT %s\n", point)
+	select {}
+}
+
+// Child runs the service until it is killed (or, in Drain mode, until
+// nothing is pending). It never returns normally.
+func Child(cfg ChildConfig) {
+	if err := child(cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(3)
+	}
+	os.Exit(0)
+}
+
+type childState struct {
+	mode     Mode
+	at       int64
+	cycle    int
+	batch    int
+	sends    atomic.Int64
+	handles  atomic.Int64
+	complets atomic.Int64
+}
+
+func child(cfg ChildConfig) error {
+	st := &childState{mode: Mode(os.Getenv(envMode)), cycle: atoi(envCycle), batch: atoi(envBatch)}
+	st.at = int64(atoi(envAt))
+	table := os.Getenv(envTable)
+	topic := "crash_" + table
+
+	base, err := sqlstore.New(sqlstore.Config{Dialect: cfg.Dialect, Table: table, DB: cfg.DB})
+	if err != nil {
+		return err
+	}
+	store := &haltingStore{Store: base, st: st}
+	reg, err := outbox.NewRegistry(outbox.Tracked{Name: topic, Store: store})
+	if err != nil {
+		return err
+	}
+	rawPub, sub, closeBroker, err := cfg.Broker(topic)
+	if err != nil {
+		return err
+	}
+	defer closeBroker()
+
+	mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, nil)
+	if err != nil {
+		return err
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		return err
+	}
+	router.AddMiddleware(mw)
+	router.AddPlugin(outbox.ReplayPlugin(reg, rawPub, outbox.ReplayConfig{}, nil))
+
+	mine := map[string]bool{}
+	for i := 0; i < st.batch; i++ {
+		mine[uuidOf(st.cycle, i)] = true
+	}
+	var mu sync.Mutex
+	left := len(mine)
+	allMine := make(chan struct{})
+	insertHandled := cfg.DB.Rebind("INSERT INTO " + table + "_handled (uuid) VALUES (?)")
+	router.AddNoPublisherHandler("crash", topic, sub, func(msg *message.Message) error {
+		if _, err := cfg.DB.ExecContext(msg.Context(), insertHandled, msg.UUID); err != nil {
+			return err
+		}
+		if n := st.handles.Add(1) - 1; st.mode == MidHandler && n == st.at {
+			halt(MidHandler)
+		}
+		mu.Lock()
+		if mine[msg.UUID] {
+			delete(mine, msg.UUID)
+			if left--; left == 0 {
+				close(allMine)
+			}
+		}
+		mu.Unlock()
+		return nil
+	})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- router.Run(ctx) }()
+	select {
+	case <-router.Running():
+	case err := <-runErr:
+		return fmt.Errorf("router: %w", err)
+	}
+
+	if st.mode == Drain {
+		return drainChild(ctx, router, base, topic)
+	}
+
+	pub, err := outbox.NewPublisher(&haltingPublisher{Publisher: rawPub, st: st}, reg)
+	if err != nil {
+		return err
+	}
+	for i := 0; i < st.batch; i++ {
+		msg := message.NewMessage(uuidOf(st.cycle, i), []byte(strconv.Itoa(i)))
+		if err := pub.Publish(topic, msg); err != nil {
+			return fmt.Errorf("publish %d: %w", i, err)
+		}
+	}
+	select {
+	case <-allMine:
+	case err := <-runErr:
+		return fmt.Errorf("router stopped: %v", err)
+	}
+	fmt.Println("IDLE")
+	select {} // wait for the kill
+}
+
+func drainChild(ctx context.Context, router *message.Router, store *sqlstore.Store, topic string) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(90 * time.Second)
+	for {
+		recs, err := store.PendingAfter(ctx, topic, 0, 1)
+		if err != nil {
+			return err
+		}
+		if len(recs) == 0 {
+			fmt.Println("DRAINED")
+			return router.Close()
+		}
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return fmt.Errorf("record %d still pending after 90s", recs[0].ID)
+		}
+	}
+}
+
+func uuidOf(cycle, i int) string { return fmt.Sprintf("c%04d-m%03d", cycle, i) }
+
+func atoi(env string) int {
+	n, _ := strconv.Atoi(os.Getenv(env))
+	return n
+}
+
+// haltingPublisher halts between the insert and the send.
+type haltingPublisher struct {
+	message.Publisher
+	st *childState
+}
+
+func (p *haltingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if n := p.st.sends.Add(1) - 1; p.st.mode == AfterInsert && n == p.st.at {
+		halt(AfterInsert)
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}
+
+// haltingStore halts between the handler and the mark.
+type haltingStore struct {
+	*sqlstore.Store
+	st *childState
+}
+
+func (s *haltingStore) Complete(ctx context.Context, id int64) error {
+	if n := s.st.complets.Add(1) - 1; s.st.mode == BeforeMark && n == s.st.at {
+		halt(BeforeMark)
+	}
+	return s.Store.Complete(ctx, id)
+}

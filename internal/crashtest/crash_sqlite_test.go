@@ -1,0 +1,82 @@
+package crashtest_test
+
+import (
+	"flag"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/jmoiron/sqlx"
+	_ "modernc.org/sqlite"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/internal/crashtest"
+	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+var (
+	kills = flag.Int("crash.kills", 24, "kill cycles per setup (soak: -crash.kills=300)")
+	seed  = flag.Uint64("crash.seed", 0, "seed of the kill points (0: from the clock)")
+)
+
+func TestMain(m *testing.M) {
+	os.Setenv(outbox.EnvToggle, "on")
+	os.Exit(m.Run())
+}
+
+func runSeed(t *testing.T) uint64 {
+	s := *seed
+	if s == 0 {
+		s = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (replay with -crash.seed=%d)", s, s)
+	return s
+}
+
+// TestCrashChildSQLite is the service the crash test kills; it does nothing
+// unless started by the crash test.
+func TestCrashChildSQLite(t *testing.T) {
+	if !crashtest.IsChild(t.Name()) {
+		t.Skip("runs only as the child of TestCrashSQLiteGoChannel")
+	}
+	db, err := sqlx.Open("sqlite", os.Getenv("OUTBOX_CRASH_DSN"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashtest.Child(crashtest.ChildConfig{
+		DB:      db,
+		Dialect: sqlstore.SQLite(),
+		Broker: func(string) (message.Publisher, message.Subscriber, func(), error) {
+			// Non-persistent: a kill wipes every in-flight message, so only
+			// the records and replay can save them.
+			gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+			return gc, gc, func() { _ = gc.Close() }, nil
+		},
+	})
+}
+
+// TestCrashSQLiteGoChannel kills a SQLite + GoChannel service with SIGKILL
+// between insert and send, mid-handler, between handler and mark and at
+// random moments, and checks that every committed record was handled.
+func TestCrashSQLiteGoChannel(t *testing.T) {
+	dsn := testenv.SQLiteDSN(t)
+	db := testenv.Open(t, "SQLite", "sqlite", dsn)
+	table := testenv.Table(t)
+	crashtest.Prepare(t, db, sqlstore.SQLite(), table)
+
+	sum := crashtest.Run(t, crashtest.Config{
+		ChildTest: "TestCrashChildSQLite",
+		Kills:     *kills,
+		Batch:     5,
+		Seed:      runSeed(t),
+		DB:        db,
+		Table:     table,
+		Env:       []string{"OUTBOX_CRASH_DSN=" + dsn},
+	})
+	t.Logf("SQLite+GoChannel: %s", sum)
+	crashtest.Check(t, sum)
+}
