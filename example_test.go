@@ -22,6 +22,7 @@ import (
 func exampleStore() (*sqlstore.Store, func()) {
 	dir, _ := os.MkdirTemp("", "outbox-example")
 	db := sqlx.MustOpen("sqlite", "file:"+filepath.Join(dir, "outbox.db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
+	db.SetMaxOpenConns(1)
 	store, err := sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite(), DB: db})
 	if err != nil {
 		panic(err)

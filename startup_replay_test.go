@@ -84,6 +84,23 @@ func restartedService(t *testing.T, b *bundle, handled *handledSet, pub message.
 	return router, gc
 }
 
+// runUntilHandled runs the router until the handled set is complete, then
+// closes it; it fails the test if the router stops or the set stays short.
+func runUntilHandled(t *testing.T, b *bundle, router *message.Router, handled *handledSet) {
+	t.Helper()
+	runErr := make(chan error, 1)
+	go func() { runErr <- router.Run(context.Background()) }()
+	select {
+	case <-handled.done:
+	case err := <-runErr:
+		t.Fatalf("router stopped: %v", err)
+	case <-b.ctx(t).Done():
+		t.Fatalf("handled %d of %d messages", len(handled.snapshot()), handled.want)
+	}
+	require.NoError(t, router.Close())
+	require.NoError(t, <-runErr)
+}
+
 func TestReplay(t *testing.T) {
 	t.Parallel()
 
@@ -96,18 +113,7 @@ func TestReplay(t *testing.T) {
 
 			handled := newHandledSet(len(uuids))
 			router, _ := restartedService(t, b, handled, nil, outbox.ReplayConfig{PageSize: 5})
-			runErr := make(chan error, 1)
-			go func() { runErr <- router.Run(context.Background()) }()
-
-			select {
-			case <-handled.done:
-			case err := <-runErr:
-				t.Fatalf("router stopped: %v", err)
-			case <-b.ctx(t).Done():
-				t.Fatalf("replay delivered %d of %d", len(handled.snapshot()), len(uuids))
-			}
-			require.NoError(t, router.Close())
-			require.NoError(t, <-runErr)
+			runUntilHandled(t, b, router, handled)
 
 			got := handled.snapshot()
 			for _, u := range uuids {
@@ -138,15 +144,7 @@ func TestReplay(t *testing.T) {
 
 			handled := newHandledSet(1)
 			router, _ := restartedService(t, b, handled, nil, outbox.ReplayConfig{})
-			runErr := make(chan error, 1)
-			go func() { runErr <- router.Run(context.Background()) }()
-			select {
-			case <-handled.done:
-			case <-b.ctx(t).Done():
-				t.Fatal("the record was not replayed")
-			}
-			require.NoError(t, router.Close())
-			require.NoError(t, <-runErr)
+			runUntilHandled(t, b, router, handled)
 			assert.Equal(t, map[string]int{"late": 1}, handled.snapshot())
 			assert.Zero(t, b.pendingCount(t))
 		})

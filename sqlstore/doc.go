@@ -21,5 +21,9 @@
 // on that pool, never in a caller's transaction.
 //
 // For SQLite use a file database in WAL mode with a busy timeout, e.g.
-// "file:outbox.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)".
+// "file:outbox.db?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)", and
+// db.SetMaxOpenConns(1): SQLite has one writer at a time, and queueing in the
+// pool is far faster under concurrency than connections contending for the
+// file lock. The outbox never holds a connection while a handler runs, so
+// one connection is enough.
 package sqlstore

@@ -67,6 +67,7 @@ func wiring(dbPath string) (*sqlx.DB, *sqlstore.Store, *outbox.Registry, error) 
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	db.SetMaxOpenConns(1) // SQLite has one writer; see the sqlstore docs
 	store, err := sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite(), DB: db})
 	if err != nil {
 		return nil, nil, nil, err

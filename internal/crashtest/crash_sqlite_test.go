@@ -47,6 +47,7 @@ func TestCrashChildSQLite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	db.SetMaxOpenConns(1)
 	crashtest.Child(crashtest.ChildConfig{
 		DB:      db,
 		Dialect: sqlstore.SQLite(),

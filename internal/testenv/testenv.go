@@ -74,9 +74,14 @@ func Open(tb testing.TB, service, driver, dsn string) *sqlx.DB {
 	return db
 }
 
-// Postgres opens the test PostgreSQL database.
+// Postgres opens the test PostgreSQL database. The pool keeps its
+// connections: database/sql keeps only two idle by default, and a service
+// under concurrent load would otherwise open a server process per query.
 func Postgres(tb testing.TB) *sqlx.DB {
-	return Open(tb, "PostgreSQL", "pgx", PostgresDSN())
+	db := Open(tb, "PostgreSQL", "pgx", PostgresDSN())
+	db.SetMaxOpenConns(10)
+	db.SetMaxIdleConns(10)
+	return db
 }
 
 // MySQL opens the test MySQL/MariaDB database.
@@ -90,9 +95,13 @@ func SQLiteDSN(tb testing.TB) string {
 	return "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)"
 }
 
-// SQLite opens a fresh SQLite file database.
+// SQLite opens a fresh SQLite file database with one connection, as the
+// sqlstore documentation recommends: SQLite has one writer at a time, and
+// queueing in the pool beats contending for the file lock.
 func SQLite(tb testing.TB) *sqlx.DB {
-	return Open(tb, "SQLite", "sqlite", SQLiteDSN(tb))
+	db := Open(tb, "SQLite", "sqlite", SQLiteDSN(tb))
+	db.SetMaxOpenConns(1)
+	return db
 }
 
 // Table returns a table name unique to this test run.

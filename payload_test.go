@@ -1,0 +1,54 @@
+package outbox_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// TestPayloadsRoundTripThroughRecordAndReplay sends payloads of 0 bytes,
+// 16 MiB and invalid UTF-8 through the record and a replay, byte for byte.
+func TestPayloadsRoundTripThroughRecordAndReplay(t *testing.T) {
+	t.Parallel()
+	big := make([]byte, 16<<20)
+	for i := range big {
+		big[i] = byte(i * 7)
+	}
+	payloads := map[string][]byte{
+		"empty":        {},
+		"nil":          nil,
+		"invalid-utf8": {0xff, 0xfe, 0xc3, 0x28, 0x00, 'a'},
+		"16MiB":        big,
+	}
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		b := setup(t, backend, sqlstore.Mark)
+		lost := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+		pub, err := outbox.NewPublisher(lost, b.reg)
+		require.NoError(t, err)
+		for name, p := range payloads {
+			require.NoError(t, pub.Publish(b.topic, message.NewMessage(name, p)), name)
+		}
+		require.NoError(t, lost.Close())
+
+		gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+		defer gc.Close()
+		sent := &recordingPublisher{Publisher: gc}
+		res, err := outbox.Replay(b.ctx(t), b.reg, sent, outbox.ReplayConfig{PageSize: 1}, nil)
+		require.NoError(t, err)
+		require.Equal(t, len(payloads), res.Total())
+		for _, m := range sent.msgs {
+			want := payloads[m.UUID]
+			assert.True(t, bytes.Equal(want, m.Payload), "%s: %d bytes replayed, %d published", m.UUID, len(m.Payload), len(want))
+			assert.NotNil(t, m.Payload, "%s: replayed payload is never nil", m.UUID)
+		}
+	})
+}
