@@ -26,6 +26,7 @@ import (
 	_ "modernc.org/sqlite" // SQLite driver
 
 	"github.com/wmoutbox/outbox/sqlstore"
+	"github.com/wmoutbox/outbox/sqlstore/storetest"
 )
 
 // Default DSNs of the local services.
@@ -122,15 +123,29 @@ type Backend struct {
 	// Now is a query returning the database clock, comparable with
 	// processed_at.
 	Now string
+	// Features tells the store contract suite, and the tests that read the
+	// clock as text, about the database.
+	Features storetest.Features
 }
 
 // Backends returns every database the project supports.
 func Backends() []Backend {
 	return []Backend{
-		{Name: "Postgres", Dialect: sqlstore.Postgres(), Open: Postgres, Now: "SELECT now()"},
-		{Name: "SQLite", Dialect: sqlstore.SQLite(), Open: SQLite, Now: "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"},
+		{Name: "Postgres", Dialect: sqlstore.Postgres(), Open: Postgres, Now: "SELECT now()", Features: storetest.Features{
+			Now: "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')",
+			ProcessedAt: func(table string) string {
+				return "SELECT to_char(processed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') FROM " + table + " WHERE id = ?"
+			},
+			ConcurrentMigrate: true,
+		}},
+		{Name: "SQLite", Dialect: sqlstore.SQLite(), Open: SQLite, Now: sqliteNow, Features: storetest.Features{
+			Now:         sqliteNow,
+			ProcessedAt: func(table string) string { return "SELECT processed_at FROM " + table + " WHERE id = ?" },
+		}},
 	}
 }
+
+const sqliteNow = "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"
 
 // NewStore creates a store on a fresh table of the backend, migrated and
 // dropped when the test ends.

@@ -1,0 +1,33 @@
+package sqlstore_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/sqlstore"
+	"github.com/wmoutbox/outbox/sqlstore/storetest"
+)
+
+// contractBackends are the databases the contract suite runs on.
+func contractBackends() []testenv.Backend {
+	return testenv.Backends()
+}
+
+func TestStoreContract(t *testing.T) {
+	t.Parallel()
+	for _, b := range contractBackends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			storetest.Run(t, b.Features, func(t *testing.T, cfg sqlstore.Config) *sqlstore.Store {
+				db := b.Open(t) // a fresh pool; on SQLite a fresh file
+				cfg.Dialect, cfg.DB = b.Dialect, db
+				s, err := sqlstore.New(cfg)
+				require.NoError(t, err)
+				t.Cleanup(func() { testenv.DropTable(t, db, b.Dialect, cfg.Table) })
+				return s
+			})
+		})
+	}
+}
