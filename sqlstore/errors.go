@@ -36,7 +36,7 @@ type TableError struct {
 
 func (e *TableError) Error() string {
 	if errors.Is(e.Err, ErrTableMissing) {
-		return fmt.Sprintf("sqlstore: %s on table %q: table does not exist; create it with Store.Migrate (outboxctl migrate): %v", e.Op, e.Table, e.Err)
+		return fmt.Sprintf("sqlstore: %s on table %q: table does not exist; create it with Store.Migrate: %v", e.Op, e.Table, e.Err)
 	}
 	return fmt.Sprintf("sqlstore: %s on table %q: %v", e.Op, e.Table, e.Err)
 }

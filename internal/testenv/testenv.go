@@ -4,7 +4,7 @@
 // DSNs come from the environment, with the local defaults:
 //
 //	OUTBOX_TEST_POSTGRES_DSN  postgres://postgres@127.0.0.1:5432/test?sslmode=disable
-//	OUTBOX_TEST_MYSQL_DSN     root@tcp(127.0.0.1:3306)/test
+//	OUTBOX_TEST_MYSQL_DSN     root@tcp(127.0.0.1:3306)/test?interpolateParams=true
 //
 // A database that cannot be reached skips the test with a message naming it,
 // except when CI=true, where it fails the test.
@@ -32,7 +32,9 @@ import (
 // Default DSNs of the local services.
 const (
 	DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	DefaultMySQLDSN    = "root@tcp(127.0.0.1:3306)/test"
+	// DefaultMySQLDSN sets interpolateParams, which the MySQL dialect
+	// requires.
+	DefaultMySQLDSN = "root@tcp(127.0.0.1:3306)/test?interpolateParams=true"
 )
 
 // PostgresDSN returns the PostgreSQL DSN tests use.
@@ -142,10 +144,23 @@ func Backends() []Backend {
 			Now:         sqliteNow,
 			ProcessedAt: func(table string) string { return "SELECT processed_at FROM " + table + " WHERE id = ?" },
 		}},
+		{Name: "MariaDB", Dialect: sqlstore.MySQL(), Open: MySQL, Now: mysqlNow, Features: MySQLFeatures},
 	}
 }
 
-const sqliteNow = "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"
+const (
+	sqliteNow = "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"
+	mysqlNow  = "SELECT DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f')"
+)
+
+// MySQLFeatures describes MySQL and MariaDB to the store contract suite.
+var MySQLFeatures = storetest.Features{
+	Now: mysqlNow,
+	ProcessedAt: func(table string) string {
+		return "SELECT DATE_FORMAT(processed_at, '%Y-%m-%d %H:%i:%s.%f') FROM " + table + " WHERE id = ?"
+	},
+	ConcurrentMigrate: true,
+}
 
 // NewStore creates a store on a fresh table of the backend, migrated and
 // dropped when the test ends.
