@@ -27,7 +27,8 @@
 // # Stores
 //
 // The sqlstore package provides the record tables for PostgreSQL, MySQL/MariaDB
-// and SQLite. Any type that implements [Store] works.
+// and SQLite. Any type that implements [Store] works; one that also implements
+// [Verifier] is checked before the startup replay.
 //
 // # Middleware order
 //

@@ -88,3 +88,19 @@ func (e *ReplayError) Error() string {
 }
 
 func (e *ReplayError) Unwrap() error { return e.Err }
+
+// VerifyError is returned by [Replay], and aborts the router started with
+// [ReplayPlugin], when a store that implements [Verifier] reports that it is
+// not ready (its table is missing, or at another schema version). Nothing was
+// replayed. Name is the first tracked name, in sorted order, that uses the
+// store.
+type VerifyError struct {
+	Name string
+	Err  error
+}
+
+func (e *VerifyError) Error() string {
+	return fmt.Sprintf("outbox: the store of %q is not ready, nothing was replayed: %v", e.Name, e.Err)
+}
+
+func (e *VerifyError) Unwrap() error { return e.Err }

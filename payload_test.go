@@ -34,8 +34,16 @@ func TestPayloadsRoundTripThroughRecordAndReplay(t *testing.T) {
 		lost := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 		pub, err := outbox.NewPublisher(lost, b.reg)
 		require.NoError(t, err)
+		want := len(payloads)
 		for name, p := range payloads {
-			require.NoError(t, pub.Publish(b.topic, message.NewMessage(name, p)), name)
+			err := pub.Publish(b.topic, message.NewMessage(name, p))
+			if backend.Name == "MariaDB" && len(p) > 0 && !fitsMySQLPacket(t, b, len(p)) {
+				// The documented outcome where the server refuses the size.
+				require.ErrorIs(t, err, sqlstore.ErrRecordTooLarge, name)
+				want--
+				continue
+			}
+			require.NoError(t, err, name)
 		}
 		require.NoError(t, lost.Close())
 
@@ -44,11 +52,20 @@ func TestPayloadsRoundTripThroughRecordAndReplay(t *testing.T) {
 		sent := &recordingPublisher{Publisher: gc}
 		res, err := outbox.Replay(b.ctx(t), b.reg, sent, outbox.ReplayConfig{PageSize: 1}, nil)
 		require.NoError(t, err)
-		require.Equal(t, len(payloads), res.Total())
+		require.Equal(t, want, res.Total())
+		require.Equal(t, want, b.rowCount(t), "a refused payload leaves no record")
 		for _, m := range sent.msgs {
 			want := payloads[m.UUID]
 			assert.True(t, bytes.Equal(want, m.Payload), "%s: %d bytes replayed, %d published", m.UUID, len(m.Payload), len(want))
 			assert.NotNil(t, m.Payload, "%s: replayed payload is never nil", m.UUID)
 		}
 	})
+}
+
+// fitsMySQLPacket reports whether a payload of n bytes, escaped at worst to
+// twice its size, fits the server's max_allowed_packet.
+func fitsMySQLPacket(t *testing.T, b *bundle, n int) bool {
+	var packet int
+	require.NoError(t, b.db.GetContext(b.ctx(t), &packet, "SELECT @@max_allowed_packet"))
+	return 2*n+4096 <= packet
 }

@@ -3,6 +3,8 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"reflect"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -49,6 +51,10 @@ func (r ReplayResult) Total() int {
 // and stops at the first record it cannot read or send, returning a
 // [*ReplayError] that names it.
 //
+// Before anything is sent, every distinct store that implements [Verifier]
+// is verified; a store that is not ready makes Replay return a
+// [*VerifyError] and send nothing.
+//
 // Call it only once the subscriptions that receive the messages exist: a
 // broker without persistence (GoChannel), an unbound AMQP queue or a new
 // consumer group loses what is sent before. [ReplayPlugin] does that for a
@@ -93,6 +99,10 @@ func (r *replayer) run(ctx context.Context) (ReplayResult, error) {
 	if !r.reg.enabled {
 		return result, nil
 	}
+	if err := r.verify(ctx); err != nil {
+		r.logger.Error("Replay aborted: a store is not ready", err, nil)
+		return result, err
+	}
 	for _, name := range r.reg.names {
 		n, err := r.replayName(ctx, name, r.reg.byName[name])
 		result[name] = n
@@ -103,6 +113,30 @@ func (r *replayer) run(ctx context.Context) (ReplayResult, error) {
 		r.logger.Info("Replayed pending records", watermill.LogFields{"outbox_name": name, "replayed": n})
 	}
 	return result, nil
+}
+
+// verify asks each distinct store that implements [Verifier] to check itself.
+func (r *replayer) verify(ctx context.Context) error {
+	var verified []Store
+	for _, name := range r.reg.names {
+		store := r.reg.byName[name]
+		v, ok := store.(Verifier)
+		if !ok || slices.ContainsFunc(verified, func(s Store) bool { return sameStore(s, store) }) {
+			continue
+		}
+		verified = append(verified, store)
+		if err := v.Verify(ctx); err != nil {
+			return &VerifyError{Name: name, Err: err}
+		}
+	}
+	return nil
+}
+
+// sameStore compares two stores without panicking on a store type that is
+// not comparable (such stores are taken as distinct).
+func sameStore(a, b Store) bool {
+	ta := reflect.TypeOf(a)
+	return ta == reflect.TypeOf(b) && ta.Comparable() && a == b
 }
 
 // page is one read of pending records, handed from the reader to the sender.
@@ -185,8 +219,9 @@ func replayMessage(ctx context.Context, name string, rec Record) *message.Messag
 // Router.Running is closed. pub must be the undecorated publisher.
 //
 // A replay that fails aborts the start: Router.Run returns the
-// [*ReplayError] (wrapped by the router) without the service ever counting as
-// started, as it does when a subscription fails; the handlers already
+// [*ReplayError], or the [*VerifyError] of a store that is not ready (wrapped
+// by the router), without the service ever counting as started, as it does
+// when a subscription fails; the handlers already
 // subscribed stop with Run's context. Like any router whose Run failed, it
 // cannot be run again: build a new one to retry.
 //

@@ -43,3 +43,13 @@ type Store interface {
 	// greater than afterID, ordered by id.
 	PendingAfter(ctx context.Context, topic string, afterID int64, limit int) ([]Record, error)
 }
+
+// Verifier is implemented by a [Store] that can check that it is ready for
+// use, e.g. that its table exists at the schema version the code expects.
+// [Replay] and [ReplayPlugin] call Verify once per distinct store before
+// replaying anything, so that a missing or mismatched table stops the start
+// with the store's own error rather than with a confusing SQL error later.
+// The sqlstore package's stores implement it.
+type Verifier interface {
+	Verify(ctx context.Context) error
+}

@@ -33,6 +33,23 @@ type Dialect interface {
 	convertError(err error) error
 }
 
+// serverProber is implemented by dialects that must look at the server
+// behind a pool before they can insert: the MySQL dialect tells MariaDB from
+// MySQL and checks the connection settings. The store probes once per
+// attached pool and uses the dialect value the probe returns.
+type serverProber interface {
+	probe(ctx context.Context, db *sqlx.DB) (Dialect, error)
+}
+
+// sessionLocker is implemented by dialects whose DDL commits on its own
+// (MySQL), where a lock taken inside the migration transaction would not
+// cover the migration. Migrate holds the lock on its connection instead, from
+// before the transaction to after it.
+type sessionLocker interface {
+	lockSession(ctx context.Context, conn *sqlx.Conn) error
+	unlockSession(ctx context.Context, conn *sqlx.Conn) error
+}
+
 // queries are built once per store from the validated, quoted table name.
 type queries struct {
 	table        string // quoted

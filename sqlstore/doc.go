@@ -7,7 +7,9 @@
 // Each [Store] owns one table, created by [Store.Migrate] from migrations
 // embedded per dialect and versioned in the table watermill_outbox_schema.
 // [Store.Verify] checks that the table exists at the version the code
-// expects. A marking store ([Mark], the default) keeps completed records with
+// expects; outbox.Replay and outbox.ReplayPlugin call it before replaying, so
+// a missing or mismatched table stops the start with an error that says what
+// to do. A marking store ([Mark], the default) keeps completed records with
 // processed_at set from the database clock; a deleting store ([Delete]) has
 // no processed_at column and deletes completed records.
 //
@@ -26,4 +28,14 @@
 // pool is far faster under concurrency than connections contending for the
 // file lock. The outbox never holds a connection while a handler runs, so
 // one connection is enough.
+//
+// For MySQL and MariaDB set interpolateParams=true in the DSN, e.g.
+// "user:password@tcp(127.0.0.1:3306)/app?interpolateParams=true", and keep
+// the driver's default utf8mb4 character set and the server's strict SQL
+// mode; see [MySQL] for why, and for how a batch gets its record ids.
+//
+// # Contract
+//
+// The package storetest is the suite every store here passes, run against
+// PostgreSQL, MariaDB and SQLite.
 package sqlstore

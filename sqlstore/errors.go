@@ -23,6 +23,11 @@ var (
 	// e.g. metadata that is not valid UTF-8.
 	ErrInvalidRecord = errors.New("sqlstore: invalid record")
 
+	// ErrRecordTooLarge is wrapped when a record does not fit what the
+	// database accepts in one statement (MySQL's max_allowed_packet). Nothing
+	// was saved.
+	ErrRecordTooLarge = errors.New("sqlstore: record too large for the database")
+
 	// ErrInvalidConfig is wrapped by configuration errors.
 	ErrInvalidConfig = errors.New("sqlstore: invalid configuration")
 )
@@ -36,7 +41,7 @@ type TableError struct {
 
 func (e *TableError) Error() string {
 	if errors.Is(e.Err, ErrTableMissing) {
-		return fmt.Sprintf("sqlstore: %s on table %q: table does not exist; create it with Store.Migrate (outboxctl migrate): %v", e.Op, e.Table, e.Err)
+		return fmt.Sprintf("sqlstore: %s on table %q: table does not exist; create it with Store.Migrate: %v", e.Op, e.Table, e.Err)
 	}
 	return fmt.Sprintf("sqlstore: %s on table %q: %v", e.Op, e.Table, e.Err)
 }

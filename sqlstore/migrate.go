@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+
+	"github.com/jmoiron/sqlx"
 )
 
 //go:embed migrations
@@ -30,10 +33,11 @@ type migration struct {
 
 var migrationName = regexp.MustCompile(`^(\d{3})_[a-z0-9_]+\.sql$`)
 
-// loadMigrations reads the numbered migrations of a dialect, in order.
-func loadMigrations(dialect string) ([]migration, error) {
+// loadMigrations reads the numbered migrations of a dialect from fsys, in
+// order.
+func loadMigrations(fsys fs.FS, dialect string) ([]migration, error) {
 	dir := path.Join("migrations", dialect)
-	entries, err := fs.ReadDir(migrationFiles, dir)
+	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, fmt.Errorf("sqlstore: no migrations for dialect %q: %w", dialect, err)
 	}
@@ -44,7 +48,7 @@ func loadMigrations(dialect string) ([]migration, error) {
 			return nil, fmt.Errorf("sqlstore: migration file %s/%s is not named NNN_name.sql", dir, e.Name())
 		}
 		v, _ := strconv.Atoi(m[1])
-		text, err := fs.ReadFile(migrationFiles, path.Join(dir, e.Name()))
+		text, err := fs.ReadFile(fsys, path.Join(dir, e.Name()))
 		if err != nil {
 			return nil, err
 		}
@@ -66,7 +70,7 @@ func loadMigrations(dialect string) ([]migration, error) {
 // SchemaVersion is the version of the table schema this code expects for the
 // dialect.
 func SchemaVersion(d Dialect) (int, error) {
-	ms, err := loadMigrations(d.Name())
+	ms, err := loadMigrations(migrationFiles, d.Name())
 	if err != nil {
 		return 0, err
 	}
@@ -99,24 +103,51 @@ func statements(sqlText string) []string {
 // Migrate creates the table, or brings it to the current schema version. It
 // is idempotent and safe to run from several processes at once on
 // PostgreSQL and MySQL/MariaDB (it takes a lock for the duration).
+//
+// On PostgreSQL and SQLite a migration and its version change commit
+// together. MySQL commits each DDL statement on its own, so there a failed
+// migration may leave part of its work done; every migration is written so
+// that running it again completes it.
 func (s *Store) Migrate(ctx context.Context) error {
-	db, err := s.pool()
+	db, d, err := s.bound(ctx)
 	if err != nil {
 		return err
 	}
-	ms, err := loadMigrations(s.dialect.Name())
+	ms, err := loadMigrations(s.migrations, d.Name())
 	if err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, s.dialect.versionTableDDL()); err != nil {
+	if _, err := db.ExecContext(ctx, d.versionTableDDL()); err != nil {
 		return s.fail("create schema version table", err)
 	}
-	tx, err := db.BeginTxx(ctx, nil)
+	conn, err := db.Connx(ctx)
+	if err != nil {
+		return s.fail("migrate", err)
+	}
+	defer conn.Close()
+	if locker, ok := d.(sessionLocker); ok {
+		if err := locker.lockSession(ctx, conn); err != nil {
+			return s.fail("lock migrations", err)
+		}
+		defer func() {
+			// The lock lives as long as the session: a connection that
+			// cannot release it is discarded rather than pooled.
+			if err := locker.unlockSession(context.WithoutCancel(ctx), conn); err != nil {
+				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+			}
+		}()
+	}
+	return s.migrate(ctx, conn, d, ms)
+}
+
+// migrate runs the migrations the table lacks, in a transaction on conn.
+func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []migration) error {
+	tx, err := conn.BeginTxx(ctx, nil)
 	if err != nil {
 		return s.fail("migrate", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
-	if lock := s.dialect.migrationLock(); lock != "" {
+	if lock := d.migrationLock(); lock != "" {
 		if _, err := tx.ExecContext(ctx, lock); err != nil {
 			return s.fail("lock migrations", err)
 		}
@@ -131,7 +162,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if version > len(ms) {
 		return &TableError{Table: s.table, Op: "migrate", Err: fmt.Errorf("%w: table is at version %d, newer than this code's %d", ErrSchemaVersion, version, len(ms))}
 	}
-	data := templateData{d: s.dialect, table: s.table, Mark: s.mode == Mark}
+	data := templateData{d: d, table: s.table, Mark: s.mode == Mark}
 	for _, m := range ms[version:] {
 		var b strings.Builder
 		if err := m.tmpl.Execute(&b, data); err != nil {
@@ -194,14 +225,15 @@ func (s *Store) writeVersion(ctx context.Context, q querier, from, to int) error
 // mode this code expects. Its errors wrap [ErrTableMissing] or
 // [ErrSchemaVersion] and say what to do.
 func (s *Store) Verify(ctx context.Context) error {
-	db, err := s.pool()
+	db, d, err := s.bound(ctx)
 	if err != nil {
 		return err
 	}
-	want, err := SchemaVersion(s.dialect)
+	ms, err := loadMigrations(s.migrations, d.Name())
 	if err != nil {
 		return err
 	}
+	want := len(ms)
 	version, mode, err := s.readVersion(ctx, db)
 	if errors.Is(err, ErrTableMissing) || (err == nil && version == 0) {
 		return &TableError{Table: s.table, Op: "verify", Err: ErrTableMissing}

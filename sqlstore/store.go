@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jmoiron/sqlx"
@@ -51,7 +53,11 @@ type Store struct {
 	table   string
 	mode    Completion
 	q       *queries
-	db      atomic.Pointer[sqlx.DB]
+	// att is the attached pool; probeMu serializes probing it.
+	att     atomic.Pointer[attachment]
+	probeMu sync.Mutex
+	// migrations holds migrations/<dialect>/NNN_name.sql.
+	migrations fs.FS
 }
 
 var _ outbox.Store = (*Store)(nil)
@@ -63,20 +69,13 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{dialect: cfg.Dialect, table: cfg.Table, mode: cfg.Completion}
+	s := &Store{dialect: cfg.Dialect, table: cfg.Table, mode: cfg.Completion, migrations: migrationFiles}
 	s.q = buildQueries(cfg.Dialect, cfg.Table, cfg.Completion)
 	if cfg.DB != nil {
-		s.db.Store(cfg.DB)
+		s.Attach(cfg.DB)
 	}
 	return s, nil
 }
-
-// Attach sets (or replaces) the connection pool. It is safe to call while the
-// store is in use.
-func (s *Store) Attach(db *sqlx.DB) { s.db.Store(db) }
-
-// DB returns the attached pool, or nil.
-func (s *Store) DB() *sqlx.DB { return s.db.Load() }
 
 // Table returns the table name.
 func (s *Store) Table() string { return s.table }
@@ -87,14 +86,6 @@ func (s *Store) Completion() Completion { return s.mode }
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() Dialect { return s.dialect }
 
-func (s *Store) pool() (*sqlx.DB, error) {
-	db := s.db.Load()
-	if db == nil {
-		return nil, fmt.Errorf("%w for table %q", ErrNoDB, s.table)
-	}
-	return db, nil
-}
-
 func (s *Store) fail(op string, err error) error {
 	return &TableError{Table: s.table, Op: op, Err: s.dialect.convertError(err)}
 }
@@ -104,11 +95,11 @@ func (s *Store) Insert(ctx context.Context, records []outbox.Record) error {
 	if len(records) == 0 {
 		return nil
 	}
-	db, err := s.pool()
+	db, d, err := s.bound(ctx)
 	if err != nil {
 		return err
 	}
-	if err := s.dialect.insert(ctx, db, s.q, records); err != nil {
+	if err := d.insert(ctx, db, s.q, records); err != nil {
 		if errors.Is(err, ErrInvalidRecord) {
 			return err
 		}

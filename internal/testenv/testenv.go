@@ -4,7 +4,7 @@
 // DSNs come from the environment, with the local defaults:
 //
 //	OUTBOX_TEST_POSTGRES_DSN  postgres://postgres@127.0.0.1:5432/test?sslmode=disable
-//	OUTBOX_TEST_MYSQL_DSN     root@tcp(127.0.0.1:3306)/test
+//	OUTBOX_TEST_MYSQL_DSN     root@tcp(127.0.0.1:3306)/test?interpolateParams=true
 //
 // A database that cannot be reached skips the test with a message naming it,
 // except when CI=true, where it fails the test.
@@ -26,12 +26,15 @@ import (
 	_ "modernc.org/sqlite" // SQLite driver
 
 	"github.com/wmoutbox/outbox/sqlstore"
+	"github.com/wmoutbox/outbox/sqlstore/storetest"
 )
 
 // Default DSNs of the local services.
 const (
 	DefaultPostgresDSN = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	DefaultMySQLDSN    = "root@tcp(127.0.0.1:3306)/test"
+	// DefaultMySQLDSN sets interpolateParams, which the MySQL dialect
+	// requires.
+	DefaultMySQLDSN = "root@tcp(127.0.0.1:3306)/test?interpolateParams=true"
 )
 
 // PostgresDSN returns the PostgreSQL DSN tests use.
@@ -64,7 +67,7 @@ func Open(tb testing.TB, service, driver, dsn string) *sqlx.DB {
 	if err != nil {
 		tb.Fatalf("open %s: %v", service, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := db.PingContext(ctx); err != nil {
 		_ = db.Close()
@@ -86,7 +89,10 @@ func Postgres(tb testing.TB) *sqlx.DB {
 
 // MySQL opens the test MySQL/MariaDB database.
 func MySQL(tb testing.TB) *sqlx.DB {
-	return Open(tb, "MariaDB", "mysql", MySQLDSN())
+	db := Open(tb, "MariaDB", "mysql", MySQLDSN())
+	db.SetMaxOpenConns(10)
+	db.SetMaxIdleConns(10)
+	return db
 }
 
 // SQLiteDSN returns the DSN of a fresh SQLite file in the test's temp dir.
@@ -131,14 +137,41 @@ type Backend struct {
 	// Now is a query returning the database clock, comparable with
 	// processed_at.
 	Now string
+	// Features tells the store contract suite, and the tests that read the
+	// clock as text, about the database.
+	Features storetest.Features
 }
 
 // Backends returns every database the project supports.
 func Backends() []Backend {
 	return []Backend{
-		{Name: "Postgres", Dialect: sqlstore.Postgres(), Open: Postgres, Now: "SELECT now()"},
-		{Name: "SQLite", Dialect: sqlstore.SQLite(), Open: SQLite, Now: "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"},
+		{Name: "Postgres", Dialect: sqlstore.Postgres(), Open: Postgres, Now: "SELECT now()", Features: storetest.Features{
+			Now: "SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')",
+			ProcessedAt: func(table string) string {
+				return "SELECT to_char(processed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') FROM " + table + " WHERE id = ?"
+			},
+			ConcurrentMigrate: true,
+		}},
+		{Name: "SQLite", Dialect: sqlstore.SQLite(), Open: SQLite, Now: sqliteNow, Features: storetest.Features{
+			Now:         sqliteNow,
+			ProcessedAt: func(table string) string { return "SELECT processed_at FROM " + table + " WHERE id = ?" },
+		}},
+		{Name: "MariaDB", Dialect: sqlstore.MySQL(), Open: MySQL, Now: mysqlNow, Features: MySQLFeatures},
 	}
+}
+
+const (
+	sqliteNow = "SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')"
+	mysqlNow  = "SELECT DATE_FORMAT(UTC_TIMESTAMP(6), '%Y-%m-%d %H:%i:%s.%f')"
+)
+
+// MySQLFeatures describes MySQL and MariaDB to the store contract suite.
+var MySQLFeatures = storetest.Features{
+	Now: mysqlNow,
+	ProcessedAt: func(table string) string {
+		return "SELECT DATE_FORMAT(processed_at, '%Y-%m-%d %H:%i:%s.%f') FROM " + table + " WHERE id = ?"
+	},
+	ConcurrentMigrate: true,
 }
 
 // NewStore creates a store on a fresh table of the backend, migrated and

@@ -1,0 +1,340 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	mysqldriver "github.com/go-sql-driver/mysql"
+	"github.com/jmoiron/sqlx"
+	"github.com/wmoutbox/outbox"
+)
+
+// MySQL is the dialect for MySQL 8 and MariaDB, for the
+// github.com/go-sql-driver/mysql driver (driver name "mysql").
+//
+// The pool must be opened with interpolateParams=true in the DSN, so that a
+// statement with arguments is one round trip rather than a prepare, an
+// execute and a close, and with the utf8mb4 character set (the driver's
+// default); the server must run in strict SQL mode (the default of MySQL 8
+// and MariaDB), so that a value the table cannot hold is refused rather than
+// truncated. For example:
+//
+//	user:password@tcp(127.0.0.1:3306)/app?interpolateParams=true
+//
+// The store checks this once per pool, at the first Insert, Migrate or Verify,
+// where it also tells MariaDB from MySQL; a pool that does not qualify gets an
+// error wrapping [ErrInvalidConfig] that names the setting.
+//
+// # Record ids of a batch
+//
+// A Publish of N messages is one INSERT of N rows, one round trip, and each
+// message gets the id its row really got:
+//
+//   - MariaDB 10.5 and later: INSERT … RETURNING id returns the ids the rows
+//     got, in the order they were inserted.
+//   - MySQL (and older MariaDB) has no RETURNING. The OK packet of the INSERT
+//     carries LAST_INSERT_ID(), the id of the first row, and the rows of one
+//     multi-row INSERT … VALUES (a "simple insert" in InnoDB's terms: the
+//     number of rows is known when the statement starts) get ids that step by
+//     @@auto_increment_increment from it. InnoDB documents that for every
+//     innodb_autoinc_lock_mode: under 0 ("traditional") and 1
+//     ("consecutive", MariaDB's default) the numbers a statement is given are
+//     consecutive, whatever else runs; under 2 ("interleaved", MySQL 8's
+//     default) the manual promises no gaps within a statement "if the only
+//     statements executing are simple inserts", because a simple insert
+//     reserves its whole range at once, while a bulk insert (INSERT …
+//     SELECT, LOAD DATA) takes values one by one and may interleave with it
+//     (MySQL Reference Manual, "AUTO_INCREMENT Handling in InnoDB"; each
+//     table has its own counter). The store only ever runs simple inserts,
+//     so concurrent publishers are safe in every mode; under mode 2, do not
+//     write the table with INSERT … SELECT, REPLACE … SELECT or LOAD DATA
+//     while publishers run. The increment is read once per pool; no lock
+//     mode calls for another mechanism, so the mode is not read.
+//
+// A batch larger than the server's max_allowed_packet is split into several
+// INSERTs in one transaction.
+//
+// # Schema
+//
+// Timestamps are DATETIME(6) in UTC from UTC_TIMESTAMP(6), the database
+// clock with microseconds: independent of the session time zone and free of
+// TIMESTAMP's 2038 limit. Payloads are LONGBLOB, metadata JSON, topics
+// VARBINARY(512) so that they compare byte for byte. DDL commits on its own
+// in MySQL, so [Store.Migrate] serializes concurrent migrations with a named
+// lock (GET_LOCK) rather than inside a transaction, and its migrations are
+// written so that running one again after a failure is harmless.
+func MySQL() Dialect { return mysql{} }
+
+type mysql struct {
+	// server is what the probe of a pool learned; nil in the value a store
+	// is configured with, set in the value bound to a probed pool.
+	server *mysqlServer
+	// noReturning makes the probe choose the LAST_INSERT_ID() path even on
+	// a MariaDB that has RETURNING, so that tests can run it.
+	noReturning bool
+}
+
+var _ Dialect = mysql{}
+
+// mysqlServer is what the store needs to know about the server behind a pool.
+type mysqlServer struct {
+	version   string
+	returning bool  // INSERT … RETURNING (MariaDB 10.5+)
+	increment int64 // @@auto_increment_increment
+	// maxStatement bounds the text of one INSERT, from max_allowed_packet.
+	maxStatement int
+}
+
+// mysqlDriverMaxPacket is the driver's own limit on a packet when the DSN
+// does not set maxAllowedPacket.
+const mysqlDriverMaxPacket = 64 << 20
+
+func (mysql) Name() string { return "mysql" }
+
+func (mysql) quote(ident string) string { return "`" + strings.ReplaceAll(ident, "`", "``") + "`" }
+
+func (mysql) placeholder(int) string { return "?" }
+
+func (mysql) clock() string { return "UTC_TIMESTAMP(6)" }
+
+func (mysql) insertQuery(string) string { return "" }
+
+// probe learns, once per pool, which server this is and checks the
+// settings the store relies on. It pins one connection so that the
+// interpolation check sees the statements it runs.
+func (d mysql) probe(ctx context.Context, db *sqlx.DB) (Dialect, error) {
+	conn, err := db.Connx(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	prepares := func() (int64, error) {
+		var name string
+		var n int64
+		err := conn.QueryRowContext(ctx, "SHOW SESSION STATUS LIKE 'Com_stmt_prepare'").Scan(&name, &n)
+		return n, err
+	}
+	before, err := prepares()
+	if err != nil {
+		return nil, err
+	}
+	var (
+		srv                                mysqlServer
+		maxPacket                          int64
+		csClient, csConn, csResults, modes string
+		one                                int
+	)
+	// The trailing argument is how the interpolation check works: without
+	// interpolateParams the driver prepares this statement on the server.
+	err = conn.QueryRowContext(ctx, `SELECT VERSION(), @@auto_increment_increment, @@max_allowed_packet,
+    @@character_set_client, @@character_set_connection, COALESCE(@@character_set_results, 'binary'), @@sql_mode, ?`, 1).
+		Scan(&srv.version, &srv.increment, &maxPacket, &csClient, &csConn, &csResults, &modes, &one)
+	if err != nil {
+		return nil, err
+	}
+	after, err := prepares()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case after != before:
+		return nil, fmt.Errorf("%w: the MySQL DSN must set interpolateParams=true, so that each statement is one round trip", ErrInvalidConfig)
+	case csClient != "utf8mb4" || csConn != "utf8mb4" || (csResults != "utf8mb4" && csResults != "binary"):
+		return nil, fmt.Errorf("%w: the MySQL connection must use the utf8mb4 character set (client %s, connection %s, results %s); leave charset unset in the DSN or set charset=utf8mb4",
+			ErrInvalidConfig, csClient, csConn, csResults)
+	case !strings.Contains(modes, "STRICT_TRANS_TABLES") && !strings.Contains(modes, "STRICT_ALL_TABLES"):
+		return nil, fmt.Errorf("%w: the MySQL server must run in strict SQL mode (sql_mode %q), or values that do not fit would be truncated silently", ErrInvalidConfig, modes)
+	case srv.increment < 1:
+		return nil, fmt.Errorf("%w: unexpected auto_increment_increment %d", ErrInvalidConfig, srv.increment)
+	}
+	srv.returning = !d.noReturning && mariaDBHasReturning(srv.version)
+	srv.maxStatement = int(min(maxPacket, mysqlDriverMaxPacket)) - 1024
+	d.server = &srv
+	return d, nil
+}
+
+// mariaDBHasReturning reports whether VERSION() is a MariaDB of 10.5 or later,
+// which has INSERT … RETURNING.
+func mariaDBHasReturning(version string) bool {
+	if !strings.Contains(version, "MariaDB") {
+		return false
+	}
+	parts := strings.SplitN(version, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	return err1 == nil && err2 == nil && (major > 10 || major == 10 && minor >= 5)
+}
+
+// mysqlExecQuerier is a pool or a transaction.
+type mysqlExecQuerier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+func (d mysql) insert(ctx context.Context, db *sqlx.DB, q *queries, records []outbox.Record) error {
+	srv := d.server
+	if srv == nil {
+		return errors.New("sqlstore: MySQL dialect used before its pool was probed")
+	}
+	metadata := make([]string, len(records))
+	for i, r := range records {
+		md, err := encodeMetadata(r.Metadata)
+		if err != nil {
+			return fmt.Errorf("record #%d: %w", i, err)
+		}
+		metadata[i] = md
+	}
+	bounds := srv.split(q, records, metadata)
+	if len(bounds) == 2 {
+		return srv.insertRows(ctx, db, q, records, metadata)
+	}
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
+	for i := 1; i < len(bounds); i++ {
+		from, to := bounds[i-1], bounds[i]
+		if err := srv.insertRows(ctx, tx, q, records[from:to], metadata[from:to]); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// split returns the boundaries of the statements a batch needs: 0, then the
+// end of each statement. A statement holds as many rows as fit in
+// maxStatement once escaped (at worst twice their size); a row larger than
+// that goes alone and the server decides.
+func (srv *mysqlServer) split(q *queries, records []outbox.Record, metadata []string) []int {
+	bounds := []int{0}
+	size := len(q.insertValues) + len(" RETURNING id")
+	for i, r := range records {
+		row := 2*(len(r.Topic)+len(r.UUID)+len(r.Payload)+len(metadata[i])) + len(",(_binary'','','','')")
+		if size+row > srv.maxStatement && i > bounds[len(bounds)-1] {
+			bounds = append(bounds, i)
+			size = len(q.insertValues) + len(" RETURNING id")
+		}
+		size += row
+	}
+	return append(bounds, len(records))
+}
+
+// insertRows saves records with one multi-row INSERT and sets their ids; see
+// [MySQL] for why the ids are the rows' own.
+func (srv *mysqlServer) insertRows(ctx context.Context, db mysqlExecQuerier, q *queries, records []outbox.Record, metadata []string) error {
+	var b strings.Builder
+	b.Grow(len(q.insertValues) + len(records)*10 + 13)
+	b.WriteString(q.insertValues)
+	args := make([]any, 0, len(records)*4)
+	for i, r := range records {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?,?,?,?)")
+		// The topic goes as bytes: the column is VARBINARY, compared byte
+		// for byte.
+		args = append(args, []byte(r.Topic), r.UUID, payloadOf(r.Payload), metadata[i])
+	}
+	if srv.returning {
+		b.WriteString(" RETURNING id")
+		rows, err := db.QueryContext(ctx, b.String(), args...)
+		if err != nil {
+			return err
+		}
+		return scanIDs(rows, records)
+	}
+	res, err := db.ExecContext(ctx, b.String(), args...)
+	if err != nil {
+		return err
+	}
+	first, err := res.LastInsertId()
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n != int64(len(records)) || first < 1 {
+		return fmt.Errorf("insert of %d rows reported %d rows and first id %d", len(records), n, first)
+	}
+	for i := range records {
+		records[i].ID = first + int64(i)*srv.increment
+	}
+	return nil
+}
+
+// migrationLock: MySQL's DDL commits the transaction it runs in, so a lock
+// held by the transaction would not cover the migration; see lockSession.
+func (mysql) migrationLock() string { return "" }
+
+// mysqlMigrationLock names the lock that serializes migrations. GET_LOCK names
+// are server-wide, so the name carries the database; names are at most 64
+// characters, and a clash after truncation only serializes more.
+const mysqlMigrationLock = "LEFT(CONCAT('watermill_outbox_migrate:', COALESCE(DATABASE(), '')), 64)"
+
+// lockSession takes the migration lock on the connection the migration runs
+// on. It waits in short slices so that a cancelled context stops the wait
+// within a second or so, while a long migration elsewhere is waited for.
+func (mysql) lockSession(ctx context.Context, conn *sqlx.Conn) error {
+	for {
+		wait := 5 * time.Second
+		if deadline, ok := ctx.Deadline(); ok {
+			wait = min(wait, time.Until(deadline))
+		}
+		var got sql.NullInt64
+		secs := max(1, int(wait.Round(time.Second)/time.Second))
+		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK("+mysqlMigrationLock+", ?)", secs).Scan(&got); err != nil {
+			return err
+		}
+		switch {
+		case !got.Valid:
+			return errors.New("GET_LOCK failed")
+		case got.Int64 == 1:
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("waiting for another migration to finish: %w", err)
+		}
+	}
+}
+
+func (mysql) unlockSession(ctx context.Context, conn *sqlx.Conn) error {
+	_, err := conn.ExecContext(ctx, "DO RELEASE_LOCK("+mysqlMigrationLock+")")
+	return err
+}
+
+func (mysql) versionTableDDL() string {
+	return "CREATE TABLE IF NOT EXISTS `" + VersionTable + "` (\n" +
+		"    table_name VARCHAR(64) NOT NULL PRIMARY KEY,\n" +
+		"    version INT NOT NULL,\n" +
+		"    completion VARCHAR(16) NOT NULL\n" +
+		") ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
+}
+
+// Server error numbers, the same on MySQL and MariaDB.
+const (
+	mysqlNoSuchTable       = 1146 // ER_NO_SUCH_TABLE
+	mysqlNetPacketTooLarge = 1153 // ER_NET_PACKET_TOO_LARGE
+)
+
+func (mysql) convertError(err error) error {
+	var myErr *mysqldriver.MySQLError
+	switch {
+	case errors.As(err, &myErr) && myErr.Number == mysqlNoSuchTable:
+		return fmt.Errorf("%w: %w", ErrTableMissing, err)
+	case errors.As(err, &myErr) && myErr.Number == mysqlNetPacketTooLarge,
+		errors.Is(err, mysqldriver.ErrPktTooLarge):
+		return fmt.Errorf("%w (raise the server's max_allowed_packet, or the DSN's maxAllowedPacket): %w", ErrRecordTooLarge, err)
+	}
+	return err
+}

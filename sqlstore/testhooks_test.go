@@ -1,0 +1,27 @@
+package sqlstore
+
+import (
+	"context"
+	"io/fs"
+)
+
+// MySQLWithoutReturning is the MySQL dialect taking the LAST_INSERT_ID() path,
+// the one MySQL 8 takes, even on a MariaDB that has RETURNING.
+func MySQLWithoutReturning() Dialect { return mysql{noReturning: true} }
+
+// UseMigrations makes s read its migrations from fsys, laid out as
+// migrations/<dialect>/NNN_name.sql, instead of the embedded ones.
+func UseMigrations(s *Store, fsys fs.FS) { s.migrations = fsys }
+
+// InsertsWithReturning probes the server of s, if not done yet, and reports
+// whether its inserts use RETURNING.
+func InsertsWithReturning(ctx context.Context, s *Store) (bool, error) {
+	_, d, err := s.bound(ctx)
+	if err != nil {
+		return false, err
+	}
+	return d.(mysql).server.returning, nil
+}
+
+// MigrationFiles are the embedded migrations.
+var MigrationFiles fs.FS = migrationFiles
