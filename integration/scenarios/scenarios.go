@@ -155,24 +155,34 @@ func failedSendReplayed(t *testing.T, e *env) {
 }
 
 // crashRecovered saves records as the decorator does and never sends them,
-// which is what a process killed between insert and send leaves behind. The
-// restarted process is the first to subscribe, so replay must reach a
-// consumer group, durable or queue that did not exist before it started.
+// which is what a process killed between insert and send leaves behind, and
+// starts a fresh router and subscriber as the restarted process. The first
+// restart is also the first start, so replay must reach a consumer group,
+// durable or queue that the start itself creates; the second restarts on
+// what the first left behind.
 func crashRecovered(t *testing.T, e *env) {
-	msgs, uuids := newMessages("crash", 3)
-	records := make([]outbox.Record, len(msgs))
-	for i, m := range msgs {
-		records[i] = outbox.Record{Topic: e.topic, UUID: m.UUID, Payload: m.Payload, Metadata: m.Metadata}
+	var all []string
+	for _, crash := range []string{"first-start", "restart"} {
+		msgs, uuids := newMessages(crash, 3)
+		records := make([]outbox.Record, len(msgs))
+		for i, m := range msgs {
+			records[i] = outbox.Record{Topic: e.topic, UUID: m.UUID, Payload: m.Payload, Metadata: m.Metadata}
+		}
+		require.NoError(t, e.store.Insert(e.ctx(), records))
+		pending := completedAll(all...)
+		for _, u := range uuids {
+			pending[u] = false
+		}
+		e.requireTable(pending)
+
+		svc := e.startService(succeed, e.topic)
+		svc.handledOnce(uuids...)
+		svc.stop()
+
+		svc.assertRanOnce(uuids...)
+		all = append(all, uuids...)
+		e.requireTable(completedAll(all...))
 	}
-	require.NoError(t, e.store.Insert(e.ctx(), records))
-	e.requireTable(map[string]bool{uuids[0]: false, uuids[1]: false, uuids[2]: false})
-
-	svc := e.startService(succeed, e.topic)
-	svc.handledOnce(uuids...)
-	svc.stop()
-
-	svc.assertRanOnce(uuids...)
-	e.requireTable(completedAll(uuids...))
 }
 
 // metadataSurvives checks that the broker's marshaler carries the record id
