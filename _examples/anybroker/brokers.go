@@ -169,7 +169,10 @@ func connect(ctx context.Context, broker string, logger watermill.LoggerAdapter)
 			return nil, err
 		}
 		c.closers = append([]func() error{db.Close}, c.closers...)
-		c.store, _ = sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite(), DB: db})
+		if c.store, err = sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite(), DB: db}); err != nil {
+			c.close()
+			return nil, err
+		}
 	}
 	if err := c.store.Migrate(ctx); err != nil {
 		c.close()
