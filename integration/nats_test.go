@@ -1,0 +1,76 @@
+package integration_test
+
+import (
+	"github.com/ThreeDotsLabs/watermill"
+	"testing"
+	"time"
+
+	wnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/nats-io/nats.go"
+
+	"github.com/wmoutbox/outbox/integration/scenarios"
+	"github.com/wmoutbox/outbox/internal/testenv"
+)
+
+func TestNATSJetStream(t *testing.T) {
+	t.Parallel()
+	url := env("OUTBOX_TEST_NATS_URL", "nats://127.0.0.1:4222")
+	admin, err := nats.Connect(url, nats.Timeout(5*time.Second))
+	if err != nil {
+		testenv.Unavailable(t, "NATS", err)
+	}
+	t.Cleanup(admin.Close)
+	js, err := admin.JetStream()
+	if err != nil {
+		testenv.Unavailable(t, "NATS JetStream", err)
+	}
+
+	scenarios.Run(t, scenarios.Backend{
+		Name:    "NATS JetStream",
+		Records: records(t, "SQLite"),
+		Connect: func(t *testing.T, group string) (message.Publisher, message.Subscriber) {
+			jsConfig := natsJetStreamConfig(group)
+			pub, err := wnats.NewPublisher(wnats.PublisherConfig{
+				URL:       url,
+				Marshaler: &wnats.NATSMarshaler{},
+				JetStream: jsConfig,
+			}, watermill.NopLogger{})
+			if err != nil {
+				t.Fatalf("nats publisher: %v", err)
+			}
+			sub, err := wnats.NewSubscriber(wnats.SubscriberConfig{
+				URL:              url,
+				QueueGroupPrefix: group,
+				Unmarshaler:      &wnats.NATSMarshaler{},
+				AckWaitTimeout:   30 * time.Second,
+				CloseTimeout:     5 * time.Second,
+				JetStream:        jsConfig,
+			}, watermill.NopLogger{})
+			if err != nil {
+				t.Fatalf("nats subscriber: %v", err)
+			}
+			return connected(t, pub, sub)
+		},
+		Remove: func(t *testing.T, topic, _ string) {
+			// The stream is named after the topic; its consumers go with it.
+			if err := js.DeleteStream(topic); err != nil && err != nats.ErrStreamNotFound {
+				t.Logf("delete stream %s: %v", topic, err)
+			}
+		},
+	})
+}
+
+// natsJetStreamConfig provisions a stream per topic on first use and a
+// durable consumer per topic and group that starts at the first message of
+// the stream, so a consumer created at startup still gets what replay sent.
+func natsJetStreamConfig(group string) wnats.JetStreamConfig {
+	return wnats.JetStreamConfig{
+		AutoProvision:    true,
+		SubscribeOptions: []nats.SubOpt{nats.DeliverAll(), nats.AckExplicit()},
+		DurablePrefix:    group,
+		DurableCalculator: func(prefix, topic string) string {
+			return prefix + "_" + topic
+		},
+	}
+}

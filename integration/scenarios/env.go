@@ -1,0 +1,134 @@
+package scenarios
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// waitTimeout bounds every wait for a delivery; brokers answer in
+// milliseconds, so reaching it means something is lost.
+const waitTimeout = 60 * time.Second
+
+// env is what one scenario needs: a tracked topic of its own on the broker,
+// its consumer group, and the record table it saves into.
+type env struct {
+	t       *testing.T
+	backend Backend
+	db      *sqlx.DB
+	store   *sqlstore.Store
+	reg     *outbox.Registry
+	topic   string // tracked
+	plain   string // untracked
+	group   string
+}
+
+func newEnv(t *testing.T, b Backend) *env {
+	t.Helper()
+	db := b.Records.Open(t)
+	store := testenv.NewStore(t, b.Records, db, sqlstore.Mark)
+	suffix := randomHex(t, 5)
+	e := &env{
+		t: t, backend: b, db: db, store: store,
+		topic: "orders_" + suffix,
+		plain: "plain_" + suffix,
+		group: "svc_" + suffix,
+	}
+	if b.Remove != nil {
+		// Registered before any Connect, so it runs after their closes.
+		t.Cleanup(func() {
+			b.Remove(t, e.topic, e.group)
+			b.Remove(t, e.plain, e.group)
+		})
+	}
+	reg, err := outbox.NewRegistry(outbox.Tracked{Name: e.topic, Store: store})
+	require.NoError(t, err)
+	require.True(t, reg.Enabled(), "set %s=on in the test binary (TestMain) to run the scenarios", outbox.EnvToggle)
+	e.reg = reg
+	return e
+}
+
+func randomHex(t *testing.T, n int) string {
+	b := make([]byte, n)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return hex.EncodeToString(b)
+}
+
+// ctx is bounded by the test's own lifetime.
+func (e *env) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	e.t.Cleanup(cancel)
+	return ctx
+}
+
+// connect opens a publisher and subscriber of the service's group.
+func (e *env) connect() (message.Publisher, message.Subscriber) {
+	return e.backend.Connect(e.t, e.group)
+}
+
+// tracked returns a publisher that saves a record for every tracked message.
+func (e *env) tracked(pub message.Publisher) message.Publisher {
+	p, err := outbox.NewPublisher(pub, e.reg)
+	require.NoError(e.t, err)
+	return p
+}
+
+// row is one record as the table holds it.
+type row struct {
+	ID        int64  `db:"id"`
+	UUID      string `db:"uuid"`
+	Completed bool   `db:"completed"`
+}
+
+// rows returns the table's records by id.
+func (e *env) rows() []row {
+	e.t.Helper()
+	out, err := e.readRows()
+	require.NoError(e.t, err)
+	return out
+}
+
+// readRows is rows for a goroutine other than the test's.
+func (e *env) readRows() ([]row, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	var out []row
+	q := "SELECT id, uuid, processed_at IS NOT NULL AS completed FROM " + e.store.Table() + " ORDER BY id"
+	return out, e.db.SelectContext(ctx, &out, q)
+}
+
+// requireTable asserts the table holds exactly these message UUIDs, and
+// whether each one's record is completed.
+func (e *env) requireTable(want map[string]bool) {
+	e.t.Helper()
+	got := map[string]bool{}
+	for _, r := range e.rows() {
+		_, dup := got[r.UUID]
+		require.False(e.t, dup, "message %s saved twice", r.UUID)
+		got[r.UUID] = r.Completed
+	}
+	require.Equal(e.t, want, got, "records by message UUID: completed?")
+}
+
+// recordID returns the id of the record of a message.
+func (e *env) recordID(uuid string) int64 {
+	e.t.Helper()
+	for _, r := range e.rows() {
+		if r.UUID == uuid {
+			return r.ID
+		}
+	}
+	e.t.Fatalf("no record for message %s", uuid)
+	return 0
+}

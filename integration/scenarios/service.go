@@ -1,0 +1,202 @@
+package scenarios
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox"
+)
+
+// delivery is one message as the router delivered it, reported once the
+// outbox middleware returned, that is once the record was completed or left
+// pending.
+type delivery struct {
+	Topic string
+	UUID  string
+	// Received is the metadata the subscriber delivered, before the outbox
+	// middleware read it.
+	Received message.Metadata
+	// Ran tells whether the handler ran; Seen, Payload and Record are what it
+	// was given.
+	Ran     bool
+	Seen    message.Metadata
+	Payload string
+	Record  outbox.RecordRef
+	Tracked bool
+	// Err is what the middleware chain returned: nil acks, non-nil nacks.
+	Err error
+}
+
+type deliveryKey struct{}
+
+// outcome decides what the handler returns for a message on its n-th run
+// (counting from 1).
+type outcome func(msg *message.Message, run int) error
+
+func succeed(*message.Message, int) error { return nil }
+
+// service is a router as a user's service has it, with the outbox adopted:
+// the middleware, the replay plugin, and a handler per topic that reports
+// every delivery.
+type service struct {
+	t          *testing.T
+	router     *message.Router
+	deliveries chan delivery
+	stopping   chan struct{}
+	done       chan struct{} // closed when Run returned runErr
+	runErr     error
+
+	mu   sync.Mutex
+	runs map[string]int // handler runs by message UUID
+}
+
+// startService starts a service on a fresh publisher and subscriber of the
+// group (a new process) and waits until it is running, that is once replay
+// has sent every pending record.
+func (e *env) startService(decide outcome, topics ...string) *service {
+	e.t.Helper()
+	pub, sub := e.connect()
+	s := &service{
+		t: e.t, deliveries: make(chan delivery, 64), stopping: make(chan struct{}), done: make(chan struct{}),
+		runs: map[string]int{},
+	}
+
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	require.NoError(e.t, err)
+	mw, err := outbox.NewMiddleware(e.reg, outbox.MiddlewareConfig{}, nil)
+	require.NoError(e.t, err)
+	router.AddMiddleware(s.observe, mw)
+	router.AddPlugin(outbox.ReplayPlugin(e.reg, pub, outbox.ReplayConfig{}, nil))
+	for _, topic := range topics {
+		router.AddNoPublisherHandler("handle_"+topic, topic, sub, s.handler(decide))
+	}
+	s.router = router
+
+	go func() {
+		s.runErr = router.Run(context.Background())
+		close(s.done)
+	}()
+	select {
+	case <-router.Running():
+	case <-s.done:
+		e.t.Fatalf("router did not start: %v", s.runErr)
+	case <-e.ctx().Done():
+		e.t.Fatal("router did not start in time")
+	}
+	e.t.Cleanup(s.stop)
+	return s
+}
+
+// observe is the outermost middleware: it records what the subscriber
+// delivered and what the chain inside, the outbox middleware first,
+// returned.
+func (s *service) observe(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		d := &delivery{Topic: message.SubscribeTopicFromCtx(msg.Context()), UUID: msg.UUID, Received: copyMetadata(msg.Metadata)}
+		msg.SetContext(context.WithValue(msg.Context(), deliveryKey{}, d))
+		produced, err := h(msg)
+		d.Err = err
+		select {
+		case s.deliveries <- *d:
+		case <-s.stopping: // the test is over; nobody reads any more
+		}
+		return produced, err
+	}
+}
+
+func (s *service) handler(decide outcome) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		s.mu.Lock()
+		s.runs[msg.UUID]++
+		run := s.runs[msg.UUID]
+		s.mu.Unlock()
+		if d, ok := msg.Context().Value(deliveryKey{}).(*delivery); ok {
+			d.Ran = true
+			d.Seen = copyMetadata(msg.Metadata)
+			d.Payload = string(msg.Payload)
+			d.Record, d.Tracked = outbox.RecordFromContext(msg.Context())
+		}
+		return decide(msg, run)
+	}
+}
+
+// next waits for the next delivery.
+func (s *service) next() delivery {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	select {
+	case d := <-s.deliveries:
+		return d
+	case <-s.done:
+		s.t.Fatalf("router stopped while waiting for a delivery: %v", s.runErr)
+	case <-ctx.Done():
+		s.t.Fatal("no delivery within the timeout")
+	}
+	return delivery{}
+}
+
+// handledOnce waits until the handler succeeded for every UUID, and returns
+// those deliveries by UUID. Deliveries the handler did not run for (copies of
+// completed records) are skipped.
+func (s *service) handledOnce(uuids ...string) map[string]delivery {
+	s.t.Helper()
+	want := map[string]bool{}
+	for _, u := range uuids {
+		want[u] = true
+	}
+	got := map[string]delivery{}
+	for len(got) < len(want) {
+		d := s.next()
+		if !d.Ran || d.Err != nil {
+			continue
+		}
+		require.True(s.t, want[d.UUID], "handled unexpected message %s", d.UUID)
+		_, again := got[d.UUID]
+		require.False(s.t, again, "message %s handled twice", d.UUID)
+		got[d.UUID] = d
+	}
+	return got
+}
+
+// runCount returns how many times the handler ran for a message.
+func (s *service) runCount(uuid string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runs[uuid]
+}
+
+// assertRanOnce asserts the handler ran exactly once for each message.
+func (s *service) assertRanOnce(uuids ...string) {
+	s.t.Helper()
+	for _, u := range uuids {
+		assert.Equal(s.t, 1, s.runCount(u), "handler runs for %s", u)
+	}
+}
+
+// stop closes the router and requires a clean shutdown.
+func (s *service) stop() {
+	select {
+	case <-s.stopping:
+		return
+	default:
+	}
+	close(s.stopping)
+	require.NoError(s.t, s.router.Close())
+	<-s.done
+	require.NoError(s.t, s.runErr)
+}
+
+func copyMetadata(md message.Metadata) message.Metadata {
+	out := make(message.Metadata, len(md))
+	for k, v := range md {
+		out[k] = v
+	}
+	return out
+}
