@@ -1,0 +1,95 @@
+package integration_test
+
+import (
+	"flag"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
+	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
+
+	"github.com/wmoutbox/outbox/internal/crashtest"
+	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+var (
+	crashKills = flag.Int("crash.kills", 24, "kill cycles (soak: -crash.kills=300)")
+	crashSeed  = flag.Uint64("crash.seed", 0, "seed of the kill points (0: from the clock)")
+)
+
+const crashGroup = "crash"
+
+func amqpURI() string { return env("OUTBOX_TEST_AMQP_URI", "amqp://guest:guest@127.0.0.1:5672/") }
+
+func crashAMQPConfig() amqp.Config {
+	return amqp.NewDurablePubSubConfig(amqpURI(), amqp.GenerateQueueNameTopicNameWithSuffix(crashGroup))
+}
+
+// TestCrashChildAMQP is the service TestCrashPostgresRabbitMQ kills; it does
+// nothing unless started by that test.
+func TestCrashChildAMQP(t *testing.T) {
+	if !crashtest.IsChild(t.Name()) {
+		t.Skip("runs only as the child of TestCrashPostgresRabbitMQ")
+	}
+	db := testenv.Postgres(t)
+	crashtest.Child(crashtest.ChildConfig{
+		DB:      db,
+		Dialect: sqlstore.Postgres(),
+		Broker: func(string) (message.Publisher, message.Subscriber, func(), error) {
+			pub, err := amqp.NewPublisher(crashAMQPConfig(), watermill.NopLogger{})
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			sub, err := amqp.NewSubscriber(crashAMQPConfig(), watermill.NopLogger{})
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			return pub, sub, func() { _ = sub.Close(); _ = pub.Close() }, nil
+		},
+	})
+}
+
+// TestCrashPostgresRabbitMQ kills a PostgreSQL + RabbitMQ service with
+// SIGKILL between insert and send, mid-handler, between handler and mark and
+// at random moments, and checks that every committed record was handled.
+func TestCrashPostgresRabbitMQ(t *testing.T) {
+	admin, err := amqp091.Dial(amqpURI())
+	if err != nil {
+		testenv.Unavailable(t, "RabbitMQ", err)
+	}
+	defer admin.Close()
+	db := testenv.Postgres(t)
+	table := testenv.Table(t)
+	crashtest.Prepare(t, db, sqlstore.Postgres(), table)
+	topic := "crash_" + table
+	t.Cleanup(func() {
+		ch, err := admin.Channel()
+		if err != nil {
+			return
+		}
+		defer ch.Close()
+		_, _ = ch.QueueDelete(crashAMQPConfig().Queue.GenerateName(topic), false, false, false)
+		_ = ch.ExchangeDelete(crashAMQPConfig().Exchange.GenerateName(topic), false, false)
+	})
+
+	seed := *crashSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (replay with -crash.seed=%d)", seed, seed)
+	sum := crashtest.Run(t, crashtest.Config{
+		ChildTest: "TestCrashChildAMQP",
+		Kills:     *crashKills,
+		Batch:     5,
+		Seed:      seed,
+		DB:        db,
+		Table:     table,
+		Env:       []string{"OUTBOX_TEST_POSTGRES_DSN=" + testenv.PostgresDSN(), "OUTBOX_TEST_AMQP_URI=" + amqpURI()},
+	})
+	t.Logf("PostgreSQL+RabbitMQ: %s", sum)
+	crashtest.Check(t, sum)
+}
+
