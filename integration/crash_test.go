@@ -92,4 +92,3 @@ func TestCrashPostgresRabbitMQ(t *testing.T) {
 	t.Logf("PostgreSQL+RabbitMQ: %s", sum)
 	crashtest.Check(t, sum)
 }
-
