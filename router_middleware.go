@@ -112,20 +112,31 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 	case errors.Is(err, ErrNotPending):
 		m.logger.Debug("Record already completed, acking copy without handling", fields)
 		return nil, nil
+	case errors.Is(err, ErrLeased):
+		m.logger.Debug("Record leased by another delivery, nacking copy without handling", fields)
+		return nil, &LeasedError{Name: name, ID: id, Err: err}
 	case err != nil:
 		return nil, &FetchError{Name: name, ID: id, Err: err}
 	}
 
 	delete(msg.Metadata, MetadataID)
 	delete(msg.Metadata, MetadataName)
-	msg.SetContext(context.WithValue(ctx, recordKey{}, RecordRef{Name: name, ID: id}))
+	d := &delivery{ref: RecordRef{Name: name, ID: id}, store: store}
+	msg.SetContext(context.WithValue(ctx, recordKey{}, d))
 
 	produced, herr := h(msg)
 	if herr != nil && !IsDrop(herr) {
 		msg.Metadata[MetadataID] = idText
 		msg.Metadata[MetadataName] = name
 		msg.SetContext(ctx)
+		if !d.completed.Load() {
+			m.release(ctx, store, id, fields)
+		}
 		return produced, herr
+	}
+	if d.completed.Load() {
+		// The handler's transaction completed the record (CompleteTx).
+		return produced, nil
 	}
 	if herr != nil {
 		m.logger.Info("Handler dropped message, completing its record", fields.Add(watermill.LogFields{"reason": herr.Error()}))
@@ -162,5 +173,21 @@ func (m *middleware) complete(ctx context.Context, store Store, id int64, fields
 		m.logger.Debug("Record was completed by another delivery", fields)
 	default:
 		m.logger.Error("Completing record failed; it stays pending for the next replay", err, fields)
+	}
+}
+
+// release gives up the delivery lease of a record whose handler failed, so
+// that the redelivery need not wait for the lease to run out. Only stores
+// with a lease implement [Releaser]; a failure is logged and the lease runs
+// out on its own.
+func (m *middleware) release(ctx context.Context, store Store, id int64, fields watermill.LogFields) {
+	r, ok := store.(Releaser)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
+	defer cancel()
+	if err := r.Release(ctx, id); err != nil {
+		m.logger.Error("Releasing the lease of a failed delivery failed; it runs out on its own", err, fields)
 	}
 }

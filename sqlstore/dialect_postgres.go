@@ -7,9 +7,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jmoiron/sqlx"
 	"github.com/wmoutbox/outbox"
 )
 
@@ -41,7 +41,7 @@ ORDER BY u.ord
 RETURNING id`, table)
 }
 
-func (postgres) insert(ctx context.Context, db *sqlx.DB, q *queries, records []outbox.Record) error {
+func (postgres) insert(ctx context.Context, db dbtx, q *queries, records []outbox.Record) error {
 	topics := make([]string, len(records))
 	uuids := make([]string, len(records))
 	payloads := make([][]byte, len(records))
@@ -113,3 +113,11 @@ func scanIDs(rows rowsScanner, records []outbox.Record) error {
 	}
 	return nil
 }
+
+// leaseUntil: now() is the start of the statement's transaction, which for
+// the claim, run on its own, is the statement's time.
+func (postgres) leaseUntil(n int) string {
+	return "now() + make_interval(secs => $" + strconv.Itoa(n) + "::float8)"
+}
+
+func (postgres) leaseArg(lease time.Duration) any { return lease.Seconds() }

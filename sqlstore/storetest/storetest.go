@@ -71,6 +71,9 @@ func Run(t *testing.T, f Features, newStore NewStore) {
 	t.Run("PendingAfter", s.testPendingAfter)
 	t.Run("RoundTrip", s.testRoundTrip)
 	t.Run("Schema", s.testSchema)
+	t.Run("InsertTx", s.testInsertTx)
+	t.Run("CompleteTx", s.testCompleteTx)
+	t.Run("Lease", s.testLease)
 }
 
 type suite struct {
