@@ -17,11 +17,21 @@ type MiddlewareConfig struct {
 	// cancellation, so that a router shutting down still completes the
 	// records of handlers that finished. Defaults to 10 seconds.
 	CompleteTimeout time.Duration
+
+	// LeasedNackDelay is how long the middleware holds a copy whose record
+	// another delivery has leased (a store with a delivery lease, see
+	// [Releaser]) before it nacks it, so that a broker that redelivers at
+	// once (GoChannel, an AMQP requeue) does not spin against the database
+	// while the first delivery runs. Defaults to 50 milliseconds.
+	LeasedNackDelay time.Duration
 }
 
 func (c *MiddlewareConfig) setDefaults() {
 	if c.CompleteTimeout == 0 {
 		c.CompleteTimeout = 10 * time.Second
+	}
+	if c.LeasedNackDelay == 0 {
+		c.LeasedNackDelay = 50 * time.Millisecond
 	}
 }
 
@@ -29,6 +39,9 @@ func (c *MiddlewareConfig) setDefaults() {
 func (c MiddlewareConfig) Validate() error {
 	if c.CompleteTimeout < 0 {
 		return fmt.Errorf("%w: CompleteTimeout %v is negative", ErrInvalidConfig, c.CompleteTimeout)
+	}
+	if c.LeasedNackDelay < 0 {
+		return fmt.Errorf("%w: LeasedNackDelay %v is negative", ErrInvalidConfig, c.LeasedNackDelay)
 	}
 	return nil
 }
@@ -45,9 +58,14 @@ func (c MiddlewareConfig) Validate() error {
 //     running the handler;
 //   - the check failed: returns a [*FetchError] (nack) without running the
 //     handler;
+//   - leased by another delivery (a store with a delivery lease): returns a
+//     [*LeasedError] (nack) after LeasedNackDelay, without running the
+//     handler;
 //   - runs the handler, then completes the record when the handler succeeded
 //     or returned a [Drop] error (which is acknowledged), or leaves it pending
-//     and returns the handler's error (nack).
+//     and returns the handler's error (nack), releasing its lease;
+//   - skips its own completion when the handler completed the record in its
+//     transaction ([CompleteTx]).
 //
 // A failed completion is logged; the handler's outcome stands and the record
 // stays pending for the next replay. A malformed [MetadataID] returns an error
@@ -114,6 +132,7 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 		return nil, nil
 	case errors.Is(err, ErrLeased):
 		m.logger.Debug("Record leased by another delivery, nacking copy without handling", fields)
+		m.holdLeased(ctx)
 		return nil, &LeasedError{Name: name, ID: id, Err: err}
 	case err != nil:
 		return nil, &FetchError{Name: name, ID: id, Err: err}
@@ -189,5 +208,15 @@ func (m *middleware) release(ctx context.Context, store Store, id int64, fields 
 	defer cancel()
 	if err := r.Release(ctx, id); err != nil {
 		m.logger.Error("Releasing the lease of a failed delivery failed; it runs out on its own", err, fields)
+	}
+}
+
+// holdLeased waits LeasedNackDelay, or until the message is cancelled.
+func (m *middleware) holdLeased(ctx context.Context) {
+	t := time.NewTimer(m.cfg.LeasedNackDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
