@@ -16,7 +16,8 @@ var (
 // InsertTx implements [outbox.TxInserter]: the same statements as Insert,
 // run through the caller's transaction tx, which must be on the store's
 // database. A MySQL store needs its pool attached even so: it learns the
-// server from it once.
+// server from it once; the pool tx comes from needs interpolateParams=true
+// too, or each statement costs a prepare and a close.
 func (s *Store) InsertTx(ctx context.Context, tx outbox.Tx, records []outbox.Record) error {
 	if tx == nil {
 		return fmt.Errorf("%w: transaction is nil", ErrInvalidConfig)
