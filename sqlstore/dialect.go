@@ -66,7 +66,8 @@ func buildQueries(d Dialect, table string, mode Completion) *queries {
 	q := &queries{table: t}
 	q.insertValues = fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata) VALUES ", t)
 	q.insertBatch = d.insertQuery(t)
-	pending := ""
+	// Abandoned records are kept but no longer pending.
+	pending := " AND abandoned_at IS NULL"
 	if mode == Mark {
 		pending = " AND processed_at IS NULL"
 		q.complete = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE id = %s AND processed_at IS NULL", t, d.clock(), p(1))

@@ -338,3 +338,21 @@ func (mysql) convertError(err error) error {
 	}
 	return err
 }
+
+var _ opsDialect = mysql{}
+
+func (mysql) ago(int) string { return "UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND" }
+
+// lockRows: SKIP LOCKED needs MySQL 8.0 or MariaDB 10.6.
+func (mysql) lockRows(skipLocked bool) string {
+	if skipLocked {
+		return " FOR UPDATE SKIP LOCKED"
+	}
+	return " FOR UPDATE"
+}
+
+// purgeQuery uses DELETE … ORDER BY … LIMIT: MySQL refuses a LIMIT in a
+// subquery of IN, and a delete that reads its own table.
+func (d mysql) purgeQuery(table string) string {
+	return fmt.Sprintf("DELETE FROM %s WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT ?", table, d.ago(1))
+}
