@@ -17,6 +17,21 @@ type ReplayConfig struct {
 	// PageSize is how many pending records are read per query; replay never
 	// holds more than two pages in memory. Defaults to 500.
 	PageSize int
+
+	// AfterRunning makes [ReplayPlugin] replay in the background once the
+	// router is running, instead of inside the last handler's Subscribe
+	// call. Use it when a subscriber holds locks or waits while subscribing,
+	// so that a replayed message cannot be accepted before its handler
+	// consumes: watermill-sql on MySQL/MariaDB (the subscriber locks the end
+	// of the topic table), or a GoChannel with BlockPublishUntilSubscriberAck.
+	// A failed replay then closes the router and is passed to OnError; Run
+	// returns nil. Defaults to false: replay is part of the start and its
+	// failure is returned by Run.
+	AfterRunning bool
+
+	// OnError receives the error of a failed replay in AfterRunning mode,
+	// after the router was closed. Defaults to nothing beyond the log line.
+	OnError func(error)
 }
 
 func (c *ReplayConfig) setDefaults() {
@@ -226,8 +241,9 @@ func replayMessage(ctx context.Context, name string, rec Record) *message.Messag
 // cannot be run again: build a new one to retry.
 //
 // The replay runs inside the last handler's Subscribe call, before that
-// handler consumes: use a publisher that does not wait for the message to be
-// handled (for GoChannel, leave BlockPublishUntilSubscriberAck off). A router
+// handler consumes: a publisher that waits for the message to be handled, or
+// a subscriber that locks what the replay writes, would wait for a handler
+// that has not started. For those set ReplayConfig.AfterRunning. A router
 // without handlers replays after it is running and closes itself on failure.
 func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger watermill.LoggerAdapter) message.RouterPlugin {
 	return func(router *message.Router) error {
@@ -236,7 +252,7 @@ func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger
 			return err
 		}
 		expected := len(router.Handlers())
-		if expected == 0 {
+		if expected == 0 || r.cfg.AfterRunning {
 			go r.afterRunning(router)
 			return nil
 		}
@@ -259,6 +275,9 @@ func (r *replayer) afterRunning(router *message.Router) {
 	if _, err := r.run(context.Background()); err != nil {
 		if cerr := router.Close(); cerr != nil {
 			r.logger.Error("Closing router after failed replay", cerr, nil)
+		}
+		if r.cfg.OnError != nil {
+			r.cfg.OnError(err)
 		}
 	}
 }

@@ -305,3 +305,48 @@ const (
 	e6 = 1_000_000
 	e9 = 1_000_000_000
 )
+
+// TestReplayAfterRunning replays in the background once the router runs,
+// which a publisher that blocks until the message is handled needs.
+func TestReplayAfterRunning(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		b := setup(t, backend, sqlstore.Mark)
+		uuids := crashBeforeConsumption(t, b, 4)
+
+		blocking := gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
+		defer blocking.Close()
+		handled := newHandledSet(len(uuids))
+		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+		require.NoError(t, err)
+		router.AddMiddleware(b.middleware(t))
+		router.AddPlugin(outbox.ReplayPlugin(b.reg, blocking, outbox.ReplayConfig{AfterRunning: true}, nil))
+		router.AddNoPublisherHandler("consume", b.topic, blocking, handled.handle)
+		runUntilHandled(t, b, router, handled)
+		assert.Zero(t, b.pendingCount(t))
+	})
+
+	t.Run("FailureClosesRouterAndReports", func(t *testing.T) {
+		t.Parallel()
+		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+			b := setup(t, backend, sqlstore.Mark)
+			crashBeforeConsumption(t, b, 2)
+			broken := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+			require.NoError(t, broken.Close())
+			gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+			defer gc.Close()
+
+			reported := make(chan error, 1)
+			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+			require.NoError(t, err)
+			router.AddMiddleware(b.middleware(t))
+			router.AddPlugin(outbox.ReplayPlugin(b.reg, broken, outbox.ReplayConfig{AfterRunning: true, OnError: func(err error) { reported <- err }}, nil))
+			router.AddNoPublisherHandler("consume", b.topic, gc, newHandledSet(2).handle)
+			require.NoError(t, router.Run(b.ctx(t)), "Run returns once the failed replay closed the router")
+			var replayErr *outbox.ReplayError
+			require.ErrorAs(t, <-reported, &replayErr)
+			assert.True(t, router.IsClosed())
+			assert.Equal(t, 2, b.pendingCount(t))
+		})
+	})
+}
