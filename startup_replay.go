@@ -90,14 +90,8 @@ type replayer struct {
 }
 
 func newReplayer(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger watermill.LoggerAdapter) (*replayer, error) {
-	if reg == nil {
-		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
-	}
-	if pub == nil {
-		return nil, fmt.Errorf("%w: replay publisher is nil", ErrInvalidConfig)
-	}
-	if _, decorated := pub.(*publisher); decorated {
-		return nil, fmt.Errorf("%w: replay needs the undecorated publisher, it would save every record again", ErrInvalidConfig)
+	if err := checkSender(reg, pub); err != nil {
+		return nil, err
 	}
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
