@@ -50,3 +50,31 @@ type Purger interface {
 	// how many it deleted.
 	PurgeCompleted(ctx context.Context, olderThan time.Duration, limit int) (int, error)
 }
+
+// NameStatus is the state of one tracked name's records in its store.
+type NameStatus struct {
+	// Name is the tracked name (the records' topic).
+	Name string `json:"name"`
+	// Pending is how many records wait to be completed.
+	Pending int64 `json:"pending"`
+	// OldestPending is the age of the oldest pending record by the
+	// database clock, from its creation; zero when none is pending.
+	OldestPending time.Duration `json:"oldest_pending_ns"`
+	// Abandoned is how many records were abandoned; Completed how many
+	// completed records the table keeps (always zero on a deleting table).
+	// Both are zero in the result of PendingStatus.
+	Abandoned int64 `json:"abandoned"`
+	Completed int64 `json:"completed"`
+}
+
+// StatusReader is implemented by a [Store] that can report its backlog, for
+// metrics, the status handler and operators' tools.
+type StatusReader interface {
+	// PendingStatus reports Pending and OldestPending of every name with
+	// pending records, read from the pending records only, so it stays
+	// cheap however many completed records the table keeps.
+	PendingStatus(ctx context.Context) ([]NameStatus, error)
+	// Status reports every field of every name with records; it reads the
+	// whole table.
+	Status(ctx context.Context) ([]NameStatus, error)
+}

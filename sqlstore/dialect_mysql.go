@@ -356,3 +356,7 @@ func (mysql) lockRows(skipLocked bool) string {
 func (d mysql) purgeQuery(table string) string {
 	return fmt.Sprintf("DELETE FROM %s WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT ?", table, d.ago(1))
 }
+
+func (mysql) ageMicros(ts string) string {
+	return "TIMESTAMPDIFF(MICROSECOND, " + ts + ", UTC_TIMESTAMP(6))"
+}

@@ -132,3 +132,7 @@ func (postgres) lockRows(skipLocked bool) string {
 func (d postgres) purgeQuery(table string) string {
 	return purgeBySubquery(d, table)
 }
+
+func (postgres) ageMicros(ts string) string {
+	return "CAST(EXTRACT(EPOCH FROM (now() - " + ts + ")) * 1000000 AS BIGINT)"
+}

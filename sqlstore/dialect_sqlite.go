@@ -106,3 +106,7 @@ func (sqlite) ago(int) string {
 func (sqlite) lockRows(bool) string { return "" }
 
 func (d sqlite) purgeQuery(table string) string { return purgeBySubquery(d, table) }
+
+func (sqlite) ageMicros(ts string) string {
+	return "CAST((julianday('now') - julianday(" + ts + ")) * 86400000000 AS INTEGER)"
+}

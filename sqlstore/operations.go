@@ -23,6 +23,9 @@ type opsDialect interface {
 	// whose processed_at is older than an age; its arguments are the age
 	// in microseconds and the limit.
 	purgeQuery(table string) string
+	// ageMicros is the microseconds from the timestamp expression ts to
+	// the database clock.
+	ageMicros(ts string) string
 }
 
 func opsOf(d Dialect) opsDialect {

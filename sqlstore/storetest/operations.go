@@ -238,3 +238,41 @@ func (s *suite) testPurge(t *testing.T) {
 		assert.Equal(t, 2, rowCount(t, store))
 	})
 }
+
+func (s *suite) testStatus(t *testing.T) {
+	forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		store := s.store(t, mode)
+		empty, err := store.Status(ctx(t))
+		require.NoError(t, err)
+		assert.Empty(t, empty)
+
+		orders := insert(t, store, records("orders", 4))
+		insert(t, store, records("refunds", 1))
+		require.NoError(t, store.Complete(ctx(t), orders[0].ID))
+		_, _, err = store.RecordFailure(ctx(t), orders[1].ID, "poison", 1)
+		require.NoError(t, err)
+		backdate(t, store, "created_at", orders[2].ID)
+
+		completed := int64(1)
+		if mode == sqlstore.Delete {
+			completed = 0
+		}
+		got, err := store.Status(ctx(t))
+		require.NoError(t, err)
+		require.Len(t, got, 2)
+		assert.Equal(t, "orders", got[0].Name)
+		assert.Equal(t, int64(2), got[0].Pending)
+		assert.Equal(t, int64(1), got[0].Abandoned)
+		assert.Equal(t, completed, got[0].Completed)
+		assert.Greater(t, got[0].OldestPending, 20*365*24*time.Hour, "the oldest pending record's age, by the database clock")
+		assert.Equal(t, outbox.NameStatus{Name: "refunds", Pending: 1, OldestPending: got[1].OldestPending}, got[1])
+		assert.Less(t, got[1].OldestPending, time.Hour)
+
+		pending, err := store.PendingStatus(ctx(t))
+		require.NoError(t, err)
+		require.Len(t, pending, 2)
+		assert.Equal(t, outbox.NameStatus{Name: "orders", Pending: 2, OldestPending: pending[0].OldestPending}, pending[0])
+		assert.Greater(t, pending[0].OldestPending, 20*365*24*time.Hour)
+		assert.Equal(t, int64(1), pending[1].Pending)
+	})
+}

@@ -74,6 +74,7 @@ func Run(t *testing.T, f Features, newStore NewStore) {
 	t.Run("Attempts", s.testAttempts)
 	t.Run("ClaimStale", s.testClaimStale)
 	t.Run("Purge", s.testPurge)
+	t.Run("Status", s.testStatus)
 }
 
 type suite struct {
