@@ -54,17 +54,17 @@ type Purger interface {
 // NameStatus is the state of one tracked name's records in its store.
 type NameStatus struct {
 	// Name is the tracked name (the records' topic).
-	Name string `json:"name"`
+	Name string
 	// Pending is how many records wait to be completed.
-	Pending int64 `json:"pending"`
+	Pending int64
 	// OldestPending is the age of the oldest pending record by the
 	// database clock, from its creation; zero when none is pending.
-	OldestPending time.Duration `json:"oldest_pending_ns"`
+	OldestPending time.Duration
 	// Abandoned is how many records were abandoned; Completed how many
 	// completed records the table keeps (always zero on a deleting table).
 	// Both are zero in the result of PendingStatus.
-	Abandoned int64 `json:"abandoned"`
-	Completed int64 `json:"completed"`
+	Abandoned int64
+	Completed int64
 }
 
 // StatusReader is implemented by a [Store] that can report its backlog, for
