@@ -28,5 +28,5 @@ func ResubmitAbandoned(ctx context.Context, reg *Registry, pub message.Publisher
 	if err != nil {
 		return fmt.Errorf("outbox: resubmitting record %d of %q: %w", id, name, err)
 	}
-	return sendRecords(ctx, pub, name, []Record{rec})
+	return sendRecords(ctx, reg, pub, rec.Topic, []Record{rec})
 }

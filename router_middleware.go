@@ -131,6 +131,9 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 	switch err := store.CheckPending(ctx, id); {
 	case errors.Is(err, ErrNotPending):
 		m.logger.Debug("Record already completed, acking copy without handling", fields)
+		if o := m.reg.observer(); o != nil {
+			o.DuplicateSkipped(name)
+		}
 		return nil, nil
 	case err != nil:
 		return nil, &FetchError{Name: name, ID: id, Err: err}
@@ -142,6 +145,9 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 
 	produced, herr := h(msg)
 	if herr != nil && !IsDrop(herr) {
+		if o := m.reg.observer(); o != nil {
+			o.Failed(name)
+		}
 		if aerr := m.recordFailure(ctx, store, name, id, herr, fields); aerr != nil {
 			// The record is no longer pending: the message leaves without
 			// its outbox keys, so a poison queue that keeps it does not
@@ -166,28 +172,31 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 		// and nacks if that fails. Completing now would turn the redelivery
 		// into a skipped duplicate and lose the produced messages, so the
 		// record is completed only once the router acks.
-		go m.completeOnAck(ctx, msg, store, id, fields)
+		go m.completeOnAck(ctx, msg, store, name, id, fields)
 		return produced, nil
 	}
-	m.complete(ctx, store, id, fields)
+	m.complete(ctx, store, name, id, fields)
 	return nil, nil
 }
 
-func (m *middleware) completeOnAck(ctx context.Context, msg *message.Message, store Store, id int64, fields watermill.LogFields) {
+func (m *middleware) completeOnAck(ctx context.Context, msg *message.Message, store Store, name string, id int64, fields watermill.LogFields) {
 	select {
 	case <-msg.Acked():
-		m.complete(ctx, store, id, fields)
+		m.complete(ctx, store, name, id, fields)
 	case <-msg.Nacked():
 		m.logger.Debug("Publishing produced messages failed, record stays pending", fields)
 	}
 }
 
-func (m *middleware) complete(ctx context.Context, store Store, id int64, fields watermill.LogFields) {
+func (m *middleware) complete(ctx context.Context, store Store, name string, id int64, fields watermill.LogFields) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
 	defer cancel()
 	err := store.Complete(ctx, id)
 	switch {
 	case err == nil:
+		if o := m.reg.observer(); o != nil {
+			o.Handled(name)
+		}
 	case errors.Is(err, ErrNotPending):
 		m.logger.Debug("Record was completed by another delivery", fields)
 	default:
@@ -216,6 +225,9 @@ func (m *middleware) recordFailure(ctx context.Context, store Store, name string
 		return nil
 	}
 	aerr := &AbandonedError{Name: name, ID: id, Attempts: attempts, Err: herr}
+	if o := m.reg.observer(); o != nil {
+		o.Abandoned(name)
+	}
 	m.logger.Error("Record abandoned after its last allowed attempt", herr, fields.Add(watermill.LogFields{"attempts": attempts}))
 	return aerr
 }

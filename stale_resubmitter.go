@@ -107,7 +107,7 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 			if len(recs) == 0 {
 				break
 			}
-			if err := sendRecords(ctx, r.pub, name, recs); err != nil {
+			if err := sendRecords(ctx, r.reg, r.pub, name, recs); err != nil {
 				return result, err
 			}
 			result[name] += len(recs)
@@ -124,13 +124,16 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 
 // sendRecords publishes records of one name with their original id, UUID,
 // payload and metadata.
-func sendRecords(ctx context.Context, pub message.Publisher, name string, recs []Record) error {
+func sendRecords(ctx context.Context, reg *Registry, pub message.Publisher, name string, recs []Record) error {
 	msgs := make([]*message.Message, len(recs))
 	for i, rec := range recs {
 		msgs[i] = replayMessage(ctx, name, rec)
 	}
 	if err := pub.Publish(name, msgs...); err != nil {
 		return &ReplayError{Name: name, ID: recs[0].ID, Err: fmt.Errorf("sending records %d..%d: %w", recs[0].ID, recs[len(recs)-1].ID, err)}
+	}
+	if o := reg.observer(); o != nil {
+		o.Replayed(name, len(recs))
 	}
 	return nil
 }

@@ -194,14 +194,10 @@ func (r *replayer) replayName(ctx context.Context, name string, store Store) (in
 		if p.err != nil {
 			return sent, &ReplayError{Name: name, AfterID: lastID, Err: p.err}
 		}
-		msgs := make([]*message.Message, len(p.records))
-		for i, rec := range p.records {
-			msgs[i] = replayMessage(ctx, name, rec)
+		if err := sendRecords(ctx, r.reg, r.pub, name, p.records); err != nil {
+			return sent, err
 		}
-		if err := r.pub.Publish(name, msgs...); err != nil {
-			return sent, &ReplayError{Name: name, ID: p.records[0].ID, Err: fmt.Errorf("sending records %d..%d: %w", p.records[0].ID, p.records[len(p.records)-1].ID, err)}
-		}
-		sent += len(msgs)
+		sent += len(p.records)
 		lastID = p.records[len(p.records)-1].ID
 	}
 	if err := ctx.Err(); err != nil {
