@@ -75,6 +75,7 @@ func Run(t *testing.T, f Features, newStore NewStore) {
 	t.Run("ClaimStale", s.testClaimStale)
 	t.Run("Purge", s.testPurge)
 	t.Run("Status", s.testStatus)
+	t.Run("Admin", s.testAdmin)
 }
 
 type suite struct {
