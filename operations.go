@@ -78,3 +78,13 @@ type StatusReader interface {
 	// whole table.
 	Status(ctx context.Context) ([]NameStatus, error)
 }
+
+// SendStamper is implemented by a [Store] that records when a record was
+// last sent. Startup replay calls it once per page it sent, so that the
+// [StaleResubmitter] counts from the replay rather than from the record's
+// creation.
+type SendStamper interface {
+	// StampSent sets the last send time of the records to now, by the
+	// database clock.
+	StampSent(ctx context.Context, ids []int64) error
+}

@@ -81,6 +81,26 @@ func TestStaleResubmitter(t *testing.T) {
 		})
 	})
 
+	t.Run("StartupReplayCountsAsASend", func(t *testing.T) {
+		t.Parallel()
+		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+			b := setup(t, backend, sqlstore.Mark)
+			crashBeforeConsumption(t, b, 2)
+			b.backdate(t, "created_at", 0)
+			gc := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 10}, watermill.NopLogger{})
+			t.Cleanup(func() { _ = gc.Close() })
+			replayed, err := outbox.Replay(b.ctx(t), b.reg, gc, outbox.ReplayConfig{}, b.logger)
+			require.NoError(t, err)
+			require.Equal(t, 2, replayed.Total())
+
+			r, err := outbox.NewStaleResubmitter(b.reg, gc, outbox.StaleResubmitConfig{OlderThan: time.Hour}, b.logger)
+			require.NoError(t, err)
+			sent, err := r.ResubmitOnce(b.ctx(t))
+			require.NoError(t, err)
+			assert.Zero(t, sent.Total(), "records just replayed are not stale, however old they are")
+		})
+	})
+
 	t.Run("RunsWithTheRouterUntilItCloses", func(t *testing.T) {
 		t.Parallel()
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {

@@ -197,6 +197,7 @@ func (r *replayer) replayName(ctx context.Context, name string, store Store) (in
 		if err := sendRecords(ctx, r.reg, r.pub, name, p.records); err != nil {
 			return sent, err
 		}
+		r.stampSent(ctx, name, store, p.records)
 		sent += len(p.records)
 		lastID = p.records[len(p.records)-1].ID
 	}
@@ -307,4 +308,22 @@ func (s *replayingSubscriber) Subscribe(ctx context.Context, topic string) (<-ch
 		return nil, fmt.Errorf("startup replay: %w", err)
 	}
 	return ch, nil
+}
+
+// stampSent tells a store that records the last send that the page was
+// sent. A failure only makes the stale resubmitter resend the page sooner,
+// so it is logged, not returned.
+func (r *replayer) stampSent(ctx context.Context, name string, store Store, recs []Record) {
+	st, ok := store.(SendStamper)
+	if !ok {
+		return
+	}
+	ids := make([]int64, len(recs))
+	for i, rec := range recs {
+		ids[i] = rec.ID
+	}
+	if err := st.StampSent(ctx, ids); err != nil {
+		r.logger.Error("Recording the replay's send time failed; the stale resubmitter may resend these records sooner", err,
+			watermill.LogFields{"outbox_name": name, "first_id": ids[0], "last_id": ids[len(ids)-1]})
+	}
 }

@@ -51,3 +51,30 @@ func (s *Store) ClaimStale(ctx context.Context, topic string, olderThan time.Dur
 	}
 	return recs, nil
 }
+
+var _ outbox.SendStamper = (*Store)(nil)
+
+// stampChunk bounds the ids of one UPDATE, well within every database's
+// limit on bound parameters.
+const stampChunk = 1000
+
+// StampSent implements [outbox.SendStamper], with one UPDATE per thousand
+// ids.
+func (s *Store) StampSent(ctx context.Context, ids []int64) error {
+	db, d, err := s.bound(ctx)
+	if err != nil {
+		return err
+	}
+	for start := 0; start < len(ids); start += stampChunk {
+		chunk := ids[start:min(start+stampChunk, len(ids))]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		q := fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN %s", d.quote(s.table), d.clock(), idList(d, 1, len(chunk)))
+		if _, err := db.ExecContext(ctx, q, args...); err != nil {
+			return s.fail("stamp sent", err)
+		}
+	}
+	return nil
+}

@@ -184,6 +184,18 @@ func (s *suite) testClaimStale(t *testing.T) {
 		}
 	})
 
+	t.Run("StampSentCountsAsASend", func(t *testing.T) {
+		t.Parallel()
+		store := s.store(t, sqlstore.Mark)
+		recs := insert(t, store, records("orders", 1201))
+		backdate(t, store, "created_at")
+		ids := claimedIDs(recs)
+		require.NoError(t, store.StampSent(ctx(t), ids[:1200]))
+		got, err := store.ClaimStale(ctx(t), "orders", time.Hour, 10)
+		require.NoError(t, err)
+		assert.Equal(t, ids[1200:], claimedIDs(got), "every stamped record, across chunks, counts as just sent")
+	})
+
 	t.Run("BadArgumentsAreRefused", func(t *testing.T) {
 		t.Parallel()
 		store := s.store(t, sqlstore.Mark)
