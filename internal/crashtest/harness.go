@@ -184,7 +184,7 @@ wait:
 }
 
 func drain(t *testing.T, cfg Config, cycle int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	template := childCmd(cfg, cycle, Drain, 0)
 	cmd := exec.CommandContext(ctx, template.Path, template.Args[1:]...)
