@@ -50,6 +50,14 @@ type sessionLocker interface {
 	unlockSession(ctx context.Context, conn *sqlx.Conn) error
 }
 
+// rerunTolerant is implemented by dialects whose DDL commits on its own
+// (MySQL): a migration cut short after its DDL and before its version was
+// written runs again, and a statement refused because its column or index
+// already exists has already done its work.
+type rerunTolerant interface {
+	alreadyApplied(err error) bool
+}
+
 // queries are built once per store from the validated, quoted table name.
 type queries struct {
 	table        string // quoted

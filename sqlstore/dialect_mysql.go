@@ -360,3 +360,19 @@ func (d mysql) purgeQuery(table string) string {
 func (mysql) ageMicros(ts string) string {
 	return "TIMESTAMPDIFF(MICROSECOND, " + ts + ", UTC_TIMESTAMP(6))"
 }
+
+// MySQL error numbers of DDL whose change is already there.
+const (
+	mysqlDupColumn  = 1060 // ER_DUP_FIELDNAME
+	mysqlDupKeyName = 1061 // ER_DUP_KEYNAME
+)
+
+var _ rerunTolerant = mysql{}
+
+// alreadyApplied: MySQL 8 has no ADD COLUMN IF NOT EXISTS or ADD KEY IF NOT
+// EXISTS, so each ALTER of migration 002 is all or nothing on its own, and a
+// rerun of one that was applied is refused with these.
+func (mysql) alreadyApplied(err error) bool {
+	var myErr *mysqldriver.MySQLError
+	return errors.As(err, &myErr) && (myErr.Number == mysqlDupColumn || myErr.Number == mysqlDupKeyName)
+}

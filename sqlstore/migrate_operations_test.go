@@ -63,3 +63,38 @@ func TestMigrateAddsOperationsToAFirstReleaseTable(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrateCompletesAMigrationCutShortOnMySQL runs migration 002's DDL on a
+// version-1 table without writing the version, as a process killed between
+// MySQL's self-committing DDL statements leaves it; Migrate must then complete
+// the upgrade rather than fail on the columns that exist.
+func TestMigrateCompletesAMigrationCutShortOnMySQL(t *testing.T) {
+	t.Parallel()
+	for _, b := range testenv.Backends() {
+		if b.Dialect.Name() != "mysql" {
+			continue
+		}
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			db := b.Open(t)
+			table := testenv.Table(t)
+			old, err := sqlstore.New(sqlstore.Config{Dialect: b.Dialect, Table: table, DB: db})
+			require.NoError(t, err)
+			t.Cleanup(func() { testenv.DropTable(t, db, b.Dialect, table) })
+			sqlstore.UseMigrations(old, firstMigrationOnly(t, b.Dialect))
+			require.NoError(t, old.Migrate(testCtx(t)))
+			_, err = db.ExecContext(testCtx(t), "ALTER TABLE `"+table+"` ADD COLUMN attempts INT NOT NULL DEFAULT 0, ADD COLUMN last_error TEXT NULL, ADD COLUMN last_sent_at DATETIME(6) NULL, ADD COLUMN abandoned_at DATETIME(6) NULL")
+			require.NoError(t, err)
+
+			current, err := sqlstore.New(sqlstore.Config{Dialect: b.Dialect, Table: table, DB: db})
+			require.NoError(t, err)
+			require.NoError(t, current.Migrate(testCtx(t)))
+			require.NoError(t, current.Verify(testCtx(t)))
+			var keys []string
+			require.NoError(t, db.SelectContext(testCtx(t), &keys,
+				"SELECT DISTINCT index_name FROM information_schema.statistics WHERE table_schema = DATABASE() AND table_name = ? ORDER BY index_name", table))
+			assert.Equal(t, []string{"PRIMARY", table + "_abandoned", table + "_pending", table + "_processed"}, keys,
+				"the statements after the one already applied ran")
+		})
+	}
+}
