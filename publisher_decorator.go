@@ -82,6 +82,9 @@ func (p *publisher) publishTracked(store Store, topic string, msgs []*message.Me
 		}
 		return &SendError{Topic: topic, IDs: ids, Err: err}
 	}
+	if o := p.reg.observer(); o != nil {
+		o.Published(topic, len(msgs))
+	}
 	return nil
 }
 

@@ -338,3 +338,41 @@ func (mysql) convertError(err error) error {
 	}
 	return err
 }
+
+var _ opsDialect = mysql{}
+
+func (mysql) ago(int) string { return "UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND" }
+
+// lockRows: SKIP LOCKED needs MySQL 8.0 or MariaDB 10.6.
+func (mysql) lockRows(skipLocked bool) string {
+	if skipLocked {
+		return " FOR UPDATE SKIP LOCKED"
+	}
+	return " FOR UPDATE"
+}
+
+// purgeQuery uses DELETE … ORDER BY … LIMIT: MySQL refuses a LIMIT in a
+// subquery of IN, and a delete that reads its own table.
+func (d mysql) purgeQuery(table string) string {
+	return fmt.Sprintf("DELETE FROM %s WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT ?", table, d.ago(1))
+}
+
+func (mysql) ageMicros(ts string) string {
+	return "TIMESTAMPDIFF(MICROSECOND, " + ts + ", UTC_TIMESTAMP(6))"
+}
+
+// MySQL error numbers of DDL whose change is already there.
+const (
+	mysqlDupColumn  = 1060 // ER_DUP_FIELDNAME
+	mysqlDupKeyName = 1061 // ER_DUP_KEYNAME
+)
+
+var _ rerunTolerant = mysql{}
+
+// alreadyApplied: MySQL 8 has no ADD COLUMN IF NOT EXISTS or ADD KEY IF NOT
+// EXISTS, so each ALTER of migration 002 is all or nothing on its own, and a
+// rerun of one that was applied is refused with these.
+func (mysql) alreadyApplied(err error) bool {
+	var myErr *mysqldriver.MySQLError
+	return errors.As(err, &myErr) && (myErr.Number == mysqlDupColumn || myErr.Number == mysqlDupKeyName)
+}

@@ -71,6 +71,11 @@ func Run(t *testing.T, f Features, newStore NewStore) {
 	t.Run("PendingAfter", s.testPendingAfter)
 	t.Run("RoundTrip", s.testRoundTrip)
 	t.Run("Schema", s.testSchema)
+	t.Run("Attempts", s.testAttempts)
+	t.Run("ClaimStale", s.testClaimStale)
+	t.Run("Purge", s.testPurge)
+	t.Run("Status", s.testStatus)
+	t.Run("Admin", s.testAdmin)
 }
 
 type suite struct {
