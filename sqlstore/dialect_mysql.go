@@ -192,7 +192,10 @@ func (d mysql) insert(ctx context.Context, db *sqlx.DB, q *queries, records []ou
 		}
 		metadata[i] = md
 	}
-	bounds := srv.split(q, records, metadata)
+	bounds, err := srv.split(q, records, metadata)
+	if err != nil {
+		return err
+	}
 	if len(bounds) == 2 {
 		return srv.insertRows(ctx, db, q, records, metadata)
 	}
@@ -212,20 +215,40 @@ func (d mysql) insert(ctx context.Context, db *sqlx.DB, q *queries, records []ou
 
 // split returns the boundaries of the statements a batch needs: 0, then the
 // end of each statement. A statement holds as many rows as fit in
-// maxStatement once escaped (at worst twice their size); a row larger than
-// that goes alone and the server decides.
-func (srv *mysqlServer) split(q *queries, records []outbox.Record, metadata []string) []int {
+// maxStatement once escaped. A row that cannot fit on its own is refused
+// with ErrRecordTooLarge before anything is sent: the server would otherwise
+// drop the connection, which the driver reports only as "invalid connection".
+func (srv *mysqlServer) split(q *queries, records []outbox.Record, metadata []string) ([]int, error) {
 	bounds := []int{0}
-	size := len(q.insertValues) + len(" RETURNING id")
+	base := len(q.insertValues) + len(" RETURNING id")
+	size := base
 	for i, r := range records {
-		row := 2*(len(r.Topic)+len(r.UUID)+len(r.Payload)+len(metadata[i])) + len(",(_binary'','','','')")
+		row := escapedLen(r.Topic) + escapedLen(r.UUID) + escapedLen(r.Payload) + escapedLen(metadata[i]) + len(",(_binary'','','','')")
+		if base+row > srv.maxStatement {
+			return nil, fmt.Errorf("record #%d: %w: %d bytes once escaped, the server's max_allowed_packet allows %d per statement (raise it, or the DSN's maxAllowedPacket)",
+				i, ErrRecordTooLarge, row, srv.maxStatement-base)
+		}
 		if size+row > srv.maxStatement && i > bounds[len(bounds)-1] {
 			bounds = append(bounds, i)
-			size = len(q.insertValues) + len(" RETURNING id")
+			size = base
 		}
 		size += row
 	}
-	return append(bounds, len(records))
+	return append(bounds, len(records)), nil
+}
+
+// escapedLen is the length of a value as the driver interpolates it into a
+// statement: backslash escaping adds one byte per special character (with
+// NO_BACKSLASH_ESCAPES only quotes are doubled, which is never more).
+func escapedLen[T string | []byte](v T) int {
+	n := len(v)
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case 0, '\n', '\r', '\\', '\'', '"', 0x1a:
+			n++
+		}
+	}
+	return n
 }
 
 // insertRows saves records with one multi-row INSERT and sets their ids; see
