@@ -54,6 +54,19 @@
 // Add the outbox middleware before (outside of) Watermill's PoisonQueue and
 // Retry middleware: the record is completed when the inner chain acknowledges,
 // so a message diverted to a poison queue is completed and never replayed.
+// With [MiddlewareConfig.MaxAttempts] set, a record is abandoned after its
+// last failed try and the middleware returns an [*AbandonedError]: put a
+// PoisonQueueWithFilter(pub, topic, [IsAbandoned]) outside it to divert such
+// messages.
+//
+// # Operations
+//
+// [StaleResubmitter] resends records that stay pending while the service
+// runs, [Cleaner] deletes old completed records, [NewStatusHandler] serves the
+// backlog as JSON, and [Registry.SetObserver] feeds metrics (the
+// outboxmetrics package has Prometheus collectors). They use the stores'
+// optional interfaces: [FailureRecorder], [StaleClaimer], [SendStamper],
+// [Purger], [StatusReader] and [Resubmitter].
 //
 // # Test builds
 //

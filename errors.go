@@ -134,3 +134,32 @@ func (e *VerifyError) Error() string {
 }
 
 func (e *VerifyError) Unwrap() error { return e.Err }
+
+// ErrNotAbandoned is returned by a [Resubmitter] asked to resubmit a record
+// that is not abandoned (pending, completed or missing).
+var ErrNotAbandoned = errors.New("outbox: record is not abandoned")
+
+// AbandonedError is returned by the middleware when a handler failed for the
+// last allowed time ([MiddlewareConfig.MaxAttempts]) and the record was
+// abandoned: it is kept, visible and no longer pending, so it is never
+// replayed and a redelivered copy is acknowledged without handling. Err is
+// the handler's error. Put Watermill's PoisonQueueWithFilter(pub, topic,
+// outbox.IsAbandoned) outside the outbox middleware to divert the message.
+type AbandonedError struct {
+	Name     string
+	ID       int64
+	Attempts int
+	Err      error
+}
+
+func (e *AbandonedError) Error() string {
+	return fmt.Sprintf("outbox: record %d of %q abandoned after %d failed attempt(s): %v", e.ID, e.Name, e.Attempts, e.Err)
+}
+
+func (e *AbandonedError) Unwrap() error { return e.Err }
+
+// IsAbandoned reports whether err is, or wraps, an [*AbandonedError].
+func IsAbandoned(err error) bool {
+	var a *AbandonedError
+	return errors.As(err, &a)
+}

@@ -66,7 +66,7 @@ func (p *publisher) publishTracked(store Store, topic string, msgs []*message.Me
 		return &InsertError{Topic: topic, Count: len(msgs), Err: err}
 	}
 	stamp(topic, msgs, records)
-	return sendRecorded(p.pub, topic, msgs, records)
+	return sendRecorded(p.pub, p.reg, topic, msgs, records)
 }
 
 // recordsOf builds the records of a tracked publish.
@@ -94,13 +94,16 @@ func stamp(topic string, msgs []*message.Message, records []Record) {
 
 // sendRecorded sends messages whose records are saved; a failure leaves the
 // records pending and names them.
-func sendRecorded(pub message.Publisher, topic string, msgs []*message.Message, records []Record) error {
+func sendRecorded(pub message.Publisher, reg *Registry, topic string, msgs []*message.Message, records []Record) error {
 	if err := pub.Publish(topic, msgs...); err != nil {
 		ids := make([]int64, len(records))
 		for i := range records {
 			ids[i] = records[i].ID
 		}
 		return &SendError{Topic: topic, IDs: ids, Err: err}
+	}
+	if o := reg.observer(); o != nil {
+		o.Published(topic, len(msgs))
 	}
 	return nil
 }

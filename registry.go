@@ -3,6 +3,7 @@ package outbox
 import (
 	"fmt"
 	"sort"
+	"sync/atomic"
 )
 
 // Tracked names one tracked topic and the store its records are saved into.
@@ -20,6 +21,7 @@ type Registry struct {
 	enabled bool
 	byName  map[string]Store
 	names   []string
+	obs     atomic.Pointer[observerBox]
 }
 
 // NewRegistry builds a registry of the tracked names. Names must be non-empty

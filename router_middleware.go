@@ -24,6 +24,18 @@ type MiddlewareConfig struct {
 	// once (GoChannel, an AMQP requeue) does not spin against the database
 	// while the first delivery runs. Defaults to 50 milliseconds.
 	LeasedNackDelay time.Duration
+	// MaxAttempts abandons a record after this many failed handlings, on a
+	// store that implements [FailureRecorder]: the record is kept, no longer
+	// pending, and the middleware returns an [*AbandonedError]. Each failure
+	// is counted, with its error text, whatever MaxAttempts is; a
+	// successful handling costs nothing extra. Defaults to 0, which never
+	// abandons.
+	MaxAttempts int
+	// OnAbandon, when set, is called with the message and the
+	// [*AbandonedError] after a record is abandoned, before the middleware
+	// returns; for example to publish the message somewhere else. Defaults
+	// to nil.
+	OnAbandon func(msg *message.Message, err *AbandonedError)
 }
 
 func (c *MiddlewareConfig) setDefaults() {
@@ -43,11 +55,16 @@ func (c MiddlewareConfig) Validate() error {
 	if c.LeasedNackDelay < 0 {
 		return fmt.Errorf("%w: LeasedNackDelay %v is negative", ErrInvalidConfig, c.LeasedNackDelay)
 	}
+	if c.MaxAttempts < 0 {
+		return fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalidConfig, c.MaxAttempts)
+	}
 	return nil
 }
 
 // NewMiddleware returns the router middleware that completes the records of
-// tracked messages. Add it before (outside of) PoisonQueue and Retry.
+// tracked messages. Add it before (outside of) Retry, and of a PoisonQueue
+// that diverts dropped messages; a PoisonQueue that diverts abandoned ones
+// ([IsAbandoned]) goes outside it.
 //
 // A message without [MetadataID] runs the handler untouched. For a tracked
 // message the middleware:
@@ -65,7 +82,10 @@ func (c MiddlewareConfig) Validate() error {
 //     or returned a [Drop] error (which is acknowledged), or leaves it pending
 //     and returns the handler's error (nack), releasing its lease;
 //   - skips its own completion when the handler completed the record in its
-//     transaction ([CompleteTx]).
+//     transaction ([CompleteTx]);
+//   - on a store that implements [FailureRecorder], counts each failure with
+//     its error text and, after [MiddlewareConfig.MaxAttempts] failures,
+//     abandons the record and returns an [*AbandonedError] instead.
 //
 // A failed completion is logged; the handler's outcome stands and the record
 // stays pending for the next replay. A malformed [MetadataID] returns an error
@@ -129,6 +149,9 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 	switch err := store.CheckPending(ctx, id); {
 	case errors.Is(err, ErrNotPending):
 		m.logger.Debug("Record already completed, acking copy without handling", fields)
+		if o := m.reg.observer(); o != nil {
+			o.DuplicateSkipped(name)
+		}
 		return nil, nil
 	case errors.Is(err, ErrLeased):
 		m.logger.Debug("Record leased by another delivery, nacking copy without handling", fields)
@@ -145,6 +168,19 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 
 	produced, herr := h(msg)
 	if herr != nil && !IsDrop(herr) {
+		if o := m.reg.observer(); o != nil {
+			o.Failed(name)
+		}
+		if aerr := m.recordFailure(ctx, store, name, id, herr, fields); aerr != nil {
+			// The record is no longer pending: the message leaves without
+			// its outbox keys, so a poison queue that keeps it does not
+			// carry a stale record id.
+			msg.SetContext(ctx)
+			if m.cfg.OnAbandon != nil {
+				m.cfg.OnAbandon(msg, aerr)
+			}
+			return produced, aerr
+		}
 		msg.Metadata[MetadataID] = idText
 		msg.Metadata[MetadataName] = name
 		msg.SetContext(ctx)
@@ -166,28 +202,31 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 		// and nacks if that fails. Completing now would turn the redelivery
 		// into a skipped duplicate and lose the produced messages, so the
 		// record is completed only once the router acks.
-		go m.completeOnAck(ctx, msg, store, id, fields)
+		go m.completeOnAck(ctx, msg, store, name, id, fields)
 		return produced, nil
 	}
-	m.complete(ctx, store, id, fields)
+	m.complete(ctx, store, name, id, fields)
 	return nil, nil
 }
 
-func (m *middleware) completeOnAck(ctx context.Context, msg *message.Message, store Store, id int64, fields watermill.LogFields) {
+func (m *middleware) completeOnAck(ctx context.Context, msg *message.Message, store Store, name string, id int64, fields watermill.LogFields) {
 	select {
 	case <-msg.Acked():
-		m.complete(ctx, store, id, fields)
+		m.complete(ctx, store, name, id, fields)
 	case <-msg.Nacked():
 		m.logger.Debug("Publishing produced messages failed, record stays pending", fields)
 	}
 }
 
-func (m *middleware) complete(ctx context.Context, store Store, id int64, fields watermill.LogFields) {
+func (m *middleware) complete(ctx context.Context, store Store, name string, id int64, fields watermill.LogFields) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
 	defer cancel()
 	err := store.Complete(ctx, id)
 	switch {
 	case err == nil:
+		if o := m.reg.observer(); o != nil {
+			o.Handled(name)
+		}
 	case errors.Is(err, ErrNotPending):
 		m.logger.Debug("Record was completed by another delivery", fields)
 	default:
@@ -219,4 +258,32 @@ func (m *middleware) holdLeased(ctx context.Context) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// recordFailure counts a failed handling on a store that keeps attempts and
+// returns the [*AbandonedError] when it abandoned the record; nil otherwise.
+// A store that cannot count leaves the record pending, as without it.
+func (m *middleware) recordFailure(ctx context.Context, store Store, name string, id int64, herr error, fields watermill.LogFields) *AbandonedError {
+	fr, ok := store.(FailureRecorder)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
+	defer cancel()
+	attempts, abandoned, err := fr.RecordFailure(ctx, id, herr.Error(), m.cfg.MaxAttempts)
+	switch {
+	case errors.Is(err, ErrNotPending):
+		return nil
+	case err != nil:
+		m.logger.Error("Counting the failed attempt failed; the record stays pending", err, fields)
+		return nil
+	case !abandoned:
+		return nil
+	}
+	aerr := &AbandonedError{Name: name, ID: id, Attempts: attempts, Err: herr}
+	if o := m.reg.observer(); o != nil {
+		o.Abandoned(name)
+	}
+	m.logger.Error("Record abandoned after its last allowed attempt", herr, fields.Add(watermill.LogFields{"attempts": attempts}))
+	return aerr
 }

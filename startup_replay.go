@@ -90,14 +90,8 @@ type replayer struct {
 }
 
 func newReplayer(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger watermill.LoggerAdapter) (*replayer, error) {
-	if reg == nil {
-		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
-	}
-	if pub == nil {
-		return nil, fmt.Errorf("%w: replay publisher is nil", ErrInvalidConfig)
-	}
-	if _, decorated := pub.(*publisher); decorated {
-		return nil, fmt.Errorf("%w: replay needs the undecorated publisher, it would save every record again", ErrInvalidConfig)
+	if err := checkSender(reg, pub); err != nil {
+		return nil, err
 	}
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -200,14 +194,11 @@ func (r *replayer) replayName(ctx context.Context, name string, store Store) (in
 		if p.err != nil {
 			return sent, &ReplayError{Name: name, AfterID: lastID, Err: p.err}
 		}
-		msgs := make([]*message.Message, len(p.records))
-		for i, rec := range p.records {
-			msgs[i] = replayMessage(ctx, name, rec)
+		if err := sendRecords(ctx, r.reg, r.pub, name, p.records); err != nil {
+			return sent, err
 		}
-		if err := r.pub.Publish(name, msgs...); err != nil {
-			return sent, &ReplayError{Name: name, ID: p.records[0].ID, Err: fmt.Errorf("sending records %d..%d: %w", p.records[0].ID, p.records[len(p.records)-1].ID, err)}
-		}
-		sent += len(msgs)
+		r.stampSent(ctx, name, store, p.records)
+		sent += len(p.records)
 		lastID = p.records[len(p.records)-1].ID
 	}
 	if err := ctx.Err(); err != nil {
@@ -317,4 +308,22 @@ func (s *replayingSubscriber) Subscribe(ctx context.Context, topic string) (<-ch
 		return nil, fmt.Errorf("startup replay: %w", err)
 	}
 	return ch, nil
+}
+
+// stampSent tells a store that records the last send that the page was
+// sent. A failure only makes the stale resubmitter resend the page sooner,
+// so it is logged, not returned.
+func (r *replayer) stampSent(ctx context.Context, name string, store Store, recs []Record) {
+	st, ok := store.(SendStamper)
+	if !ok {
+		return
+	}
+	ids := make([]int64, len(recs))
+	for i, rec := range recs {
+		ids[i] = rec.ID
+	}
+	if err := st.StampSent(ctx, ids); err != nil {
+		r.logger.Error("Recording the replay's send time failed; the stale resubmitter may resend these records sooner", err,
+			watermill.LogFields{"outbox_name": name, "first_id": ids[0], "last_id": ids[len(ids)-1]})
+	}
 }

@@ -80,7 +80,7 @@ func (p *TxPublisher) PublishTx(ctx context.Context, tx Tx, topic string, msgs .
 		return nil, &InsertError{Topic: topic, Count: len(msgs), Err: err}
 	}
 	stamp(topic, msgs, records)
-	return func() error { return sendRecorded(p.pub, topic, msgs, records) }, nil
+	return func() error { return sendRecorded(p.pub, p.reg, topic, msgs, records) }, nil
 }
 
 // Wrap returns tx wrapped so that [PublishingTx.Publish] saves records in

@@ -84,6 +84,14 @@ type sessionLocker interface {
 	unlockSession(ctx context.Context, conn *sqlx.Conn) error
 }
 
+// rerunTolerant is implemented by dialects whose DDL commits on its own
+// (MySQL): a migration cut short after its DDL and before its version was
+// written runs again, and a statement refused because its column or index
+// already exists has already done its work.
+type rerunTolerant interface {
+	alreadyApplied(err error) bool
+}
+
 // queries are built once per store from the validated, quoted table name.
 type queries struct {
 	table        string // quoted
@@ -103,7 +111,8 @@ func buildQueries(d Dialect, table string, mode Completion) *queries {
 	q := &queries{table: t}
 	q.insertValues = fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata) VALUES ", t)
 	q.insertBatch = d.insertQuery(t)
-	pending := ""
+	// Abandoned records are kept but no longer pending.
+	pending := " AND abandoned_at IS NULL"
 	if mode == Mark {
 		pending = " AND processed_at IS NULL"
 		q.complete = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE id = %s AND processed_at IS NULL", t, d.clock(), p(1))

@@ -186,7 +186,10 @@ func (d mysql) insert(ctx context.Context, db dbtx, q *queries, records []outbox
 		}
 		metadata[i] = md
 	}
-	bounds := srv.split(q, records, metadata)
+	bounds, err := srv.split(q, records, metadata)
+	if err != nil {
+		return err
+	}
 	if len(bounds) == 2 {
 		return srv.insertRows(ctx, db, q, records, metadata)
 	}
@@ -203,20 +206,40 @@ func (d mysql) insert(ctx context.Context, db dbtx, q *queries, records []outbox
 
 // split returns the boundaries of the statements a batch needs: 0, then the
 // end of each statement. A statement holds as many rows as fit in
-// maxStatement once escaped (at worst twice their size); a row larger than
-// that goes alone and the server decides.
-func (srv *mysqlServer) split(q *queries, records []outbox.Record, metadata []string) []int {
+// maxStatement once escaped. A row that cannot fit on its own is refused
+// with ErrRecordTooLarge before anything is sent: the server would otherwise
+// drop the connection, which the driver reports only as "invalid connection".
+func (srv *mysqlServer) split(q *queries, records []outbox.Record, metadata []string) ([]int, error) {
 	bounds := []int{0}
-	size := len(q.insertValues) + len(" RETURNING id")
+	base := len(q.insertValues) + len(" RETURNING id")
+	size := base
 	for i, r := range records {
-		row := 2*(len(r.Topic)+len(r.UUID)+len(r.Payload)+len(metadata[i])) + len(",(_binary'','','','')")
+		row := escapedLen(r.Topic) + escapedLen(r.UUID) + escapedLen(r.Payload) + escapedLen(metadata[i]) + len(",(_binary'','','','')")
+		if base+row > srv.maxStatement {
+			return nil, fmt.Errorf("record #%d: %w: %d bytes once escaped, the server's max_allowed_packet allows %d per statement (raise it, or the DSN's maxAllowedPacket)",
+				i, ErrRecordTooLarge, row, srv.maxStatement-base)
+		}
 		if size+row > srv.maxStatement && i > bounds[len(bounds)-1] {
 			bounds = append(bounds, i)
-			size = len(q.insertValues) + len(" RETURNING id")
+			size = base
 		}
 		size += row
 	}
-	return append(bounds, len(records))
+	return append(bounds, len(records)), nil
+}
+
+// escapedLen is the length of a value as the driver interpolates it into a
+// statement: backslash escaping adds one byte per special character (with
+// NO_BACKSLASH_ESCAPES only quotes are doubled, which is never more).
+func escapedLen[T string | []byte](v T) int {
+	n := len(v)
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case 0, '\n', '\r', '\\', '\'', '"', 0x1a:
+			n++
+		}
+	}
+	return n
 }
 
 // insertRows saves records with one multi-row INSERT and sets their ids; see
@@ -333,3 +356,41 @@ func (mysql) convertError(err error) error {
 func (mysql) leaseUntil(int) string { return "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" }
 
 func (mysql) leaseArg(lease time.Duration) any { return lease.Microseconds() }
+
+var _ opsDialect = mysql{}
+
+func (mysql) ago(int) string { return "UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND" }
+
+// lockRows: SKIP LOCKED needs MySQL 8.0 or MariaDB 10.6.
+func (mysql) lockRows(skipLocked bool) string {
+	if skipLocked {
+		return " FOR UPDATE SKIP LOCKED"
+	}
+	return " FOR UPDATE"
+}
+
+// purgeQuery uses DELETE … ORDER BY … LIMIT: MySQL refuses a LIMIT in a
+// subquery of IN, and a delete that reads its own table.
+func (d mysql) purgeQuery(table string) string {
+	return fmt.Sprintf("DELETE FROM %s WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT ?", table, d.ago(1))
+}
+
+func (mysql) ageMicros(ts string) string {
+	return "TIMESTAMPDIFF(MICROSECOND, " + ts + ", UTC_TIMESTAMP(6))"
+}
+
+// MySQL error numbers of DDL whose change is already there.
+const (
+	mysqlDupColumn  = 1060 // ER_DUP_FIELDNAME
+	mysqlDupKeyName = 1061 // ER_DUP_KEYNAME
+)
+
+var _ rerunTolerant = mysql{}
+
+// alreadyApplied: MySQL 8 has no ADD COLUMN IF NOT EXISTS or ADD KEY IF NOT
+// EXISTS, so each ALTER of migration 002 is all or nothing on its own, and a
+// rerun of one that was applied is refused with these.
+func (mysql) alreadyApplied(err error) bool {
+	var myErr *mysqldriver.MySQLError
+	return errors.As(err, &myErr) && (myErr.Number == mysqlDupColumn || myErr.Number == mysqlDupKeyName)
+}

@@ -121,3 +121,26 @@ func (postgres) leaseUntil(n int) string {
 }
 
 func (postgres) leaseArg(lease time.Duration) any { return lease.Seconds() }
+
+var _ opsDialect = postgres{}
+
+func (postgres) ago(n int) string {
+	return fmt.Sprintf("now() - ($%d::bigint * interval '1 microsecond')", n)
+}
+
+func (postgres) lockRows(skipLocked bool) string {
+	if skipLocked {
+		return " FOR UPDATE SKIP LOCKED"
+	}
+	return " FOR UPDATE"
+}
+
+// purgeQuery deletes one bounded batch; SKIP LOCKED lets two cleaners take
+// different rows instead of queueing behind each other.
+func (d postgres) purgeQuery(table string) string {
+	return purgeBySubquery(d, table)
+}
+
+func (postgres) ageMicros(ts string) string {
+	return "CAST(EXTRACT(EPOCH FROM (now() - " + ts + ")) * 1000000 AS BIGINT)"
+}

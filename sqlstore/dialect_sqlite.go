@@ -95,3 +95,20 @@ func (sqlite) convertError(err error) error {
 func (sqlite) leaseUntil(int) string { return "strftime('%Y-%m-%d %H:%M:%f', 'now', ?)" }
 
 func (sqlite) leaseArg(lease time.Duration) any { return fmt.Sprintf("%+.3f seconds", lease.Seconds()) }
+
+var _ opsDialect = sqlite{}
+
+// ago turns the microseconds into an SQLite time modifier ("-1.5 seconds").
+func (sqlite) ago(int) string {
+	return "strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (? / 1000000.0) || ' seconds')"
+}
+
+// lockRows is empty: SQLite locks the whole database for a writer, and the
+// operations that use it are meant for a single node.
+func (sqlite) lockRows(bool) string { return "" }
+
+func (d sqlite) purgeQuery(table string) string { return purgeBySubquery(d, table) }
+
+func (sqlite) ageMicros(ts string) string {
+	return "CAST((julianday('now') - julianday(" + ts + ")) * 86400000000 AS INTEGER)"
+}

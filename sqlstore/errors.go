@@ -28,6 +28,10 @@ var (
 	// was saved.
 	ErrRecordTooLarge = errors.New("sqlstore: record too large for the database")
 
+	// ErrRecordNotFound is wrapped when a record asked for by id does not
+	// exist.
+	ErrRecordNotFound = errors.New("sqlstore: record not found")
+
 	// ErrInvalidConfig is wrapped by configuration errors.
 	ErrInvalidConfig = errors.New("sqlstore: invalid configuration")
 )

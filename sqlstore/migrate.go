@@ -170,6 +170,9 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 		}
 		for _, stmt := range statements(b.String()) {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				if r, ok := d.(rerunTolerant); ok && r.alreadyApplied(err) {
+					continue
+				}
 				return s.fail("migration "+m.name, err)
 			}
 		}

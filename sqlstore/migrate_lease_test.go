@@ -1,10 +1,7 @@
 package sqlstore_test
 
 import (
-	"io/fs"
-	"path"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -14,16 +11,6 @@ import (
 	"github.com/wmoutbox/outbox/internal/testenv"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
-
-// firstMigrationOnly is the embedded migrations of the dialect as the first
-// release had them: 001 alone.
-func firstMigrationOnly(t *testing.T, d sqlstore.Dialect) fs.FS {
-	t.Helper()
-	name := path.Join("migrations", d.Name(), "001_create_table.sql")
-	text, err := fs.ReadFile(sqlstore.MigrationFiles, name)
-	require.NoError(t, err)
-	return fstest.MapFS{name: &fstest.MapFile{Data: text}}
-}
 
 // TestMigrateAddsTheLeaseToAFirstReleaseTable upgrades a table created by
 // the first release, with a pending record in it, and leases that record.

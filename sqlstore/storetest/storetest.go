@@ -74,6 +74,11 @@ func Run(t *testing.T, f Features, newStore NewStore) {
 	t.Run("InsertTx", s.testInsertTx)
 	t.Run("CompleteTx", s.testCompleteTx)
 	t.Run("Lease", s.testLease)
+	t.Run("Attempts", s.testAttempts)
+	t.Run("ClaimStale", s.testClaimStale)
+	t.Run("Purge", s.testPurge)
+	t.Run("Status", s.testStatus)
+	t.Run("Admin", s.testAdmin)
 }
 
 type suite struct {

@@ -1,0 +1,32 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// ResubmitAbandoned makes the abandoned record id of a tracked name pending
+// again (attempts reset) and sends it through pub, which must be the
+// undecorated publisher. The name's store must implement [Resubmitter]. If
+// the send fails the record stays pending and replay or the
+// [StaleResubmitter] sends it later.
+func ResubmitAbandoned(ctx context.Context, reg *Registry, pub message.Publisher, name string, id int64) error {
+	if err := checkSender(reg, pub); err != nil {
+		return err
+	}
+	store := reg.Store(name)
+	if store == nil {
+		return fmt.Errorf("%w: %q is not a tracked name", ErrInvalidConfig, name)
+	}
+	rs, ok := store.(Resubmitter)
+	if !ok {
+		return fmt.Errorf("%w: the store of %q cannot resubmit abandoned records", ErrInvalidConfig, name)
+	}
+	rec, err := rs.ResubmitAbandoned(ctx, id)
+	if err != nil {
+		return fmt.Errorf("outbox: resubmitting record %d of %q: %w", id, name, err)
+	}
+	return sendRecords(ctx, reg, pub, rec.Topic, []Record{rec})
+}

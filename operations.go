@@ -1,0 +1,90 @@
+package outbox
+
+import (
+	"context"
+	"time"
+)
+
+// The interfaces below are optional: a [Store] that implements them gets the
+// operational features, found by type assertion, and a store that does not
+// keeps working without them. The sqlstore package's stores implement all of
+// them.
+
+// FailureRecorder is implemented by a [Store] that counts failed handlings.
+// The middleware calls it only when a handler fails, never on success.
+type FailureRecorder interface {
+	// RecordFailure adds one to the pending record's attempts and keeps
+	// reason (the store may shorten it). When maxAttempts > 0 and the
+	// attempts reach it, the record is abandoned: no longer pending, never
+	// replayed, but kept and visible. It returns the attempts so far and
+	// whether the record was abandoned, and ErrNotPending, changing
+	// nothing, when the record was not pending.
+	RecordFailure(ctx context.Context, id int64, reason string, maxAttempts int) (attempts int, abandoned bool, err error)
+}
+
+// Resubmitter is implemented by a [Store] whose abandoned records can be
+// made pending again.
+type Resubmitter interface {
+	// ResubmitAbandoned makes the abandoned record pending again, with its
+	// attempts reset, and returns it so that the caller sends it. It returns
+	// an error wrapping ErrNotAbandoned when the record is not abandoned.
+	ResubmitAbandoned(ctx context.Context, id int64) (Record, error)
+}
+
+// StaleClaimer is implemented by a [Store] that can find pending records
+// whose last send is older than an age, for the [StaleResubmitter].
+type StaleClaimer interface {
+	// ClaimStale returns up to limit pending records of topic last sent
+	// more than olderThan ago by the database clock, ordered by id, and
+	// records them as sent now, so that no other claim returns them until
+	// olderThan has passed again. Concurrent claims never return the same
+	// record.
+	ClaimStale(ctx context.Context, topic string, olderThan time.Duration, limit int) ([]Record, error)
+}
+
+// Purger is implemented by a [Store] that keeps completed records and can
+// delete them, for the [Cleaner].
+type Purger interface {
+	// PurgeCompleted deletes up to limit completed, not abandoned records
+	// completed more than olderThan ago by the database clock, and returns
+	// how many it deleted.
+	PurgeCompleted(ctx context.Context, olderThan time.Duration, limit int) (int, error)
+}
+
+// NameStatus is the state of one tracked name's records in its store.
+type NameStatus struct {
+	// Name is the tracked name (the records' topic).
+	Name string
+	// Pending is how many records wait to be completed.
+	Pending int64
+	// OldestPending is the age of the oldest pending record by the
+	// database clock, from its creation; zero when none is pending.
+	OldestPending time.Duration
+	// Abandoned is how many records were abandoned; Completed how many
+	// completed records the table keeps (always zero on a deleting table).
+	// Both are zero in the result of PendingStatus.
+	Abandoned int64
+	Completed int64
+}
+
+// StatusReader is implemented by a [Store] that can report its backlog, for
+// metrics, the status handler and operators' tools.
+type StatusReader interface {
+	// PendingStatus reports Pending and OldestPending of every name with
+	// pending records, read from the pending records only, so it stays
+	// cheap however many completed records the table keeps.
+	PendingStatus(ctx context.Context) ([]NameStatus, error)
+	// Status reports every field of every name with records; it reads the
+	// whole table.
+	Status(ctx context.Context) ([]NameStatus, error)
+}
+
+// SendStamper is implemented by a [Store] that records when a record was
+// last sent. Startup replay calls it once per page it sent, so that the
+// [StaleResubmitter] counts from the replay rather than from the record's
+// creation.
+type SendStamper interface {
+	// StampSent sets the last send time of the records to now, by the
+	// database clock.
+	StampSent(ctx context.Context, ids []int64) error
+}

@@ -1,0 +1,66 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// runEvery runs round every interval until ctx is done, then returns nil. A
+// failed round is logged with failure and does not stop the loop.
+func runEvery(ctx context.Context, interval time.Duration, logger watermill.LoggerAdapter, failure string, round func(context.Context) error) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := round(ctx); err != nil && ctx.Err() == nil {
+			logger.Error(failure, err, nil)
+		}
+	}
+}
+
+// runWithRouter returns a router plugin that runs run, from the moment the
+// router is running, on the context the router gives its subscriptions: the
+// router cancels it when it starts closing, which stops run.
+func runWithRouter(run func(ctx context.Context) error) message.RouterPlugin {
+	return func(router *message.Router) error {
+		if len(router.Handlers()) == 0 {
+			return fmt.Errorf("%w: a background runner needs a router with at least one handler; call its Run method instead", ErrInvalidConfig)
+		}
+		var once sync.Once
+		router.AddSubscriberDecorators(func(sub message.Subscriber) (message.Subscriber, error) {
+			return &contextTap{Subscriber: sub, tap: func(ctx context.Context) {
+				once.Do(func() {
+					go func() {
+						select {
+						case <-router.Running():
+						case <-ctx.Done():
+							return
+						}
+						_ = run(ctx)
+					}()
+				})
+			}}, nil
+		})
+		return nil
+	}
+}
+
+// contextTap hands the context of the first Subscribe call to tap.
+type contextTap struct {
+	message.Subscriber
+	tap func(ctx context.Context)
+}
+
+func (s *contextTap) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	s.tap(ctx)
+	return s.Subscriber.Subscribe(ctx, topic)
+}

@@ -1,0 +1,181 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/wmoutbox/outbox"
+)
+
+// State is where a record is in its life, for the admin queries.
+type State string
+
+// The states a record can be in.
+const (
+	Pending   State = "pending"
+	Abandoned State = "abandoned"
+	Completed State = "completed"
+)
+
+// RecordInfo is a record with its bookkeeping, as operators see it. Ages
+// are by the database clock.
+type RecordInfo struct {
+	outbox.Record
+	State     State
+	Attempts  int
+	LastError string
+	// Age is the time since the record was saved; SinceSent the time since
+	// it was last sent (by the publish that saved it, or a resend).
+	Age       time.Duration
+	SinceSent time.Duration
+}
+
+// stateCond is the WHERE condition of a state.
+func (s *Store) stateCond(st State) (string, error) {
+	switch st {
+	case Pending:
+		return s.pendingCond(), nil
+	case Abandoned:
+		return "abandoned_at IS NOT NULL", nil
+	case Completed:
+		if s.mode != Mark {
+			return "", fmt.Errorf("%w: a deleting table keeps no completed records", ErrInvalidConfig)
+		}
+		return "processed_at IS NOT NULL AND abandoned_at IS NULL", nil
+	}
+	return "", fmt.Errorf("%w: unknown record state %q (pending, abandoned or completed)", ErrInvalidConfig, st)
+}
+
+func (s *Store) infoColumns(d Dialect) string {
+	o := opsOf(d)
+	state := "CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' ELSE 'pending' END"
+	if s.mode == Mark {
+		state = "CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' WHEN processed_at IS NOT NULL THEN 'completed' ELSE 'pending' END"
+	}
+	return fmt.Sprintf("id, topic, uuid, payload, metadata, %s, attempts, COALESCE(last_error, ''), %s, %s",
+		state, o.ageMicros("created_at"), o.ageMicros("COALESCE(last_sent_at, created_at)"))
+}
+
+func (s *Store) scanInfos(rows *sql.Rows) ([]RecordInfo, error) {
+	defer rows.Close()
+	var out []RecordInfo
+	for rows.Next() {
+		var r RecordInfo
+		var md, state string
+		var age, sent int64
+		if err := rows.Scan(&r.ID, &r.Topic, &r.UUID, &r.Payload, &md, &state, &r.Attempts, &r.LastError, &age, &sent); err != nil {
+			return nil, s.fail("list", err)
+		}
+		var err error
+		if r.Metadata, err = decodeMetadata(md); err != nil {
+			return nil, s.fail("list", fmt.Errorf("record %d: %w", r.ID, err))
+		}
+		r.State, r.Age, r.SinceSent = State(state), time.Duration(age)*time.Microsecond, time.Duration(sent)*time.Microsecond
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("list", err)
+	}
+	return out, nil
+}
+
+// List returns up to limit records in the state whose id is greater than
+// afterID, ordered by id.
+func (s *Store) List(ctx context.Context, st State, afterID int64, limit int) ([]RecordInfo, error) {
+	cond, err := s.stateCond(st)
+	if err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("%w: limit %d must be positive", ErrInvalidConfig, limit)
+	}
+	db, d, err := s.bound(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := d.placeholder
+	rows, err := db.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s AND id > %s ORDER BY id LIMIT %s",
+		s.infoColumns(d), d.quote(s.table), cond, p(1), p(2)), afterID, limit)
+	if err != nil {
+		return nil, s.fail("list", err)
+	}
+	return s.scanInfos(rows)
+}
+
+// Get returns one record, or an error wrapping [ErrRecordNotFound].
+func (s *Store) Get(ctx context.Context, id int64) (RecordInfo, error) {
+	db, d, err := s.bound(ctx)
+	if err != nil {
+		return RecordInfo{}, err
+	}
+	rows, err := db.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE id = %s", s.infoColumns(d), d.quote(s.table), d.placeholder(1)), id)
+	if err != nil {
+		return RecordInfo{}, s.fail("get", err)
+	}
+	infos, err := s.scanInfos(rows)
+	if err != nil {
+		return RecordInfo{}, err
+	}
+	if len(infos) == 0 {
+		return RecordInfo{}, &TableError{Table: s.table, Op: "get", Err: fmt.Errorf("record %d: %w", id, ErrRecordNotFound)}
+	}
+	return infos[0], nil
+}
+
+// dueLongAgo is a send time every database reads from the same text and that
+// is older than any resend age.
+const dueLongAgo = "2000-01-01 00:00:00"
+
+// MakeDue marks up to limit pending records with an id greater than afterID
+// as last sent long ago, so that the service's [outbox.StaleResubmitter]
+// sends them at its next round, and returns their ids in order. With dryRun
+// it only returns the ids.
+func (s *Store) MakeDue(ctx context.Context, afterID int64, limit int, dryRun bool) ([]int64, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("%w: limit %d must be positive", ErrInvalidConfig, limit)
+	}
+	var ids []int64
+	err := s.inTx(ctx, "make due", func(tx *sqlx.Tx, d Dialect) error {
+		p := d.placeholder
+		t := d.quote(s.table)
+		q := fmt.Sprintf("SELECT id FROM %s WHERE %s AND id > %s ORDER BY id LIMIT %s%s", t, s.pendingCond(), p(1), p(2), opsOf(d).lockRows(true))
+		if err := tx.SelectContext(ctx, &ids, q, afterID, limit); err != nil {
+			return s.fail("make due", err)
+		}
+		if dryRun || len(ids) == 0 {
+			return nil
+		}
+		args := []any{dueLongAgo}
+		for _, id := range ids {
+			args = append(args, id)
+		}
+		upd := fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN %s", t, p(1), idList(d, 2, len(ids)))
+		if _, err := tx.ExecContext(ctx, upd, args...); err != nil {
+			return s.fail("make due", err)
+		}
+		return nil
+	})
+	return ids, err
+}
+
+// ResubmitAbandonedLater makes an abandoned record pending again, like
+// [Store.ResubmitAbandoned], but leaves the sending to the service: the
+// record is due at once for its [outbox.StaleResubmitter], and its next
+// startup replay sends it too.
+func (s *Store) ResubmitAbandonedLater(ctx context.Context, id int64) error {
+	if _, err := s.ResubmitAbandoned(ctx, id); err != nil {
+		return err
+	}
+	db, d, err := s.bound(ctx)
+	if err != nil {
+		return err
+	}
+	p := d.placeholder
+	if _, err := db.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id = %s", d.quote(s.table), p(1), p(2)), dueLongAgo, id); err != nil {
+		return s.fail("resubmit", err)
+	}
+	return nil
+}

@@ -1,0 +1,127 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/wmoutbox/outbox"
+)
+
+// opsDialect is what the operational queries (attempts, stale resubmit,
+// retention) need from a dialect beyond [Dialect].
+type opsDialect interface {
+	// ago is the database clock minus the microseconds in placeholder n.
+	ago(n int) string
+	// lockRows is the row-locking clause of a SELECT in a transaction, ""
+	// where the database locks more coarsely (SQLite).
+	lockRows(skipLocked bool) string
+	// purgeQuery deletes up to a limit of completed, not abandoned records
+	// whose processed_at is older than an age; its arguments are the age
+	// in microseconds and the limit.
+	purgeQuery(table string) string
+	// ageMicros is the microseconds from the timestamp expression ts to
+	// the database clock.
+	ageMicros(ts string) string
+}
+
+func opsOf(d Dialect) opsDialect {
+	o, ok := d.(opsDialect)
+	if !ok {
+		// Every dialect of this package implements it; the check is a
+		// compile-time one in each dialect file.
+		panic(fmt.Sprintf("sqlstore: dialect %s lacks the operational queries", d.Name()))
+	}
+	return o
+}
+
+// pendingCond selects pending records: not completed (on a marking table)
+// and not abandoned.
+func (s *Store) pendingCond() string {
+	if s.mode == Mark {
+		return "processed_at IS NULL"
+	}
+	return "abandoned_at IS NULL"
+}
+
+// purgeBySubquery is the batch delete for databases that take a LIMIT in an
+// IN subquery on the same table.
+func purgeBySubquery(d Dialect, table string) string {
+	o := opsOf(d)
+	return fmt.Sprintf("DELETE FROM %s WHERE id IN (SELECT id FROM %s WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT %s%s)",
+		table, table, o.ago(1), d.placeholder(2), subqueryLock(d))
+}
+
+// subqueryLock is SKIP LOCKED where a subquery may carry it (PostgreSQL).
+func subqueryLock(d Dialect) string {
+	if d.Name() == "postgres" {
+		return opsOf(d).lockRows(true)
+	}
+	return ""
+}
+
+// micros is a duration as the integer argument of [opsDialect.ago].
+func micros(d time.Duration) int64 { return d.Microseconds() }
+
+// idList is "(p1, p2, …)" for n ids starting at placeholder first.
+func idList(d Dialect, first, n int) string {
+	var b strings.Builder
+	b.WriteByte('(')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(d.placeholder(first + i))
+	}
+	b.WriteByte(')')
+	return b.String()
+}
+
+// scanRecords reads id, topic, uuid, payload, metadata rows.
+func (s *Store) scanRecords(rows *sql.Rows, op string) ([]outbox.Record, error) {
+	defer rows.Close()
+	var out []outbox.Record
+	var md string
+	for rows.Next() {
+		var r outbox.Record
+		if err := rows.Scan(&r.ID, &r.Topic, &r.UUID, &r.Payload, &md); err != nil {
+			return nil, s.fail(op, err)
+		}
+		var err error
+		if r.Metadata, err = decodeMetadata(md); err != nil {
+			return nil, s.fail(op, fmt.Errorf("record %d: %w", r.ID, err))
+		}
+		if r.Payload == nil {
+			r.Payload = []byte{}
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail(op, err)
+	}
+	return out, nil
+}
+
+// inTx runs fn in a transaction on the store's pool, committing when fn
+// returns nil.
+func (s *Store) inTx(ctx context.Context, op string, fn func(tx *sqlx.Tx, d Dialect) error) error {
+	db, d, err := s.bound(ctx)
+	if err != nil {
+		return err
+	}
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		return s.fail(op, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
+	if err := fn(tx, d); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return s.fail(op, err)
+	}
+	return nil
+}

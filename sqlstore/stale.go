@@ -1,0 +1,80 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/wmoutbox/outbox"
+)
+
+var _ outbox.StaleClaimer = (*Store)(nil)
+
+// ClaimStale implements [outbox.StaleClaimer]. A record's last send is
+// last_sent_at, or created_at when it was only ever sent by the publish that
+// saved it (the insert stamps nothing more). The claim reads and restamps the
+// records in one transaction; on PostgreSQL and MySQL/MariaDB it skips rows
+// another claim holds (FOR UPDATE SKIP LOCKED), so concurrent instances never
+// claim the same record. SQLite serializes writers and is meant for a
+// single node.
+func (s *Store) ClaimStale(ctx context.Context, topic string, olderThan time.Duration, limit int) ([]outbox.Record, error) {
+	if olderThan <= 0 || limit < 1 {
+		return nil, fmt.Errorf("%w: claiming stale records needs a positive age and limit (got %v, %d)", ErrInvalidConfig, olderThan, limit)
+	}
+	var recs []outbox.Record
+	err := s.inTx(ctx, "claim stale", func(tx *sqlx.Tx, d Dialect) error {
+		o := opsOf(d)
+		p := d.placeholder
+		t := d.quote(s.table)
+		sel := fmt.Sprintf("SELECT id, topic, uuid, payload, metadata FROM %s WHERE topic = %s AND %s AND COALESCE(last_sent_at, created_at) < %s ORDER BY id LIMIT %s%s",
+			t, p(1), s.pendingCond(), o.ago(2), p(3), o.lockRows(true))
+		rows, err := tx.QueryContext(ctx, sel, topic, micros(olderThan), limit)
+		if err != nil {
+			return s.fail("claim stale", err)
+		}
+		if recs, err = s.scanRecords(rows, "claim stale"); err != nil || len(recs) == 0 {
+			return err
+		}
+		args := make([]any, len(recs))
+		for i, r := range recs {
+			args[i] = r.ID
+		}
+		upd := fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN %s", t, d.clock(), idList(d, 1, len(recs)))
+		if _, err := tx.ExecContext(ctx, upd, args...); err != nil {
+			return s.fail("claim stale", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return recs, nil
+}
+
+var _ outbox.SendStamper = (*Store)(nil)
+
+// stampChunk bounds the ids of one UPDATE, well within every database's
+// limit on bound parameters.
+const stampChunk = 1000
+
+// StampSent implements [outbox.SendStamper], with one UPDATE per thousand
+// ids.
+func (s *Store) StampSent(ctx context.Context, ids []int64) error {
+	db, d, err := s.bound(ctx)
+	if err != nil {
+		return err
+	}
+	for start := 0; start < len(ids); start += stampChunk {
+		chunk := ids[start:min(start+stampChunk, len(ids))]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		q := fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN %s", d.quote(s.table), d.clock(), idList(d, 1, len(chunk)))
+		if _, err := db.ExecContext(ctx, q, args...); err != nil {
+			return s.fail("stamp sent", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,77 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+func (s *suite) testAdmin(t *testing.T) {
+	t.Run("ListGetAndMakeDue", func(t *testing.T) {
+		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+			store := s.store(t, mode)
+			recs := insert(t, store, records("orders", 4))
+			require.NoError(t, store.Complete(ctx(t), recs[0].ID))
+			_, _, err := store.RecordFailure(ctx(t), recs[1].ID, "poison", 1)
+			require.NoError(t, err)
+
+			pending, err := store.List(ctx(t), sqlstore.Pending, 0, 10)
+			require.NoError(t, err)
+			require.Len(t, pending, 2)
+			assert.Equal(t, recs[2].ID, pending[0].ID)
+			assert.Equal(t, sqlstore.Pending, pending[0].State)
+			assert.Less(t, pending[0].Age, time.Hour)
+			page, err := store.List(ctx(t), sqlstore.Pending, recs[2].ID, 10)
+			require.NoError(t, err)
+			assert.Equal(t, []int64{recs[3].ID}, claimedIDs(infosRecords(page)), "pages by id")
+
+			abandoned, err := store.List(ctx(t), sqlstore.Abandoned, 0, 10)
+			require.NoError(t, err)
+			require.Len(t, abandoned, 1)
+			assert.Equal(t, "poison", abandoned[0].LastError)
+			assert.Equal(t, 1, abandoned[0].Attempts)
+
+			got, err := store.Get(ctx(t), recs[1].ID)
+			require.NoError(t, err)
+			assert.Equal(t, sqlstore.Abandoned, got.State)
+			assert.Equal(t, recs[1].Payload, got.Payload)
+			assert.Equal(t, recs[1].Metadata, got.Metadata)
+			_, err = store.Get(ctx(t), neverID)
+			assert.ErrorIs(t, err, sqlstore.ErrRecordNotFound)
+			_, err = store.List(ctx(t), "stuck", 0, 10)
+			assert.ErrorIs(t, err, sqlstore.ErrInvalidConfig)
+
+			ids, err := store.MakeDue(ctx(t), 0, 10, true)
+			require.NoError(t, err)
+			assert.Equal(t, []int64{recs[2].ID, recs[3].ID}, ids)
+			claimed, err := store.ClaimStale(ctx(t), "orders", time.Hour, 10)
+			require.NoError(t, err)
+			assert.Empty(t, claimed, "a dry run changes nothing")
+			ids, err = store.MakeDue(ctx(t), 0, 1, false)
+			require.NoError(t, err)
+			assert.Equal(t, []int64{recs[2].ID}, ids)
+			claimed, err = store.ClaimStale(ctx(t), "orders", time.Hour, 10)
+			require.NoError(t, err)
+			assert.Equal(t, []int64{recs[2].ID}, claimedIDs(claimed), "a due record goes to the next resubmit round")
+
+			require.NoError(t, store.ResubmitAbandonedLater(ctx(t), recs[1].ID))
+			claimed, err = store.ClaimStale(ctx(t), "orders", time.Hour, 10)
+			require.NoError(t, err)
+			assert.Equal(t, []int64{recs[1].ID}, claimedIDs(claimed))
+			assert.ErrorIs(t, store.ResubmitAbandonedLater(ctx(t), recs[1].ID), outbox.ErrNotAbandoned)
+		})
+	})
+}
+
+func infosRecords(infos []sqlstore.RecordInfo) []outbox.Record {
+	out := make([]outbox.Record, len(infos))
+	for i, r := range infos {
+		out[i] = r.Record
+	}
+	return out
+}

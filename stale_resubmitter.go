@@ -1,0 +1,156 @@
+package outbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// StaleResubmitConfig configures [NewStaleResubmitter].
+type StaleResubmitConfig struct {
+	// OlderThan is how long a record may stay pending after its last send,
+	// by the database clock, before it is sent again. Defaults to 5
+	// minutes.
+	OlderThan time.Duration
+	// Interval is the time between two scans. Defaults to 1 minute.
+	Interval time.Duration
+	// BatchSize is how many records one claim takes and one Publish sends.
+	// Defaults to 100.
+	BatchSize int
+}
+
+func (c *StaleResubmitConfig) setDefaults() {
+	if c.OlderThan == 0 {
+		c.OlderThan = 5 * time.Minute
+	}
+	if c.Interval == 0 {
+		c.Interval = time.Minute
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 100
+	}
+}
+
+// Validate reports a configuration error, if any.
+func (c StaleResubmitConfig) Validate() error {
+	if c.OlderThan < 0 || c.Interval < 0 || c.BatchSize < 1 {
+		return fmt.Errorf("%w: stale resubmit needs a positive OlderThan, Interval and BatchSize (got %v, %v, %d)", ErrInvalidConfig, c.OlderThan, c.Interval, c.BatchSize)
+	}
+	return nil
+}
+
+// StaleResubmitter sends again, while the service runs, the pending records
+// whose last send is older than [StaleResubmitConfig.OlderThan], so that a
+// record whose message was lost does not wait for the next start. It uses
+// the stores that implement [StaleClaimer]; others are skipped. The claim
+// stamps the send time, so every instance of a service may run one: each
+// record is claimed by one of them per period.
+type StaleResubmitter struct {
+	reg    *Registry
+	pub    message.Publisher
+	cfg    StaleResubmitConfig
+	logger watermill.LoggerAdapter
+}
+
+// NewStaleResubmitter returns a resubmitter that sends through pub, which must
+// be the undecorated publisher.
+func NewStaleResubmitter(reg *Registry, pub message.Publisher, cfg StaleResubmitConfig, logger watermill.LoggerAdapter) (*StaleResubmitter, error) {
+	if err := checkSender(reg, pub); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &StaleResubmitter{reg: reg, pub: pub, cfg: cfg, logger: logger}, nil
+}
+
+// checkSender refuses what no sender of records can work with.
+func checkSender(reg *Registry, pub message.Publisher) error {
+	if reg == nil {
+		return fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
+	}
+	if pub == nil {
+		return fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
+	}
+	if _, decorated := pub.(*publisher); decorated {
+		return fmt.Errorf("%w: records are sent through the undecorated publisher, the decorated one, it would save every record again", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// ResubmitOnce claims and sends the stale records of every tracked name once
+// and returns how many it sent per name. It stops at the first error; the
+// records of a batch whose send failed were stamped as sent and are tried
+// again after OlderThan.
+func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, error) {
+	result := ReplayResult{}
+	if !r.reg.enabled {
+		return result, nil
+	}
+	for _, name := range r.reg.names {
+		claimer, ok := r.reg.byName[name].(StaleClaimer)
+		if !ok {
+			continue
+		}
+		for {
+			recs, err := claimer.ClaimStale(ctx, name, r.cfg.OlderThan, r.cfg.BatchSize)
+			if err != nil {
+				return result, &ReplayError{Name: name, Err: fmt.Errorf("claiming stale records: %w", err)}
+			}
+			if len(recs) == 0 {
+				break
+			}
+			if err := sendRecords(ctx, r.reg, r.pub, name, recs); err != nil {
+				return result, err
+			}
+			result[name] += len(recs)
+			if len(recs) < r.cfg.BatchSize {
+				break
+			}
+		}
+		if n := result[name]; n > 0 {
+			r.logger.Info("Resubmitted stale pending records", watermill.LogFields{"outbox_name": name, "resubmitted": n})
+		}
+	}
+	return result, nil
+}
+
+// sendRecords publishes records of one name with their original id, UUID,
+// payload and metadata.
+func sendRecords(ctx context.Context, reg *Registry, pub message.Publisher, name string, recs []Record) error {
+	msgs := make([]*message.Message, len(recs))
+	for i, rec := range recs {
+		msgs[i] = replayMessage(ctx, name, rec)
+	}
+	if err := pub.Publish(name, msgs...); err != nil {
+		return &ReplayError{Name: name, ID: recs[0].ID, Err: fmt.Errorf("sending records %d..%d: %w", recs[0].ID, recs[len(recs)-1].ID, err)}
+	}
+	if o := reg.observer(); o != nil {
+		o.Replayed(name, len(recs))
+	}
+	return nil
+}
+
+// Run resubmits every Interval until ctx is done, then returns nil. A failed
+// round is logged and the next round tries again.
+func (r *StaleResubmitter) Run(ctx context.Context) error {
+	return runEvery(ctx, r.cfg.Interval, r.logger, "Stale resubmit round failed; the next round tries again", func(ctx context.Context) error {
+		_, err := r.ResubmitOnce(ctx)
+		return err
+	})
+}
+
+// Plugin returns a router plugin that runs the resubmitter while the router
+// runs: it starts once the router is running (after the startup replay) and
+// stops when the router starts closing. The router needs at least one
+// handler; without one, call Run.
+func (r *StaleResubmitter) Plugin() message.RouterPlugin {
+	return runWithRouter(r.Run)
+}

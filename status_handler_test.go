@@ -1,0 +1,96 @@
+package outbox_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// statusBody is the JSON the status handler serves, read back generically so
+// that the test checks the wire format.
+type statusBody struct {
+	Healthy bool   `json:"healthy"`
+	Error   string `json:"error"`
+	Names   []struct {
+		Name          string  `json:"name"`
+		Pending       int64   `json:"pending"`
+		OldestPending float64 `json:"oldest_pending_seconds"`
+		Abandoned     int64   `json:"abandoned"`
+		Completed     int64   `json:"completed"`
+	} `json:"names"`
+}
+
+func getStatus(t *testing.T, h http.Handler) (int, statusBody) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/outbox/status", nil))
+	assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+	var body statusBody
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body), rec.Body.String())
+	return rec.Code, body
+}
+
+func TestStatusHandler(t *testing.T) {
+	t.Parallel()
+
+	t.Run("HealthyUntilTheOldestPendingRecordIsTooOld", func(t *testing.T) {
+		t.Parallel()
+		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+			b := setup(t, backend, sqlstore.Mark)
+			msgs := b.publishTracked(t, 3)
+			_, err := b.middleware(t)((&recordingHandler{}).handle)(msgs[0])
+			require.NoError(t, err)
+			h, err := outbox.NewStatusHandler(b.reg, outbox.StatusHandlerConfig{MaxPendingAge: time.Hour, Full: true}, b.logger)
+			require.NoError(t, err)
+
+			code, body := getStatus(t, h)
+			assert.Equal(t, http.StatusOK, code)
+			assert.True(t, body.Healthy)
+			require.Len(t, body.Names, 1)
+			assert.Equal(t, b.topic, body.Names[0].Name)
+			assert.EqualValues(t, 2, body.Names[0].Pending)
+			assert.EqualValues(t, 1, body.Names[0].Completed)
+			assert.Less(t, body.Names[0].OldestPending, 3600.0)
+
+			b.backdate(t, "created_at", idOf(t, msgs[1]))
+			code, body = getStatus(t, h)
+			assert.Equal(t, http.StatusServiceUnavailable, code)
+			assert.False(t, body.Healthy)
+			assert.Greater(t, body.Names[0].OldestPending, 3600.0)
+		})
+	})
+
+	t.Run("UnreadableStoreIsUnhealthy", func(t *testing.T) {
+		t.Parallel()
+		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+			b := setup(t, backend, sqlstore.Mark)
+			b.store.Attach(closedDB(t, backend))
+			h, err := outbox.NewStatusHandler(b.reg, outbox.StatusHandlerConfig{}, nil)
+			require.NoError(t, err)
+			code, body := getStatus(t, h)
+			assert.Equal(t, http.StatusServiceUnavailable, code)
+			assert.False(t, body.Healthy)
+			assert.Contains(t, body.Error, b.topic)
+		})
+	})
+
+	t.Run("NamesWithoutRecordsReportZero", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testenv.Backends()[0], sqlstore.Mark)
+		h, err := outbox.NewStatusHandler(b.reg, outbox.StatusHandlerConfig{}, nil)
+		require.NoError(t, err)
+		code, body := getStatus(t, h)
+		assert.Equal(t, http.StatusOK, code)
+		require.Len(t, body.Names, 1)
+		assert.Zero(t, body.Names[0].Pending)
+	})
+}
