@@ -57,6 +57,8 @@ func instances(t *testing.T, backend testenv.Backend, n int, lease time.Duration
 	}
 	table := testenv.Table(t)
 	topic := "orders_" + table
+	// The router runs every replayed delivery at once; on a small pool a
+	// mark can queue for longer than the default CompleteTimeout.
 	logger := &testenv.CaptureLogger{}
 	out := make([]*instance, n)
 	for i := range out {
@@ -68,7 +70,7 @@ func instances(t *testing.T, backend testenv.Backend, n int, lease time.Duration
 		cancel()
 		reg, err := outbox.NewRegistry(outbox.Tracked{Name: topic, Store: store})
 		require.NoError(t, err)
-		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, logger)
+		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CompleteTimeout: 2 * time.Minute}, logger)
 		require.NoError(t, err)
 		out[i] = &instance{db: db, store: store, reg: reg, mw: mw}
 	}

@@ -92,8 +92,7 @@ func TestLeaseTwoInstancesNeverOverlap(t *testing.T) {
 	t.Parallel()
 	const backlog = 1000
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
-		// Under load a mark can time out (the router runs many deliveries at
-		// once on a small pool); the record's lease then runs out and it is
+		// Should a mark still fail, the record's lease runs out and it is
 		// handled again, after the first run, as at-least-once promises.
 		b, inst, _ := instances(t, backend, 2, 10*time.Second)
 		b.backlog(t, backlog)
