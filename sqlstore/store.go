@@ -26,12 +26,18 @@ type Config struct {
 	// DB is the connection pool. It may be nil and attached later with
 	// [Store.Attach].
 	DB *sqlx.DB
+	// Coalescing combines concurrent inserts, and concurrent completions,
+	// into one statement each. Defaults to combining both, one statement of
+	// each kind in flight, at most 1000 records per statement; see
+	// [Coalescing].
+	Coalescing Coalescing
 }
 
 func (c *Config) setDefaults() {
 	if c.Table == "" {
 		c.Table = DefaultTable
 	}
+	c.Coalescing.setDefaults()
 }
 
 // Validate reports a configuration error, if any.
@@ -41,6 +47,9 @@ func (c Config) Validate() error {
 	}
 	if c.Completion != Mark && c.Completion != Delete {
 		return fmt.Errorf("%w: unknown Completion %d", ErrInvalidConfig, int(c.Completion))
+	}
+	if err := c.Coalescing.Validate(); err != nil {
+		return err
 	}
 	return validateTable(c.Table)
 }
@@ -52,6 +61,9 @@ type Store struct {
 	mode    Completion
 	q       *queries
 	db      atomic.Pointer[sqlx.DB]
+	// inserts and completes combine concurrent calls; nil when disabled.
+	inserts   *coalescer[[]outbox.Record]
+	completes *coalescer[int64]
 }
 
 var _ outbox.Store = (*Store)(nil)
@@ -65,6 +77,13 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{dialect: cfg.Dialect, table: cfg.Table, mode: cfg.Completion}
 	s.q = buildQueries(cfg.Dialect, cfg.Table, cfg.Completion)
+	co := cfg.Coalescing
+	if !co.DisableInsert {
+		s.inserts = newCoalescer(co.MaxInFlight, co.MaxBatch, s.insertBatch)
+	}
+	if !co.DisableComplete && cfg.Dialect.batchComplete(cfg.Completion) {
+		s.completes = newCoalescer(co.MaxInFlight, co.MaxBatch, s.completeBatch)
+	}
 	if cfg.DB != nil {
 		s.db.Store(cfg.DB)
 	}
@@ -99,11 +118,23 @@ func (s *Store) fail(op string, err error) error {
 	return &TableError{Table: s.table, Op: op, Err: s.dialect.convertError(err)}
 }
 
-// Insert implements [outbox.Store].
+// Insert implements [outbox.Store]. Concurrent calls are combined into one
+// statement as [Coalescing] says; each gets its own ids and its own error.
 func (s *Store) Insert(ctx context.Context, records []outbox.Record) error {
 	if len(records) == 0 {
 		return nil
 	}
+	if _, err := s.pool(); err != nil {
+		return err
+	}
+	if s.inserts == nil {
+		return s.insertNow(ctx, records)
+	}
+	return s.inserts.do(ctx, records, len(records))
+}
+
+// insertNow saves records with one statement.
+func (s *Store) insertNow(ctx context.Context, records []outbox.Record) error {
 	db, err := s.pool()
 	if err != nil {
 		return err
@@ -133,8 +164,20 @@ func (s *Store) CheckPending(ctx context.Context, id int64) error {
 	return nil
 }
 
-// Complete implements [outbox.Store].
+// Complete implements [outbox.Store]. Concurrent calls are combined into one
+// statement as [Coalescing] says; each gets its own outcome.
 func (s *Store) Complete(ctx context.Context, id int64) error {
+	if _, err := s.pool(); err != nil {
+		return err
+	}
+	if s.completes == nil {
+		return s.completeNow(ctx, id)
+	}
+	return s.completes.do(ctx, id, 1)
+}
+
+// completeNow completes one record with one statement.
+func (s *Store) completeNow(ctx context.Context, id int64) error {
 	db, err := s.pool()
 	if err != nil {
 		return err
