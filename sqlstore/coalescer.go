@@ -18,9 +18,11 @@ import (
 type coalescer[T any] struct {
 	maxInFlight int
 	maxItems    int
-	// run executes one batch and sets every call's err (and results). ctx
-	// is done only when every call's context is done.
-	run func(ctx context.Context, batch []*call[T])
+	// one runs a call alone.
+	one func(ctx context.Context, arg T) error
+	// many runs a batch of two calls or more and sets every call's err (and
+	// results). ctx is done only when every call's context is done.
+	many func(ctx context.Context, batch []*call[T])
 
 	mu       sync.Mutex
 	inFlight int
@@ -41,8 +43,8 @@ type call[T any] struct {
 	lead []*call[T]
 }
 
-func newCoalescer[T any](maxInFlight, maxItems int, run func(context.Context, []*call[T])) *coalescer[T] {
-	return &coalescer[T]{maxInFlight: maxInFlight, maxItems: maxItems, run: run}
+func newCoalescer[T any](maxInFlight, maxItems int, one func(context.Context, T) error, many func(context.Context, []*call[T])) *coalescer[T] {
+	return &coalescer[T]{maxInFlight: maxInFlight, maxItems: maxItems, one: one, many: many}
 }
 
 // do runs arg, alone or with other calls, and returns its own outcome. A
@@ -55,10 +57,9 @@ func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 		c.inFlight++
 		c.changed()
 		c.mu.Unlock()
-		one := call[T]{ctx: ctx, arg: arg, items: items}
-		c.run(ctx, []*call[T]{&one})
+		err := c.one(ctx, arg)
 		c.handOff()
-		return one.err
+		return err
 	}
 	cl := &call[T]{ctx: ctx, arg: arg, items: items, wake: make(chan struct{}, 1)}
 	c.queue = append(c.queue, cl)
@@ -74,15 +75,25 @@ func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 		<-cl.wake
 	}
 	if batch := cl.lead; batch != nil {
-		ctx, cancel := batchContext(batch)
-		c.run(ctx, batch)
-		cancel()
-		for _, other := range batch[1:] {
-			other.wake <- struct{}{}
-		}
+		c.runBatch(batch)
 		c.handOff()
 	}
 	return cl.err
+}
+
+// runBatch runs a batch on the goroutine of its first call and wakes the
+// others once their outcomes are set.
+func (c *coalescer[T]) runBatch(batch []*call[T]) {
+	if len(batch) == 1 {
+		batch[0].err = c.one(batch[0].ctx, batch[0].arg)
+		return
+	}
+	ctx, cancel := batchContext(batch)
+	c.many(ctx, batch)
+	cancel()
+	for _, other := range batch[1:] {
+		other.wake <- struct{}{}
+	}
 }
 
 // handOff is called when a batch finished: the calls waiting now become the

@@ -68,10 +68,6 @@ func (c Coalescing) Validate() error {
 // insertBatch saves the records of every call with one statement and hands
 // each call its own ids.
 func (s *Store) insertBatch(ctx context.Context, batch []*call[[]outbox.Record]) {
-	if len(batch) == 1 {
-		batch[0].err = s.insertNow(ctx, batch[0].arg)
-		return
-	}
 	n := 0
 	for _, c := range batch {
 		n += len(c.arg)
@@ -107,10 +103,6 @@ func (s *Store) insertBatch(ctx context.Context, batch []*call[[]outbox.Record])
 // completed by it satisfies the first call for its id; every other call, for
 // an id that was not pending or for the same id again, gets ErrNotPending.
 func (s *Store) completeBatch(ctx context.Context, batch []*call[int64]) {
-	if len(batch) == 1 {
-		batch[0].err = s.completeNow(ctx, batch[0].arg)
-		return
-	}
 	db, err := s.pool()
 	if err != nil {
 		for _, c := range batch {

@@ -54,6 +54,7 @@ type Dialect interface {
 type queries struct {
 	table        string // quoted
 	insertValues string // INSERT ... VALUES prefix, for dialects that append rows
+	insertOne    string // one row, RETURNING id
 	insertBatch  string // fixed-text batch insert, if the dialect has one
 	checkPending string
 	complete     string
@@ -67,6 +68,7 @@ func buildQueries(d Dialect, table string, mode Completion) *queries {
 	p := d.placeholder
 	q := &queries{table: t}
 	q.insertValues = fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata) VALUES ", t)
+	q.insertOne = fmt.Sprintf("%s(%s, %s, %s, %s) RETURNING id", q.insertValues, p(1), p(2), p(3), p(4))
 	q.insertBatch = d.insertQuery(t)
 	pending := ""
 	if mode == Mark {
@@ -111,4 +113,15 @@ func scanIDList(rows rowsScanner, into []int64) ([]int64, error) {
 		into = append(into, id)
 	}
 	return into, rows.Err()
+}
+
+// insertSingle saves one record with a statement of fixed text, for
+// dialects with INSERT … RETURNING: the common case of one message per
+// Publish needs no array and no statement built per call.
+func insertSingle(ctx context.Context, db *sqlx.DB, q *queries, r *outbox.Record) error {
+	md, err := encodeMetadata(r.Metadata)
+	if err != nil {
+		return fmt.Errorf("record #0: %w", err)
+	}
+	return db.QueryRowContext(ctx, q.insertOne, r.Topic, r.UUID, payloadOf(r.Payload), md).Scan(&r.ID)
 }

@@ -42,6 +42,9 @@ RETURNING id`, table)
 }
 
 func (postgres) insert(ctx context.Context, db *sqlx.DB, q *queries, records []outbox.Record) error {
+	if len(records) == 1 {
+		return insertSingle(ctx, db, q, &records[0])
+	}
 	topics := make([]string, len(records))
 	uuids := make([]string, len(records))
 	payloads := make([][]byte, len(records))

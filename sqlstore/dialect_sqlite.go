@@ -38,6 +38,9 @@ func (sqlite) clock() string { return "strftime('%Y-%m-%d %H:%M:%f', 'now')" }
 func (sqlite) insertQuery(string) string { return "" }
 
 func (sqlite) insert(ctx context.Context, db *sqlx.DB, q *queries, records []outbox.Record) error {
+	if len(records) == 1 {
+		return insertSingle(ctx, db, q, &records[0])
+	}
 	if len(records) <= sqliteMaxRows {
 		return sqliteInsertChunk(ctx, db, q, records)
 	}

@@ -79,10 +79,10 @@ func New(cfg Config) (*Store, error) {
 	s.q = buildQueries(cfg.Dialect, cfg.Table, cfg.Completion)
 	co := cfg.Coalescing
 	if !co.DisableInsert {
-		s.inserts = newCoalescer(co.MaxInFlight, co.MaxBatch, s.insertBatch)
+		s.inserts = newCoalescer(co.MaxInFlight, co.MaxBatch, s.insertNow, s.insertBatch)
 	}
 	if !co.DisableComplete && cfg.Dialect.batchComplete(cfg.Completion) {
-		s.completes = newCoalescer(co.MaxInFlight, co.MaxBatch, s.completeBatch)
+		s.completes = newCoalescer(co.MaxInFlight, co.MaxBatch, s.completeNow, s.completeBatch)
 	}
 	if cfg.DB != nil {
 		s.db.Store(cfg.DB)
@@ -196,35 +196,35 @@ func (s *Store) completeNow(ctx context.Context, id int64) error {
 	return nil
 }
 
-type recordRow struct {
-	ID       int64  `db:"id"`
-	Topic    string `db:"topic"`
-	UUID     string `db:"uuid"`
-	Payload  []byte `db:"payload"`
-	Metadata string `db:"metadata"`
-}
-
-// PendingAfter implements [outbox.Store].
+// PendingAfter implements [outbox.Store]. Each record's metadata is a map of
+// its own, which the caller may change.
 func (s *Store) PendingAfter(ctx context.Context, topic string, afterID int64, limit int) ([]outbox.Record, error) {
 	db, err := s.pool()
 	if err != nil {
 		return nil, err
 	}
-	var rows []recordRow
-	if err := db.SelectContext(ctx, &rows, s.q.pendingAfter, topic, afterID, limit); err != nil {
+	rows, err := db.QueryContext(ctx, s.q.pendingAfter, topic, afterID, limit)
+	if err != nil {
 		return nil, s.fail("read pending", err)
 	}
-	out := make([]outbox.Record, len(rows))
-	for i, r := range rows {
-		md, err := decodeMetadata(r.Metadata)
-		if err != nil {
+	defer rows.Close()
+	out := make([]outbox.Record, 0, min(limit, 1024))
+	var md string
+	for rows.Next() {
+		var r outbox.Record
+		if err := rows.Scan(&r.ID, &r.Topic, &r.UUID, &r.Payload, &md); err != nil {
+			return nil, s.fail("read pending", err)
+		}
+		if r.Metadata, err = decodeMetadata(md); err != nil {
 			return nil, s.fail("read pending", fmt.Errorf("record %d: %w", r.ID, err))
 		}
-		payload := r.Payload
-		if payload == nil {
-			payload = []byte{}
+		if r.Payload == nil {
+			r.Payload = []byte{}
 		}
-		out[i] = outbox.Record{ID: r.ID, Topic: r.Topic, UUID: r.UUID, Payload: payload, Metadata: md}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("read pending", err)
 	}
 	return out, nil
 }
