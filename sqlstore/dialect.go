@@ -81,7 +81,7 @@ func buildQueries(d Dialect, table string, mode Completion) *queries {
 	}
 	q.completeMany = d.completeManyQuery(t, mode)
 	q.checkPending = fmt.Sprintf("SELECT 1 FROM %s WHERE id = %s%s", t, p(1), pending)
-	q.pendingAfter = fmt.Sprintf("SELECT id, topic, uuid, payload, metadata FROM %s WHERE topic = %s AND id > %s%s ORDER BY id LIMIT %s",
+	q.pendingAfter = fmt.Sprintf("SELECT id, uuid, payload, metadata FROM %s WHERE topic = %s AND id > %s%s ORDER BY id LIMIT %s",
 		t, p(1), p(2), pending, p(3))
 	return q
 }

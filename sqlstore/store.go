@@ -211,8 +211,8 @@ func (s *Store) PendingAfter(ctx context.Context, topic string, afterID int64, l
 	out := make([]outbox.Record, 0, min(limit, 1024))
 	var md string
 	for rows.Next() {
-		var r outbox.Record
-		if err := rows.Scan(&r.ID, &r.Topic, &r.UUID, &r.Payload, &md); err != nil {
+		r := outbox.Record{Topic: topic}
+		if err := rows.Scan(&r.ID, &r.UUID, &r.Payload, &md); err != nil {
 			return nil, s.fail("read pending", err)
 		}
 		if r.Metadata, err = decodeMetadata(md); err != nil {
