@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -57,9 +58,8 @@ func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 		c.inFlight++
 		c.changed()
 		c.mu.Unlock()
-		err := c.one(ctx, arg)
-		c.handOff()
-		return err
+		defer c.handOff()
+		return c.one(ctx, arg)
 	}
 	cl := &call[T]{ctx: ctx, arg: arg, items: items, wake: make(chan struct{}, 1)}
 	c.queue = append(c.queue, cl)
@@ -75,25 +75,36 @@ func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 		<-cl.wake
 	}
 	if batch := cl.lead; batch != nil {
+		defer c.handOff()
 		c.runBatch(batch)
-		c.handOff()
 	}
 	return cl.err
 }
 
 // runBatch runs a batch on the goroutine of its first call and wakes the
-// others once their outcomes are set.
+// others once their outcomes are set. A panic in the driver reaches the
+// first call's goroutine; the other calls fail with ErrStatementPanicked
+// rather than wait forever, and the slot is handed on by the caller's defer.
 func (c *coalescer[T]) runBatch(batch []*call[T]) {
 	if len(batch) == 1 {
 		batch[0].err = c.one(batch[0].ctx, batch[0].arg)
 		return
 	}
 	ctx, cancel := batchContext(batch)
+	defer cancel()
+	defer func() {
+		p := recover()
+		for _, other := range batch[1:] {
+			if p != nil {
+				other.err = fmt.Errorf("%w: %v", ErrStatementPanicked, p)
+			}
+			other.wake <- struct{}{}
+		}
+		if p != nil {
+			panic(p)
+		}
+	}()
 	c.many(ctx, batch)
-	cancel()
-	for _, other := range batch[1:] {
-		other.wake <- struct{}{}
-	}
 }
 
 // handOff is called when a batch finished: the calls waiting now become the

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 	"testing"
 )
 
@@ -60,4 +61,60 @@ func BenchmarkCoalescer(b *testing.B) {
 			}
 		})
 	})
+}
+
+func TestCoalescerSurvivesAPanickingStatement(t *testing.T) {
+	t.Parallel()
+	entered, release := make(chan struct{}), make(chan struct{})
+	c := newCoalescer(1, 1000,
+		func(_ context.Context, arg int) error {
+			if arg == 0 { // the call in flight holds the slot until released
+				close(entered)
+				<-release
+			}
+			return nil
+		},
+		func(context.Context, []*call[int]) { panic("driver bug") },
+	)
+	queued := make(chan int, 64) // more than the changes of state this test makes
+	c.observe = func(_, n int) { queued <- n }
+	first := make(chan error, 1)
+	go func() { first <- c.do(context.Background(), 0, 1) }()
+	<-entered
+	var errs [2]chan error
+	panicked := make(chan any, 1)
+	for i := range errs {
+		errs[i] = make(chan error, 1)
+		go func() {
+			defer func() {
+				if p := recover(); p != nil {
+					panicked <- p
+					errs[i] <- nil
+				}
+			}()
+			errs[i] <- c.do(context.Background(), 1, 1)
+		}()
+	}
+	for n := 0; n < 2; n = <-queued {
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	got := []error{<-errs[0], <-errs[1]}
+	if p := <-panicked; p != "driver bug" {
+		t.Errorf("the panic reaches the goroutine that ran the statement, got %v", p)
+	}
+	var failed int
+	for _, err := range got {
+		if errors.Is(err, ErrStatementPanicked) {
+			failed++
+		}
+	}
+	if failed != 1 {
+		t.Errorf("the other call of the batch fails with ErrStatementPanicked: %v", got)
+	}
+	if err := c.do(context.Background(), 2, 1); err != nil {
+		t.Errorf("the store still works after the panic: %v", err)
+	}
 }
