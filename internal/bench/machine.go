@@ -30,7 +30,7 @@ func describeMachine() machine {
 
 func (m machine) print(w io.Writer) {
 	fmt.Fprintf(w, "machine: %s, %d cores, %s, %s\n", m.cpu, m.cores, m.goVer, m.osArch)
-	fmt.Fprintf(w, "load average at the start: %s\n", m.load)
+	fmt.Fprintf(w, "load average at the start: %s; %s\n", m.load, pressure())
 }
 
 func cpuModel() string {
@@ -59,4 +59,25 @@ func loadAverage() string {
 		return "unknown"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// pressure is how much of the last minute tasks spent waiting for a CPU or
+// for IO (Linux PSI), which says whether other work shared the machine.
+func pressure() string {
+	var parts []string
+	for _, res := range []string{"cpu", "io"} {
+		b, err := os.ReadFile("/proc/pressure/" + res)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(strings.SplitN(string(b), "\n", 2)[0]) {
+			if v, ok := strings.CutPrefix(f, "avg60="); ok {
+				parts = append(parts, res+" pressure (some, avg60) "+v+"%")
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return "pressure unknown"
+	}
+	return strings.Join(parts, ", ")
 }

@@ -32,15 +32,21 @@ import (
 
 // options are the command's flags.
 type options struct {
-	dbs        []string
-	duration   time.Duration
-	rounds     int
-	window     int
-	pacedN     int
-	pacedRate  int
-	replayRows int
-	postgres   string
-	cases      map[string]bool
+	dbs      []string
+	duration time.Duration
+	rounds   int
+	// routerRounds is for the router cases, whose per-message cost is
+	// microseconds, so that noise matters more.
+	routerRounds int
+	window       int
+	pacedN       int
+	pacedRate    int
+	replayRows   int
+	postgres     string
+	cases        map[string]bool
+	// inFlight is Coalescing.MaxInFlight of the default cases; 0 keeps
+	// sqlstore's default.
+	inFlight int
 }
 
 // caseGroups are the groups -cases selects from, in the order they run.
@@ -53,17 +59,19 @@ func main() {
 	dbs := flag.String("db", "postgres", "databases to run on, comma-separated: postgres, sqlite")
 	flag.DurationVar(&o.duration, "duration", 2*time.Second, "how long each throughput case runs")
 	flag.IntVar(&o.rounds, "rounds", 3, "how many times each pair of compared cases runs, alternating; the median is reported")
+	flag.IntVar(&o.routerRounds, "router-rounds", 5, "rounds of the router cases (bare router, untracked)")
 	flag.IntVar(&o.window, "window", 32, "end-to-end: messages one publisher may have published but not yet handled")
 	flag.IntVar(&o.pacedN, "paced", 3000, "messages sent in the paced latency cases")
 	flag.IntVar(&o.pacedRate, "rate", 500, "messages per second in the paced latency cases")
 	flag.IntVar(&o.replayRows, "replay", 1_000_000, "pending rows replayed in the replay case")
 	flag.StringVar(&o.postgres, "postgres-dsn", testenv.PostgresDSN(), "PostgreSQL DSN")
 	cases := flag.String("cases", "", "only these groups, comma-separated: "+strings.Join(caseGroups, ", ")+" (default all)")
+	flag.IntVar(&o.inFlight, "inflight", 0, "Coalescing.MaxInFlight of the default cases (0: sqlstore's default)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	tiny := flag.Bool("tiny", false, "a run of seconds that checks every case works (sizes: duration 100ms, 1 round, 50 paced, 5000 replayed)")
 	flag.Parse()
 	if *tiny {
-		o.duration, o.rounds, o.pacedN, o.replayRows = 100*time.Millisecond, 1, 50, 5000
+		o.duration, o.rounds, o.routerRounds, o.pacedN, o.replayRows = 100*time.Millisecond, 1, 1, 50, 5000
 	}
 	o.dbs = strings.Split(*dbs, ",")
 	if *cases != "" {
@@ -117,6 +125,6 @@ func run(ctx context.Context, out io.Writer, o options) error {
 		}
 		rep.print(out)
 	}
-	fmt.Fprintf(out, "\nload average at the end: %s\n", loadAverage())
+	fmt.Fprintf(out, "\nload average at the end: %s; %s\n", loadAverage(), pressure())
 	return nil
 }

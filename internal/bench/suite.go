@@ -12,11 +12,18 @@ import (
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-var (
-	coalesced        = sqlstore.Coalescing{}
-	oneByOne         = sqlstore.Coalescing{DisableInsert: true, DisableComplete: true}
-	insertsCoalesced = sqlstore.Coalescing{DisableComplete: true}
-)
+var oneByOne = sqlstore.Coalescing{DisableInsert: true, DisableComplete: true}
+
+// coalesced is the store configuration of the default cases.
+func (o options) coalesced() sqlstore.Coalescing { return sqlstore.Coalescing{MaxInFlight: o.inFlight} }
+
+// insertsCoalesced is the default configuration with completions one by
+// one.
+func (o options) insertsCoalesced() sqlstore.Coalescing {
+	co := o.coalesced()
+	co.DisableComplete = true
+	return co
+}
 
 // runRouterSuite measures what the outbox costs a message it does not track,
 // with no database involved.
@@ -29,7 +36,7 @@ func runRouterSuite(ctx context.Context, o options) (*report, error) {
 	rep.atMost("untracked publish through the decorator: 0 allocs/op", pubAllocs, 0, "%.0f allocs/op")
 	rep.atMost("untracked delivery through the middleware: 0 allocs/op", deliveryAllocs, 0, "%.0f allocs/op")
 	const publishers = 4
-	rs, err := sideBySide(o.rounds,
+	rs, err := sideBySide(o.routerRounds,
 		func() (result, error) { return endToEnd(ctx, barePipeline(), openLoad(publishers, o)) },
 		func() (result, error) {
 			p, err := untrackedPipeline()
@@ -92,7 +99,7 @@ func publishSteps(ctx context.Context, d *database, o options, rep *report) erro
 	for _, w := range []int{1, 4, 16} {
 		rs, err := sideBySide(o.rounds,
 			func() (result, error) { return rawInsert(ctx, d, w, o.duration) },
-			func() (result, error) { return trackedPublish(ctx, d, w, 1, coalesced, o.duration) },
+			func() (result, error) { return trackedPublish(ctx, d, w, 1, o.coalesced(), o.duration) },
 			func() (result, error) { return trackedPublish(ctx, d, w, 1, oneByOne, o.duration) },
 		)
 		if err != nil {
@@ -114,7 +121,7 @@ func batchSteps(ctx context.Context, d *database, o options, rep *report) error 
 	const n = 100
 	rs, err := sideBySide(o.rounds,
 		func() (result, error) { return rawBatchInsert(ctx, d, n, o.duration) },
-		func() (result, error) { return trackedPublish(ctx, d, 1, n, coalesced, o.duration) },
+		func() (result, error) { return trackedPublish(ctx, d, 1, n, o.coalesced(), o.duration) },
 	)
 	if err != nil {
 		return err
@@ -130,10 +137,10 @@ func endToEndSteps(ctx context.Context, d *database, o options, rep *report) err
 	for _, p := range []int{1, 4, 16} {
 		cases := []func() (result, error){
 			func() (result, error) { return rawCycle(ctx, d, p, o.duration) },
-			func() (result, error) { return trackedEndToEnd(ctx, d, p, coalesced, o) },
+			func() (result, error) { return trackedEndToEnd(ctx, d, p, o.coalesced(), o) },
 		}
 		if p == 16 {
-			cases = append(cases, func() (result, error) { return trackedEndToEnd(ctx, d, p, insertsCoalesced, o) })
+			cases = append(cases, func() (result, error) { return trackedEndToEnd(ctx, d, p, o.insertsCoalesced(), o) })
 		}
 		if classic {
 			cases = append(cases, func() (result, error) {
@@ -180,7 +187,7 @@ func trackedEndToEnd(ctx context.Context, d *database, publishers int, co sqlsto
 }
 
 func pacedSteps(ctx context.Context, d *database, o options, rep *report) error {
-	p, err := trackedPipeline(ctx, d, 1, coalesced)
+	p, err := trackedPipeline(ctx, d, 1, o.coalesced())
 	if err != nil {
 		return err
 	}
