@@ -57,8 +57,8 @@ func (o options) runs(group string) bool { return o.cases == nil || o.cases[grou
 func main() {
 	var o options
 	dbs := flag.String("db", "postgres", "databases to run on, comma-separated: postgres, sqlite")
-	flag.DurationVar(&o.duration, "duration", 2*time.Second, "how long each throughput case runs")
-	flag.IntVar(&o.rounds, "rounds", 3, "how many times each pair of compared cases runs, alternating; the median is reported")
+	flag.DurationVar(&o.duration, "duration", 1500*time.Millisecond, "how long each throughput case runs")
+	flag.IntVar(&o.rounds, "rounds", 5, "how many times each pair of compared cases runs, alternating; the median is reported")
 	flag.IntVar(&o.routerRounds, "router-rounds", 5, "rounds of the router cases (bare router, untracked)")
 	flag.IntVar(&o.window, "window", 32, "end-to-end: messages one publisher may have published but not yet handled")
 	flag.IntVar(&o.pacedN, "paced", 3000, "messages sent in the paced latency cases")
