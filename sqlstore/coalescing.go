@@ -41,7 +41,11 @@ type Coalescing struct {
 	// MaxInFlight is how many statements of each kind (insert, complete) one
 	// store runs at the same time, and so how many pooled connections it
 	// holds at most for them. Calls that arrive while that many run are
-	// combined into the next statement. Defaults to 1.
+	// combined into the next statement. One gives the largest batches, which
+	// is what a saturated database needs (and all SQLite can use); a higher
+	// value lets a few concurrent callers run side by side on a database
+	// with cores to spare, at the price of smaller batches under load.
+	// Defaults to 1.
 	MaxInFlight int
 }
 

@@ -49,12 +49,14 @@ func loop(ctx context.Context, workers int, d time.Duration, op func(ctx context
 }
 
 // sideBySide runs every case once per round, alternating them so that they
-// see the same machine, and returns each case's median by rate.
+// see the same machine, and returns each case's median by rate. Each round
+// starts with the next case, so that none always runs first.
 func sideBySide(rounds int, cases ...func() (result, error)) ([]result, error) {
 	runs := make([][]result, len(cases))
-	for range rounds {
-		for i, c := range cases {
-			r, err := c()
+	for round := range rounds {
+		for k := range cases {
+			i := (round + k) % len(cases)
+			r, err := cases[i]()
 			if err != nil {
 				return nil, err
 			}
