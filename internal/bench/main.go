@@ -35,15 +35,17 @@ type options struct {
 	dbs      []string
 	duration time.Duration
 	rounds   int
-	// routerRounds is for the router cases, whose per-message cost is
-	// microseconds, so that noise matters more.
-	routerRounds int
-	window       int
-	pacedN       int
-	pacedRate    int
-	replayRows   int
-	postgres     string
-	cases        map[string]bool
+	// routerRounds and routerDuration are for the router cases, whose
+	// per-message cost is microseconds, so that noise matters more: many
+	// short rounds even it out.
+	routerRounds   int
+	routerDuration time.Duration
+	window         int
+	pacedN         int
+	pacedRate      int
+	replayRows     int
+	postgres       string
+	cases          map[string]bool
 	// inFlight is Coalescing.MaxInFlight of the default cases; 0 keeps
 	// sqlstore's default.
 	inFlight int
@@ -59,7 +61,8 @@ func main() {
 	dbs := flag.String("db", "postgres", "databases to run on, comma-separated: postgres, sqlite")
 	flag.DurationVar(&o.duration, "duration", 1500*time.Millisecond, "how long each throughput case runs")
 	flag.IntVar(&o.rounds, "rounds", 5, "how many times each pair of compared cases runs, alternating; the median is reported")
-	flag.IntVar(&o.routerRounds, "router-rounds", 5, "rounds of the router cases (bare router, untracked)")
+	flag.IntVar(&o.routerRounds, "router-rounds", 15, "rounds of the router cases (bare router, untracked)")
+	flag.DurationVar(&o.routerDuration, "router-duration", 500*time.Millisecond, "how long each router case runs per round")
 	flag.IntVar(&o.window, "window", 32, "end-to-end: messages one publisher may have published but not yet handled")
 	flag.IntVar(&o.pacedN, "paced", 3000, "messages sent in the paced latency cases")
 	flag.IntVar(&o.pacedRate, "rate", 500, "messages per second in the paced latency cases")
@@ -71,7 +74,7 @@ func main() {
 	tiny := flag.Bool("tiny", false, "a run of seconds that checks every case works (sizes: duration 100ms, 1 round, 50 paced, 5000 replayed)")
 	flag.Parse()
 	if *tiny {
-		o.duration, o.rounds, o.routerRounds, o.pacedN, o.replayRows = 100*time.Millisecond, 1, 1, 50, 5000
+		o.duration, o.rounds, o.routerRounds, o.routerDuration, o.pacedN, o.replayRows = 100*time.Millisecond, 1, 1, 100*time.Millisecond, 50, 5000
 	}
 	o.dbs = strings.Split(*dbs, ",")
 	if *cases != "" {

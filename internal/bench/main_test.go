@@ -20,7 +20,7 @@ func TestTinyRunMeasuresEveryCase(t *testing.T) {
 	t.Setenv(outbox.EnvToggle, "on")
 	var out bytes.Buffer
 	o := options{
-		dbs: []string{"postgres", "sqlite"}, duration: 50 * time.Millisecond, rounds: 1, routerRounds: 1, window: 8,
+		dbs: []string{"postgres", "sqlite"}, duration: 50 * time.Millisecond, rounds: 1, routerRounds: 1, routerDuration: 50 * time.Millisecond, window: 8,
 		pacedN: 20, pacedRate: 500, replayRows: 2000, postgres: testenv.PostgresDSN(),
 	}
 	if err := run(context.Background(), &out, o); err != nil {

@@ -36,14 +36,16 @@ func runRouterSuite(ctx context.Context, o options) (*report, error) {
 	rep.atMost("untracked publish through the decorator: 0 allocs/op", pubAllocs, 0, "%.0f allocs/op")
 	rep.atMost("untracked delivery through the middleware: 0 allocs/op", deliveryAllocs, 0, "%.0f allocs/op")
 	const publishers = 4
+	ro := o
+	ro.duration = o.routerDuration
 	rs, err := sideBySide(o.routerRounds,
-		func() (result, error) { return endToEnd(ctx, barePipeline(), openLoad(publishers, o)) },
+		func() (result, error) { return endToEnd(ctx, barePipeline(), openLoad(publishers, ro)) },
 		func() (result, error) {
 			p, err := untrackedPipeline()
 			if err != nil {
 				return result{}, err
 			}
-			return endToEnd(ctx, p, openLoad(publishers, o))
+			return endToEnd(ctx, p, openLoad(publishers, ro))
 		},
 	)
 	if err != nil {
