@@ -41,11 +41,13 @@ type Coalescing struct {
 	// MaxInFlight is how many statements of each kind (insert, complete) one
 	// store runs at the same time, and so how many pooled connections it
 	// holds at most for them. Calls that arrive while that many run are
-	// combined into the next statement. One gives the largest batches, which
-	// is what a saturated database needs (and all SQLite can use); a higher
-	// value lets a few concurrent callers run side by side on a database
-	// with cores to spare, at the price of smaller batches under load.
-	// Defaults to 1.
+	// combined into the next statement. With one, callers that come back
+	// while it runs wait a whole statement; with two, the next statement
+	// forms while one runs and starts as soon as callers come, which keeps
+	// the largest batches a busy database needs without making a few
+	// publishers wait for each other. Higher values let more callers run
+	// side by side before any waits, at the price of smaller batches under
+	// load. Defaults to 2, or 1 for SQLite, which runs one write at a time.
 	MaxInFlight int
 }
 
@@ -54,7 +56,7 @@ func (c *Coalescing) setDefaults() {
 		c.MaxBatch = 1000
 	}
 	if c.MaxInFlight == 0 {
-		c.MaxInFlight = 1
+		c.MaxInFlight = 1 // only without a dialect, which Validate refuses
 	}
 }
 

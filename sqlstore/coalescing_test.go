@@ -26,7 +26,11 @@ type coalescing struct {
 	statements *testenv.StatementCounter
 }
 
-func setupCoalescing(t *testing.T, b testenv.Backend, mode sqlstore.Completion) *coalescing {
+// oneInFlight makes batches form behind a single statement, which the tests
+// stall in the database.
+var oneInFlight = sqlstore.Coalescing{MaxInFlight: 1}
+
+func setupCoalescing(t *testing.T, b testenv.Backend, mode sqlstore.Completion, co sqlstore.Coalescing) *coalescing {
 	t.Helper()
 	c := &coalescing{backend: b}
 	if b.Name == "Postgres" {
@@ -34,7 +38,12 @@ func setupCoalescing(t *testing.T, b testenv.Backend, mode sqlstore.Completion) 
 	} else {
 		c.db = b.Open(t)
 	}
-	c.store = testenv.NewStore(t, b, c.db, mode)
+	table := testenv.Table(t)
+	var err error
+	c.store, err = sqlstore.New(sqlstore.Config{Dialect: b.Dialect, Table: table, Completion: mode, DB: c.db, Coalescing: co})
+	require.NoError(t, err)
+	require.NoError(t, c.store.Migrate(testCtx(t)))
+	t.Cleanup(func() { testenv.DropTable(t, c.db, b.Dialect, table) })
 	return c
 }
 
@@ -142,7 +151,7 @@ func TestCoalescing(t *testing.T) {
 	t.Run("WaitingInsertsGoAsOneStatement", func(t *testing.T) {
 		t.Parallel()
 		testenv.ForEachBackend(t, func(t *testing.T, backend testenv.Backend) {
-			c := setupCoalescing(t, backend, sqlstore.Mark)
+			c := setupCoalescing(t, backend, sqlstore.Mark, oneInFlight)
 			before := c.countStatements("INSERT")
 			s := stallInserts(t, c)
 			ctx, watch := s.ctx, s.watch
@@ -182,18 +191,12 @@ func TestCoalescing(t *testing.T) {
 
 	t.Run("MaxBatchSplitsWaitingCalls", func(t *testing.T) {
 		t.Parallel()
-		testenv.Postgres(t)
-		db, statements := testenv.CountingPostgres(t)
-		backend := testenv.Backends()[0]
-		table := testenv.Table(t)
-		store, err := sqlstore.New(sqlstore.Config{Dialect: backend.Dialect, Table: table, DB: db,
-			Coalescing: sqlstore.Coalescing{MaxBatch: 6}})
-		require.NoError(t, err)
+		c := setupCoalescing(t, testenv.Backends()[0], sqlstore.Mark, sqlstore.Coalescing{MaxBatch: 6, MaxInFlight: 1})
+		require.NotNil(t, c.statements, "the first backend is PostgreSQL, whose statements are counted")
 		ctx := testCtx(t)
-		require.NoError(t, store.Migrate(ctx))
-		t.Cleanup(func() { testenv.DropTable(t, db, backend.Dialect, table) })
-		before := statements.Count("INSERT")
-		s := stallInserts(t, &coalescing{backend: backend, db: db, store: store, statements: statements})
+		before := c.statements.Count("INSERT")
+		s := stallInserts(t, c)
+		store, statements := c.store, c.statements
 		var dones []<-chan error
 		for i := range 3 {
 			dones = append(dones, insertAsync(ctx, store, records(fmt.Sprintf("c%d-a", i), fmt.Sprintf("c%d-b", i), fmt.Sprintf("c%d-c", i))))
@@ -209,10 +212,45 @@ func TestCoalescing(t *testing.T) {
 		assert.Len(t, s.rowIDs(t), 10)
 	})
 
+	t.Run("SecondStatementRunsWhileFirstWaits", func(t *testing.T) {
+		t.Parallel()
+		testenv.ForEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+			c := setupCoalescing(t, backend, sqlstore.Mark, sqlstore.Coalescing{MaxInFlight: 2})
+			before := c.countStatements("INSERT")
+			s := stallInserts(t, c)
+			ctx := s.ctx
+			second := insertAsync(ctx, c.store, records("second"))
+			require.NoError(t, s.watch.Wait(ctx, 2, 0), "the second call does not wait for the first")
+			dones := []<-chan error{insertAsync(ctx, c.store, records("w1")), insertAsync(ctx, c.store, records("w2"))}
+			require.NoError(t, s.watch.Wait(ctx, 2, 2), "the third and fourth wait for a statement to return")
+			s.release()
+			for _, d := range append(dones, s.first, second) {
+				require.NoError(t, <-d)
+			}
+			assert.Len(t, c.rowIDs(t), 4)
+			if c.statements != nil {
+				assert.Equal(t, 3, c.countStatements("INSERT")-before, "first, second, then the two that waited together")
+			}
+		})
+	})
+
+	t.Run("DefaultsFollowTheDialect", func(t *testing.T) {
+		t.Parallel()
+		for _, tc := range []struct {
+			dialect  sqlstore.Dialect
+			inFlight int
+		}{{sqlstore.Postgres(), 2}, {sqlstore.SQLite(), 1}} {
+			s, err := sqlstore.New(sqlstore.Config{Dialect: tc.dialect})
+			require.NoError(t, err)
+			assert.Equal(t, tc.inFlight, sqlstore.InsertsInFlight(s), tc.dialect.Name())
+			assert.Equal(t, sqlstore.Coalescing{MaxBatch: 1000, MaxInFlight: tc.inFlight}, s.Coalescing())
+		}
+	})
+
 	t.Run("RefusedRecordFailsOnlyItsOwnCall", func(t *testing.T) {
 		t.Parallel()
 		testenv.ForEachBackend(t, func(t *testing.T, backend testenv.Backend) {
-			c := setupCoalescing(t, backend, sqlstore.Mark)
+			c := setupCoalescing(t, backend, sqlstore.Mark, oneInFlight)
 			ctx := testCtx(t)
 			table := c.store.Table()
 			// The database, not the code, refuses one record.
@@ -253,7 +291,7 @@ func TestCoalescing(t *testing.T) {
 	t.Run("InvalidMetadataFailsOnlyItsOwnCall", func(t *testing.T) {
 		t.Parallel()
 		testenv.ForEachBackend(t, func(t *testing.T, backend testenv.Backend) {
-			s := stallInserts(t, setupCoalescing(t, backend, sqlstore.Mark))
+			s := stallInserts(t, setupCoalescing(t, backend, sqlstore.Mark, oneInFlight))
 			ctx, c := s.ctx, s.coalescing
 			bad := records("bad")
 			bad[0].Metadata = message.Metadata{"k": "\xff"}
@@ -273,7 +311,7 @@ func TestCoalescing(t *testing.T) {
 	t.Run("FailedStatementFailsExactlyItsCalls", func(t *testing.T) {
 		t.Parallel()
 		testenv.ForEachBackend(t, func(t *testing.T, backend testenv.Backend) {
-			s := stallInserts(t, setupCoalescing(t, backend, sqlstore.Mark))
+			s := stallInserts(t, setupCoalescing(t, backend, sqlstore.Mark, oneInFlight))
 			ctx, c := s.ctx, s.coalescing
 			dones := []<-chan error{insertAsync(ctx, c.store, records("lost-1")), insertAsync(ctx, c.store, records("lost-2"))}
 			require.NoError(t, s.watch.Wait(ctx, 1, 2))
@@ -302,7 +340,7 @@ func TestCoalescing(t *testing.T) {
 	t.Run("CancelledWaitingCallLeavesTheQueue", func(t *testing.T) {
 		t.Parallel()
 		testenv.ForEachBackend(t, func(t *testing.T, backend testenv.Backend) {
-			s := stallInserts(t, setupCoalescing(t, backend, sqlstore.Mark))
+			s := stallInserts(t, setupCoalescing(t, backend, sqlstore.Mark, oneInFlight))
 			ctx, c, watch := s.ctx, s.coalescing, s.watch
 			gaveUp, cancel := context.WithCancel(ctx)
 			cancelledDone := insertAsync(gaveUp, c.store, records("gave-up"))
@@ -326,7 +364,7 @@ func TestCoalescing(t *testing.T) {
 		t.Run("CompletionsReportNotPendingPerID/"+mode.String(), func(t *testing.T) {
 			t.Parallel()
 			testenv.ForEachBackend(t, func(t *testing.T, backend testenv.Backend) {
-				c := setupCoalescing(t, backend, mode)
+				c := setupCoalescing(t, backend, mode, oneInFlight)
 				ctx := testCtx(t)
 				recs := records("r1", "r2", "r3", "r4")
 				require.NoError(t, c.store.Insert(ctx, recs))
@@ -376,7 +414,7 @@ func TestCoalescing(t *testing.T) {
 	t.Run("ConcurrentCallersGetTheirOwnIDsInOrder", func(t *testing.T) {
 		t.Parallel()
 		testenv.ForEachBackend(t, func(t *testing.T, backend testenv.Backend) {
-			c := setupCoalescing(t, backend, sqlstore.Mark)
+			c := setupCoalescing(t, backend, sqlstore.Mark, oneInFlight)
 			ctx := testCtx(t)
 			const callers, calls = 16, 25
 			got := make([][]outbox.Record, callers)

@@ -27,15 +27,18 @@ type Config struct {
 	// [Store.Attach].
 	DB *sqlx.DB
 	// Coalescing combines concurrent inserts, and concurrent completions,
-	// into one statement each. Defaults to combining both, one statement of
-	// each kind in flight, at most 1000 records per statement; see
-	// [Coalescing].
+	// into one statement each. Defaults to combining both, at most 1000
+	// records per statement, two statements of each kind in flight (one on
+	// SQLite); see [Coalescing].
 	Coalescing Coalescing
 }
 
 func (c *Config) setDefaults() {
 	if c.Table == "" {
 		c.Table = DefaultTable
+	}
+	if c.Coalescing.MaxInFlight == 0 && c.Dialect != nil {
+		c.Coalescing.MaxInFlight = c.Dialect.coalesceInFlight()
 	}
 	c.Coalescing.setDefaults()
 }
@@ -61,6 +64,7 @@ type Store struct {
 	mode    Completion
 	q       *queries
 	db      atomic.Pointer[sqlx.DB]
+	coalescing Coalescing
 	// inserts and completes combine concurrent calls; nil when disabled.
 	inserts   *coalescer[[]outbox.Record]
 	completes *coalescer[int64]
@@ -78,6 +82,7 @@ func New(cfg Config) (*Store, error) {
 	s := &Store{dialect: cfg.Dialect, table: cfg.Table, mode: cfg.Completion}
 	s.q = buildQueries(cfg.Dialect, cfg.Table, cfg.Completion)
 	co := cfg.Coalescing
+	s.coalescing = co
 	if !co.DisableInsert {
 		s.inserts = newCoalescer(co.MaxInFlight, co.MaxBatch, s.insertNow, s.insertBatch)
 	}
@@ -102,6 +107,10 @@ func (s *Store) Table() string { return s.table }
 
 // Completion returns what the store does with handled records.
 func (s *Store) Completion() Completion { return s.mode }
+
+// Coalescing returns how the store combines concurrent calls, with the
+// defaults filled in.
+func (s *Store) Coalescing() Coalescing { return s.coalescing }
 
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() Dialect { return s.dialect }

@@ -88,3 +88,12 @@ func (d *database) drop(ctx context.Context, s *sqlstore.Store) {
 	_, _ = d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+s.Table())
 	_, _ = d.db.ExecContext(ctx, d.db.Rebind("DELETE FROM "+sqlstore.VersionTable+" WHERE table_name = ?"), s.Table())
 }
+
+// defaultInFlight is the MaxInFlight the default cases run with.
+func (d *database) defaultInFlight(o options) (int, error) {
+	s, err := sqlstore.New(sqlstore.Config{Dialect: d.dialect, Coalescing: o.coalesced()})
+	if err != nil {
+		return 0, err
+	}
+	return s.Coalescing().MaxInFlight, nil
+}

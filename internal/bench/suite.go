@@ -12,12 +12,7 @@ import (
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-var (
-	oneByOne = sqlstore.Coalescing{DisableInsert: true, DisableComplete: true}
-	// fourInFlight shows the other side of the default's trade-off: up to
-	// four concurrent callers run side by side, batches form beyond.
-	fourInFlight = sqlstore.Coalescing{MaxInFlight: 4}
-)
+var oneByOne = sqlstore.Coalescing{DisableInsert: true, DisableComplete: true}
 
 // coalesced is the store configuration of the default cases.
 func (o options) coalesced() sqlstore.Coalescing { return sqlstore.Coalescing{MaxInFlight: o.inFlight} }
@@ -103,20 +98,35 @@ func runSuite(ctx context.Context, d *database, o options) (*report, error) {
 }
 
 func publishSteps(ctx context.Context, d *database, o options, rep *report) error {
+	def, err := d.defaultInFlight(o)
+	if err != nil {
+		return err
+	}
+	// The two other settings of MaxInFlight among 1, 2 and 4, to show what
+	// the default trades.
+	var others []sqlstore.Coalescing
+	for _, k := range []int{1, 2, 4} {
+		if k != def && len(others) < 2 {
+			others = append(others, sqlstore.Coalescing{MaxInFlight: k})
+		}
+	}
 	for _, w := range []int{1, 4, 16} {
 		rs, err := sideBySide(o.rounds,
 			func() (result, error) { return rawInsert(ctx, d, w, o.duration) },
 			func() (result, error) { return trackedPublish(ctx, d, w, 1, o.coalesced(), o.duration) },
 			func() (result, error) { return trackedPublish(ctx, d, w, 1, oneByOne, o.duration) },
-			func() (result, error) { return trackedPublish(ctx, d, w, 1, fourInFlight, o.duration) },
+			func() (result, error) { return trackedPublish(ctx, d, w, 1, others[0], o.duration) },
+			func() (result, error) { return trackedPublish(ctx, d, w, 1, others[1], o.duration) },
 		)
 		if err != nil {
 			return err
 		}
 		rep.add("publish", "raw single-row INSERT loop", w, rs[0], "rows/s")
-		rep.add("publish", "tracked publish, coalescing (default)", w, rs[1], "msg/s")
+		rep.add("publish", fmt.Sprintf("tracked publish, coalescing (default: MaxInFlight %d)", def), w, rs[1], "msg/s")
 		rep.add("publish", "tracked publish, coalescing off", w, rs[2], "msg/s")
-		rep.add("publish", "tracked publish, coalescing, MaxInFlight 4", w, rs[3], "msg/s")
+		for i, co := range others {
+			rep.add("publish", fmt.Sprintf("tracked publish, coalescing, MaxInFlight %d", co.MaxInFlight), w, rs[3+i], "msg/s")
+		}
 		want := 0.9
 		if w == 16 {
 			want = 2
