@@ -9,13 +9,23 @@ import (
 )
 
 // coalescer combines concurrent calls of one kind into batches, without a
-// timer. A call that arrives while fewer than maxInFlight batches run is run
-// at once, alone, on the caller's goroutine and context: without contention
-// it costs two uncontended mutex operations. A call that arrives while
-// maxInFlight batches run waits; when a batch finishes, the calls that
-// waited meanwhile (up to maxItems items) leave together as the next batch,
-// run by the first of them. So batches grow with the load and a quiet
-// store adds no latency.
+// timer:
+//
+//   - A call that finds no statement in flight runs at once, alone, on the
+//     caller's goroutine and context: a quiet store adds no latency, and the
+//     call costs two uncontended mutex operations.
+//   - A call that finds a statement in flight waits in the queue. When a
+//     statement finishes, the calls that waited meanwhile (up to maxItems
+//     items) leave together as the next statement, run by the first of them.
+//   - While fewer than maxInFlight statements run, the queue does not wait
+//     for one to finish once it holds as many items as the statement that
+//     started last: it leaves at once on a free slot. So callers that come
+//     back together from one statement go out together in the next, without
+//     waiting for the other statement in flight, and without the first of
+//     them going out alone.
+//
+// So batches grow with the load, and with two statements in flight one
+// forms while the other runs.
 type coalescer[T any] struct {
 	maxInFlight int
 	maxItems    int
@@ -25,9 +35,11 @@ type coalescer[T any] struct {
 	// results). ctx is done only when every call's context is done.
 	many func(ctx context.Context, batch []*call[T])
 
-	mu       sync.Mutex
-	inFlight int
-	queue    []*call[T]
+	mu          sync.Mutex
+	inFlight    int
+	queue       []*call[T]
+	queuedItems int
+	lastItems   int // items of the statement that started last
 	// observe, when set (by tests only), sees every change of state while
 	// the mutex is held; it must not block.
 	observe func(inFlight, queued int)
@@ -54,8 +66,9 @@ func newCoalescer[T any](maxInFlight, maxItems int, one func(context.Context, T)
 // the batch's real outcome, so that the error says whether the work was done.
 func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 	c.mu.Lock()
-	if c.inFlight < c.maxInFlight {
+	if c.inFlight == 0 {
 		c.inFlight++
+		c.lastItems = items
 		c.changed()
 		c.mu.Unlock()
 		defer c.handOff()
@@ -63,6 +76,11 @@ func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 	}
 	cl := &call[T]{ctx: ctx, arg: arg, items: items, wake: make(chan struct{}, 1)}
 	c.queue = append(c.queue, cl)
+	c.queuedItems += items
+	if c.inFlight < c.maxInFlight && c.queuedItems >= c.lastItems {
+		c.inFlight++
+		c.start()
+	}
 	c.changed()
 	c.mu.Unlock()
 
@@ -107,16 +125,23 @@ func (c *coalescer[T]) runBatch(batch []*call[T]) {
 	c.many(ctx, batch)
 }
 
-// handOff is called when a batch finished: the calls waiting now become the
-// next batch, which keeps the finished batch's slot.
+// handOff is called when a statement finished: the calls waiting now
+// become the next statement, which keeps the finished one's slot.
 func (c *coalescer[T]) handOff() {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if len(c.queue) == 0 {
 		c.inFlight--
-		c.changed()
-		c.mu.Unlock()
-		return
+	} else {
+		c.start()
 	}
+	c.changed()
+}
+
+// start sends the first calls of the queue, up to maxItems items, as one
+// statement on a slot the caller has taken: it wakes the first of them to run
+// it. The mutex is held.
+func (c *coalescer[T]) start() {
 	n, items := 1, c.queue[0].items
 	for n < len(c.queue) && items+c.queue[n].items <= c.maxItems {
 		items += c.queue[n].items
@@ -124,10 +149,10 @@ func (c *coalescer[T]) handOff() {
 	}
 	batch := slices.Clone(c.queue[:n])
 	c.queue = slices.Delete(c.queue, 0, n)
-	c.changed()
-	c.mu.Unlock()
+	c.queuedItems -= items
+	c.lastItems = items
 	batch[0].lead = batch
-	batch[0].wake <- struct{}{}
+	batch[0].wake <- struct{}{} // buffered, and signalled once
 }
 
 // withdraw takes a waiting call out of the queue; false when a batch has
@@ -138,6 +163,7 @@ func (c *coalescer[T]) withdraw(cl *call[T]) bool {
 	for i, q := range c.queue {
 		if q == cl {
 			c.queue = slices.Delete(c.queue, i, i+1)
+			c.queuedItems -= cl.items
 			c.changed()
 			return true
 		}
