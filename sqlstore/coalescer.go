@@ -9,23 +9,13 @@ import (
 )
 
 // coalescer combines concurrent calls of one kind into batches, without a
-// timer:
-//
-//   - A call that finds no statement in flight runs at once, alone, on the
-//     caller's goroutine and context: a quiet store adds no latency, and the
-//     call costs two uncontended mutex operations.
-//   - A call that finds a statement in flight waits in the queue. When a
-//     statement finishes, the calls that waited meanwhile (up to maxItems
-//     items) leave together as the next statement, run by the first of them.
-//   - While fewer than maxInFlight statements run, the queue does not wait
-//     for one to finish once it holds as many items as the statement that
-//     started last: it leaves at once on a free slot. So callers that come
-//     back together from one statement go out together in the next, without
-//     waiting for the other statement in flight, and without the first of
-//     them going out alone.
-//
-// So batches grow with the load, and with two statements in flight one
-// forms while the other runs.
+// timer. A call that arrives while fewer than maxInFlight batches run is run
+// at once, alone, on the caller's goroutine and context: without contention
+// it costs two uncontended mutex operations. A call that arrives while
+// maxInFlight batches run waits; when a batch finishes, the calls that
+// waited meanwhile (up to maxItems items) leave together as the next batch,
+// run by the first of them. So batches grow with the load and a quiet
+// store adds no latency.
 type coalescer[T any] struct {
 	maxInFlight int
 	maxItems    int
@@ -35,11 +25,9 @@ type coalescer[T any] struct {
 	// results). ctx is done only when every call's context is done.
 	many func(ctx context.Context, batch []*call[T])
 
-	mu          sync.Mutex
-	inFlight    int
-	queue       []*call[T]
-	queuedItems int
-	lastItems   int // items of the statement that started last
+	mu       sync.Mutex
+	inFlight int
+	queue    []*call[T]
 	// observe, when set (by tests only), sees every change of state while
 	// the mutex is held; it must not block.
 	observe func(inFlight, queued int)
@@ -66,9 +54,8 @@ func newCoalescer[T any](maxInFlight, maxItems int, one func(context.Context, T)
 // the batch's real outcome, so that the error says whether the work was done.
 func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 	c.mu.Lock()
-	if c.inFlight == 0 {
+	if c.inFlight < c.maxInFlight {
 		c.inFlight++
-		c.lastItems = items
 		c.changed()
 		c.mu.Unlock()
 		defer c.handOff()
@@ -76,11 +63,6 @@ func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 	}
 	cl := &call[T]{ctx: ctx, arg: arg, items: items, wake: make(chan struct{}, 1)}
 	c.queue = append(c.queue, cl)
-	c.queuedItems += items
-	if c.inFlight < c.maxInFlight && c.queuedItems >= c.lastItems {
-		c.inFlight++
-		c.start()
-	}
 	c.changed()
 	c.mu.Unlock()
 
@@ -125,23 +107,16 @@ func (c *coalescer[T]) runBatch(batch []*call[T]) {
 	c.many(ctx, batch)
 }
 
-// handOff is called when a statement finished: the calls waiting now
-// become the next statement, which keeps the finished one's slot.
+// handOff is called when a batch finished: the calls waiting now become the
+// next batch, which keeps the finished batch's slot.
 func (c *coalescer[T]) handOff() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if len(c.queue) == 0 {
 		c.inFlight--
-	} else {
-		c.start()
+		c.changed()
+		c.mu.Unlock()
+		return
 	}
-	c.changed()
-}
-
-// start sends the first calls of the queue, up to maxItems items, as one
-// statement on a slot the caller has taken: it wakes the first of them to run
-// it. The mutex is held.
-func (c *coalescer[T]) start() {
 	n, items := 1, c.queue[0].items
 	for n < len(c.queue) && items+c.queue[n].items <= c.maxItems {
 		items += c.queue[n].items
@@ -149,10 +124,10 @@ func (c *coalescer[T]) start() {
 	}
 	batch := slices.Clone(c.queue[:n])
 	c.queue = slices.Delete(c.queue, 0, n)
-	c.queuedItems -= items
-	c.lastItems = items
+	c.changed()
+	c.mu.Unlock()
 	batch[0].lead = batch
-	batch[0].wake <- struct{}{} // buffered, and signalled once
+	batch[0].wake <- struct{}{}
 }
 
 // withdraw takes a waiting call out of the queue; false when a batch has
@@ -163,7 +138,6 @@ func (c *coalescer[T]) withdraw(cl *call[T]) bool {
 	for i, q := range c.queue {
 		if q == cl {
 			c.queue = slices.Delete(c.queue, i, i+1)
-			c.queuedItems -= cl.items
 			c.changed()
 			return true
 		}

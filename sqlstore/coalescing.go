@@ -9,14 +9,12 @@ import (
 )
 
 // Coalescing configures how a [Store] combines concurrent calls into one
-// statement. It uses no timer. A call that finds no statement of its kind in
-// flight runs at once, alone, so a quiet store adds no latency. Calls that
-// arrive while one runs wait, and go together as one multi-row INSERT, or one
-// UPDATE (DELETE) … WHERE id IN (…) RETURNING id: when a statement returns,
-// or, while fewer than MaxInFlight run, as soon as as many records wait as
-// the statement that started last carries. So callers that come back
-// together from one statement go out together in the next, and a busy store
-// spends one round trip, and one commit, on many calls.
+// statement. It uses no timer: a call that finds the store idle runs at once,
+// alone; calls that arrive while MaxInFlight statements of their kind run
+// wait for one of them to finish and then go together, as one multi-row
+// INSERT, or one UPDATE (DELETE) … WHERE id IN (…) RETURNING id. So a quiet
+// store adds no latency and a busy one spends one round trip, and one commit,
+// on many calls.
 //
 // Each call still gets its own outcome: its own ids, in the order of its
 // records; [outbox.ErrNotPending] for its own id alone; its own error. A
@@ -42,10 +40,13 @@ type Coalescing struct {
 	MaxBatch int
 	// MaxInFlight is how many statements of each kind (insert, complete) one
 	// store runs at the same time, and so how many pooled connections it
-	// holds at most for them. With one, callers that come back while it runs
-	// wait for it to return; with two, the next statement forms while one
-	// runs and leaves as soon as it is as large. Higher values let more small
-	// statements run side by side, at the price of smaller batches under
+	// holds at most for them. Calls that arrive while that many run are
+	// combined into the next statement. With one, callers that come back
+	// while it runs wait a whole statement; with two, the next statement
+	// forms while one runs and starts as soon as callers come, which keeps
+	// the largest batches a busy database needs without making a few
+	// publishers wait for each other. Higher values let more callers run
+	// side by side before any waits, at the price of smaller batches under
 	// load. Defaults to 2, or 1 for SQLite, which runs one write at a time.
 	MaxInFlight int
 }

@@ -136,14 +136,11 @@ type stalledInsert struct {
 	first   <-chan error
 }
 
-func stallInserts(t *testing.T, c *coalescing, first ...string) *stalledInsert {
+func stallInserts(t *testing.T, c *coalescing) *stalledInsert {
 	t.Helper()
-	if len(first) == 0 {
-		first = []string{"first"}
-	}
 	s := &stalledInsert{coalescing: c, ctx: testCtx(t), watch: sqlstore.WatchInserts(c.store)}
 	s.release = c.blockWrites(t)
-	s.first = insertAsync(s.ctx, c.store, records(first...))
+	s.first = insertAsync(s.ctx, c.store, records("first"))
 	require.NoError(t, s.watch.Wait(s.ctx, 1, 0))
 	return s
 }
@@ -233,31 +230,6 @@ func TestCoalescing(t *testing.T) {
 			assert.Len(t, c.rowIDs(t), 4)
 			if c.statements != nil {
 				assert.Equal(t, 3, c.countStatements("INSERT")-before, "first, second, then the two that waited together")
-			}
-		})
-	})
-
-	t.Run("WaitingCallsMatchingTheStatementInFlightGoOnAFreeSlot", func(t *testing.T) {
-		t.Parallel()
-		testenv.ForEachBackend(t, func(t *testing.T, backend testenv.Backend) {
-			c := setupCoalescing(t, backend, sqlstore.Mark, sqlstore.Coalescing{MaxInFlight: 2})
-			before := c.countStatements("INSERT")
-			s := stallInserts(t, c, "a", "b", "c")
-			ctx := s.ctx
-			var dones []<-chan error
-			for i := range 2 {
-				dones = append(dones, insertAsync(ctx, c.store, records(fmt.Sprintf("w%d", i))))
-				require.NoError(t, s.watch.Wait(ctx, 1, i+1), "fewer records wait than the statement in flight carries")
-			}
-			dones = append(dones, insertAsync(ctx, c.store, records("w2")))
-			require.NoError(t, s.watch.Wait(ctx, 2, 0), "three records wait, as many as in flight: they leave on the free slot")
-			s.release()
-			for _, d := range append(dones, s.first) {
-				require.NoError(t, <-d)
-			}
-			assert.Len(t, c.rowIDs(t), 6)
-			if c.statements != nil {
-				assert.Equal(t, 2, c.countStatements("INSERT")-before, "the first call, then the three that waited, together")
 			}
 		})
 	})

@@ -19,10 +19,8 @@
 // Concurrent [Store.Insert] calls that arrive while an insert is in flight
 // are combined into one multi-row INSERT, and concurrent [Store.Complete]
 // calls into one UPDATE (or DELETE) … WHERE id IN (…) RETURNING id. There is
-// no timer: a call that finds the store idle runs at once, alone; waiting
-// calls leave together when a statement returns, or on a second connection
-// as soon as they match the statement in flight; batches grow only with
-// contention. Each call keeps its own outcome: its own ids in
+// no timer: a call that finds the store idle runs at once, alone, and batches
+// grow only with contention. Each call keeps its own outcome: its own ids in
 // the order of its records, [outbox.ErrNotPending] for its own id, its own
 // error. See [Coalescing] for the settings and the failure rules.
 //

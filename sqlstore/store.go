@@ -59,11 +59,11 @@ func (c Config) Validate() error {
 
 // Store is an [outbox.Store] over one SQL table.
 type Store struct {
-	dialect    Dialect
-	table      string
-	mode       Completion
-	q          *queries
-	db         atomic.Pointer[sqlx.DB]
+	dialect Dialect
+	table   string
+	mode    Completion
+	q       *queries
+	db      atomic.Pointer[sqlx.DB]
 	coalescing Coalescing
 	// inserts and completes combine concurrent calls; nil when disabled.
 	inserts   *coalescer[[]outbox.Record]
