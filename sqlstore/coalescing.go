@@ -41,13 +41,13 @@ type Coalescing struct {
 	// MaxInFlight is how many statements of each kind (insert, complete) one
 	// store runs at the same time, and so how many pooled connections it
 	// holds at most for them. Calls that arrive while that many run are
-	// combined into the next statement. With one, callers that come back
-	// while it runs wait a whole statement; with two, the next statement
-	// forms while one runs and starts as soon as callers come, which keeps
-	// the largest batches a busy database needs without making a few
-	// publishers wait for each other. Higher values let more callers run
-	// side by side before any waits, at the price of smaller batches under
-	// load. Defaults to 2, or 1 for SQLite, which runs one write at a time.
+	// combined into the next statement. One gives the largest batches, which
+	// is what a busy database needs, and all SQLite can use: it runs one
+	// write at a time. Its price is that callers coming back while a
+	// statement runs wait for it, which a database with idle cores that
+	// mostly waits for its disk to commit does not need: there, raise it to
+	// about the number of callers that usually publish at once, and batches
+	// form only beyond that. Defaults to 1.
 	MaxInFlight int
 }
 
@@ -56,7 +56,7 @@ func (c *Coalescing) setDefaults() {
 		c.MaxBatch = 1000
 	}
 	if c.MaxInFlight == 0 {
-		c.MaxInFlight = 1 // only without a dialect, which Validate refuses
+		c.MaxInFlight = 1
 	}
 }
 

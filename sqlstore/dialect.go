@@ -36,9 +36,6 @@ type Dialect interface {
 	// completeManyQuery is completeMany's statement for the quoted table,
 	// when the dialect has one of fixed text; "" when it lists the ids.
 	completeManyQuery(table string, mode Completion) string
-	// coalesceInFlight is the default of Coalescing.MaxInFlight: how many
-	// combined statements of one kind a store runs at once.
-	coalesceInFlight() int
 	// recordError reports whether err is the database refusing the data of
 	// a row (a value, a constraint) rather than the connection or the
 	// statement failing: a combined insert that fails so is retried call by

@@ -65,11 +65,6 @@ func (postgres) insert(ctx context.Context, db *sqlx.DB, q *queries, records []o
 
 func (postgres) batchComplete(Completion) bool { return true }
 
-// coalesceInFlight: two, so that while one combined statement runs (and
-// waits for its commit) the next one forms and starts as soon as callers
-// come, instead of waiting for the first to return.
-func (postgres) coalesceInFlight() int { return 2 }
-
 // completeManyQuery passes the ids as one array, so the text is the same
 // for any number of ids and the statement is prepared once per connection.
 func (postgres) completeManyQuery(table string, mode Completion) string {

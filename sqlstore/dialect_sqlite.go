@@ -89,10 +89,6 @@ func (sqlite) batchComplete(Completion) bool { return true }
 
 func (sqlite) completeManyQuery(string, Completion) string { return "" }
 
-// coalesceInFlight: SQLite runs one write at a time; a second statement
-// would only wait for the lock.
-func (sqlite) coalesceInFlight() int { return 1 }
-
 func (d sqlite) completeMany(ctx context.Context, db *sqlx.DB, q *queries, ids []int64) ([]int64, error) {
 	done := make([]int64, 0, len(ids))
 	for start := 0; start < len(ids); start += sqliteMaxVars {

@@ -50,6 +50,3 @@ func (w *QueueWatch) Wait(ctx context.Context, inFlight, queued int) error {
 		}
 	}
 }
-
-// InsertsInFlight is how many insert statements the store runs at once.
-func InsertsInFlight(s *Store) int { return s.inserts.maxInFlight }

@@ -27,18 +27,15 @@ type Config struct {
 	// [Store.Attach].
 	DB *sqlx.DB
 	// Coalescing combines concurrent inserts, and concurrent completions,
-	// into one statement each. Defaults to combining both, at most 1000
-	// records per statement, two statements of each kind in flight (one on
-	// SQLite); see [Coalescing].
+	// into one statement each. Defaults to combining both, one statement of
+	// each kind in flight, at most 1000 records per statement; see
+	// [Coalescing].
 	Coalescing Coalescing
 }
 
 func (c *Config) setDefaults() {
 	if c.Table == "" {
 		c.Table = DefaultTable
-	}
-	if c.Coalescing.MaxInFlight == 0 && c.Dialect != nil {
-		c.Coalescing.MaxInFlight = c.Dialect.coalesceInFlight()
 	}
 	c.Coalescing.setDefaults()
 }
@@ -59,11 +56,11 @@ func (c Config) Validate() error {
 
 // Store is an [outbox.Store] over one SQL table.
 type Store struct {
-	dialect Dialect
-	table   string
-	mode    Completion
-	q       *queries
-	db      atomic.Pointer[sqlx.DB]
+	dialect    Dialect
+	table      string
+	mode       Completion
+	q          *queries
+	db         atomic.Pointer[sqlx.DB]
 	coalescing Coalescing
 	// inserts and completes combine concurrent calls; nil when disabled.
 	inserts   *coalescer[[]outbox.Record]

@@ -29,7 +29,7 @@ func TestTinyRunMeasuresEveryCase(t *testing.T) {
 	text := out.String()
 	for _, want := range []string{
 		"bare router + GoChannel", "untracked through decorator + middleware",
-		"raw single-row INSERT loop", "tracked publish, coalescing (default: MaxInFlight 2)", "MaxInFlight 4", "raw 100-row INSERT",
+		"raw single-row INSERT loop", "tracked publish, coalescing (default: MaxInFlight 1)", "MaxInFlight 4", "raw 100-row INSERT",
 		"raw SQL cycle", "classic outbox (watermill-sql + forwarder)", "completions not coalesced",
 		"paced 500 msg/s", "replay of 2000 pending rows",
 		"## postgres (PostgreSQL", "## sqlite (SQLite",
