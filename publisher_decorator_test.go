@@ -2,7 +2,9 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -120,6 +122,54 @@ func TestPublisher(t *testing.T) {
 				assert.NoError(t, b.store.CheckPending(b.ctx(t), id))
 			}
 			assert.Equal(t, 2, b.pendingCount(t))
+		})
+	})
+
+	t.Run("ConcurrentPublishersGetTheirOwnIDsInOrder", func(t *testing.T) {
+		t.Parallel()
+		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+			b := setup(t, backend, sqlstore.Mark)
+			gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+			defer gc.Close()
+			pub, err := outbox.NewPublisher(gc, b.reg)
+			require.NoError(t, err)
+			const publishers, each = 16, 20
+			sent := make([][]*message.Message, publishers)
+			errs := make(chan error, publishers*each)
+			var wg sync.WaitGroup
+			for p := range publishers {
+				wg.Go(func() {
+					for i := range each {
+						msg := message.NewMessage(fmt.Sprintf("p%d-%d", p, i), nil)
+						errs <- pub.Publish(b.topic, msg)
+						sent[p] = append(sent[p], msg)
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			var rows []struct {
+				ID   int64  `db:"id"`
+				UUID string `db:"uuid"`
+			}
+			require.NoError(t, b.db.SelectContext(b.ctx(t), &rows, "SELECT id, uuid FROM "+b.store.Table()))
+			require.Len(t, rows, publishers*each)
+			idOfRow := map[string]int64{}
+			for _, r := range rows {
+				idOfRow[r.UUID] = r.ID
+			}
+			for p, msgs := range sent {
+				var prev int64
+				for _, m := range msgs {
+					id := idOf(t, m)
+					require.Equal(t, idOfRow[m.UUID], id, "message %s carries its own record's id", m.UUID)
+					require.Greater(t, id, prev, "publisher %d's records are saved in the order it published", p)
+					prev = id
+				}
+			}
 		})
 	})
 

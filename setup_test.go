@@ -36,12 +36,7 @@ type bundle struct {
 
 // forEachBackend runs fn as a subtest on every database.
 func forEachBackend(t *testing.T, fn func(t *testing.T, b testenv.Backend)) {
-	for _, b := range testenv.Backends() {
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			fn(t, b)
-		})
-	}
+	testenv.ForEachBackend(t, fn)
 }
 
 func setup(t *testing.T, b testenv.Backend, mode sqlstore.Completion) *bundle {

@@ -14,8 +14,9 @@ import (
 
 // ReplayConfig configures [Replay] and [ReplayPlugin].
 type ReplayConfig struct {
-	// PageSize is how many pending records are read per query; replay never
-	// holds more than two pages in memory. Defaults to 500.
+	// PageSize is how many pending records are read per query; replay holds
+	// at most three pages in memory (the one being sent, the next one, and
+	// the one being read), whatever the backlog. Defaults to 500.
 	PageSize int
 
 	// AfterRunning makes [ReplayPlugin] replay in the background once the
@@ -156,7 +157,7 @@ type page struct {
 
 // replayName streams the pending records of one name: a reader goroutine
 // fetches the next page while the current one is sent, through a channel of
-// one page, so memory stays at two pages whatever the backlog.
+// one page, so memory stays at three pages whatever the backlog.
 func (r *replayer) replayName(ctx context.Context, name string, store Store) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -27,6 +28,22 @@ type Dialect interface {
 	// insertQuery is the batch insert statement for the quoted table, when
 	// the dialect has one of fixed text; "" when it builds one per batch.
 	insertQuery(table string) string
+	// batchComplete reports whether completeMany exists for the mode. It
+	// needs UPDATE … RETURNING (Mark) or DELETE … RETURNING (Delete), so that
+	// each caller of a combined completion learns whether its own record was
+	// pending; without it the store completes one id per statement.
+	batchComplete(mode Completion) bool
+	// completeMany completes the records of ids with one statement and
+	// returns the ids it completed, those that were pending, in any order.
+	completeMany(ctx context.Context, db *sqlx.DB, q *queries, ids []int64) ([]int64, error)
+	// completeManyQuery is completeMany's statement for the quoted table,
+	// when the dialect has one of fixed text; "" when it lists the ids.
+	completeManyQuery(table string, mode Completion) string
+	// recordError reports whether err is the database refusing the data of
+	// a row (a value, a constraint) rather than the connection or the
+	// statement failing: a combined insert that fails so is retried call by
+	// call, so that only the call whose record was refused fails.
+	recordError(err error) bool
 	// migrationLock is run inside the migration transaction to serialize
 	// concurrent migrations; "" when the database needs none.
 	migrationLock() string
@@ -96,9 +113,12 @@ type rerunTolerant interface {
 type queries struct {
 	table        string // quoted
 	insertValues string // INSERT ... VALUES prefix, for dialects that append rows
+	insertOne    string // one row, RETURNING id
 	insertBatch  string // fixed-text batch insert, if the dialect has one
 	checkPending string
 	complete     string
+	completeMany string // fixed-text completion of many ids, if the dialect has one
+	completeIn   string // completion prefix ending in "id IN (", for dialects that list the ids
 	pendingAfter string
 	// claim and release take and give up a delivery lease (Config.Lease).
 	claim   string
@@ -110,20 +130,64 @@ func buildQueries(d Dialect, table string, mode Completion) *queries {
 	p := d.placeholder
 	q := &queries{table: t}
 	q.insertValues = fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata) VALUES ", t)
+	q.insertOne = fmt.Sprintf("%s(%s, %s, %s, %s) RETURNING id", q.insertValues, p(1), p(2), p(3), p(4))
 	q.insertBatch = d.insertQuery(t)
 	// Abandoned records are kept but no longer pending.
 	pending := " AND abandoned_at IS NULL"
 	if mode == Mark {
 		pending = " AND processed_at IS NULL"
 		q.complete = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE id = %s AND processed_at IS NULL", t, d.clock(), p(1))
+		q.completeIn = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE processed_at IS NULL AND id IN (", t, d.clock())
 	} else {
 		q.complete = fmt.Sprintf("DELETE FROM %s WHERE id = %s", t, p(1))
+		q.completeIn = fmt.Sprintf("DELETE FROM %s WHERE id IN (", t)
 	}
+	q.completeMany = d.completeManyQuery(t, mode)
 	q.checkPending = fmt.Sprintf("SELECT 1 FROM %s WHERE id = %s%s", t, p(1), pending)
 	q.claim = fmt.Sprintf("UPDATE %s SET lease_until = %s WHERE id = %s%s AND (lease_until IS NULL OR lease_until < %s)",
 		t, d.leaseUntil(1), p(2), pending, d.clock())
 	q.release = fmt.Sprintf("UPDATE %s SET lease_until = NULL WHERE id = %s", t, p(1))
-	q.pendingAfter = fmt.Sprintf("SELECT id, topic, uuid, payload, metadata FROM %s WHERE topic = %s AND id > %s%s ORDER BY id LIMIT %s",
+	q.pendingAfter = fmt.Sprintf("SELECT id, uuid, payload, metadata FROM %s WHERE topic = %s AND id > %s%s ORDER BY id LIMIT %s",
 		t, p(1), p(2), pending, p(3))
 	return q
+}
+
+// completeInQuery lists n ids after the completion prefix and returns the
+// ids completed, for dialects that have RETURNING but no array parameter.
+func completeInQuery(d Dialect, q *queries, n int) string {
+	var b strings.Builder
+	b.Grow(len(q.completeIn) + n*4 + 14)
+	b.WriteString(q.completeIn)
+	for i := 1; i <= n; i++ {
+		if i > 1 {
+			b.WriteByte(',')
+		}
+		b.WriteString(d.placeholder(i))
+	}
+	b.WriteString(") RETURNING id")
+	return b.String()
+}
+
+// scanIDList reads a column of ids.
+func scanIDList(rows rowsScanner, into []int64) ([]int64, error) {
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return into, err
+		}
+		into = append(into, id)
+	}
+	return into, rows.Err()
+}
+
+// insertSingle saves one record with a statement of fixed text, for
+// dialects with INSERT … RETURNING: the common case of one message per
+// Publish needs no array and no statement built per call.
+func insertSingle(ctx context.Context, db dbtx, q *queries, r *outbox.Record) error {
+	md, err := encodeMetadata(r.Metadata)
+	if err != nil {
+		return fmt.Errorf("record #0: %w", err)
+	}
+	return db.QueryRowContext(ctx, q.insertOne, r.Topic, r.UUID, payloadOf(r.Payload), md).Scan(&r.ID)
 }

@@ -394,3 +394,29 @@ func (mysql) alreadyApplied(err error) bool {
 	var myErr *mysqldriver.MySQLError
 	return errors.As(err, &myErr) && (myErr.Number == mysqlDupColumn || myErr.Number == mysqlDupKeyName)
 }
+
+// batchComplete is false: neither MySQL nor MariaDB has UPDATE … RETURNING,
+// so a combined completion could not tell each caller whether its own record
+// was pending. Completions run one statement per id.
+func (mysql) batchComplete(Completion) bool { return false }
+
+func (mysql) completeMany(context.Context, *sqlx.DB, *queries, []int64) ([]int64, error) {
+	return nil, errors.New("sqlstore: the MySQL dialect has no combined completion")
+}
+
+func (mysql) completeManyQuery(string, Completion) string { return "" }
+
+// recordError reports the server refusing a row's data: a value too long or
+// of the wrong kind, a NULL where none is allowed, a duplicate, a CHECK
+// (MariaDB's JSON check) or a value out of range.
+func (mysql) recordError(err error) bool {
+	var myErr *mysqldriver.MySQLError
+	if !errors.As(err, &myErr) {
+		return false
+	}
+	switch myErr.Number {
+	case 1048, 1062, 1264, 1366, 1406, 3140, 4025:
+		return true
+	}
+	return false
+}

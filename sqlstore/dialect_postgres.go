@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jmoiron/sqlx"
 	"github.com/wmoutbox/outbox"
 )
 
@@ -42,6 +43,9 @@ RETURNING id`, table)
 }
 
 func (postgres) insert(ctx context.Context, db dbtx, q *queries, records []outbox.Record) error {
+	if len(records) == 1 {
+		return insertSingle(ctx, db, q, &records[0])
+	}
 	topics := make([]string, len(records))
 	uuids := make([]string, len(records))
 	payloads := make([][]byte, len(records))
@@ -58,6 +62,32 @@ func (postgres) insert(ctx context.Context, db dbtx, q *queries, records []outbo
 		return err
 	}
 	return scanIDs(rows, records)
+}
+
+func (postgres) batchComplete(Completion) bool { return true }
+
+// completeManyQuery passes the ids as one array, so the text is the same
+// for any number of ids and the statement is prepared once per connection.
+func (postgres) completeManyQuery(table string, mode Completion) string {
+	if mode == Mark {
+		return fmt.Sprintf("UPDATE %s SET processed_at = now() WHERE id = ANY($1::bigint[]) AND processed_at IS NULL RETURNING id", table)
+	}
+	return fmt.Sprintf("DELETE FROM %s WHERE id = ANY($1::bigint[]) RETURNING id", table)
+}
+
+func (postgres) completeMany(ctx context.Context, db *sqlx.DB, q *queries, ids []int64) ([]int64, error) {
+	rows, err := db.QueryContext(ctx, q.completeMany, ids)
+	if err != nil {
+		return nil, err
+	}
+	return scanIDList(rows, make([]int64, 0, len(ids)))
+}
+
+// recordError: SQLSTATE class 22 is a data exception (a value the column
+// refuses, such as a NUL byte in text), class 23 a violated constraint.
+func (postgres) recordError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
 }
 
 func (postgres) migrationLock() string {
@@ -92,16 +122,8 @@ type rowsScanner interface {
 // scanIDs reads the ids a batch insert returned and assigns them in
 // ascending order, which is the order the rows were inserted in.
 func scanIDs(rows rowsScanner, records []outbox.Record) error {
-	defer rows.Close()
-	ids := make([]int64, 0, len(records))
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return err
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
+	ids, err := scanIDList(rows, make([]int64, 0, len(records)))
+	if err != nil {
 		return err
 	}
 	if len(ids) != len(records) {

@@ -2,10 +2,12 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/wmoutbox/outbox"
 )
 
@@ -16,6 +18,9 @@ func SQLite() Dialect { return sqlite{} }
 type sqlite struct{}
 
 var _ Dialect = sqlite{}
+
+// sqliteMaxVars is SQLite's default limit of bound variables per statement.
+const sqliteMaxVars = 32766
 
 // sqliteMaxRows keeps a statement within SQLite's default limit of 32766
 // bound variables (four per row); larger batches use several statements in
@@ -34,6 +39,9 @@ func (sqlite) clock() string { return "strftime('%Y-%m-%d %H:%M:%f', 'now')" }
 func (sqlite) insertQuery(string) string { return "" }
 
 func (sqlite) insert(ctx context.Context, db dbtx, q *queries, records []outbox.Record) error {
+	if len(records) == 1 {
+		return insertSingle(ctx, db, q, &records[0])
+	}
 	if len(records) <= sqliteMaxRows {
 		return sqliteInsertChunk(ctx, db, q, records)
 	}
@@ -72,6 +80,48 @@ func sqliteInsertChunk(ctx context.Context, db dbtx, q *queries, records []outbo
 		return err
 	}
 	return scanIDs(rows, records)
+}
+
+// batchComplete: SQLite has UPDATE … RETURNING and DELETE … RETURNING.
+func (sqlite) batchComplete(Completion) bool { return true }
+
+func (sqlite) completeManyQuery(string, Completion) string { return "" }
+
+func (d sqlite) completeMany(ctx context.Context, db *sqlx.DB, q *queries, ids []int64) ([]int64, error) {
+	done := make([]int64, 0, len(ids))
+	for start := 0; start < len(ids); start += sqliteMaxVars {
+		chunk := ids[start:min(start+sqliteMaxVars, len(ids))]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		rows, err := db.QueryContext(ctx, completeInQuery(d, q, len(chunk)), args...)
+		if err != nil {
+			return nil, err
+		}
+		if done, err = scanIDList(rows, done); err != nil {
+			return nil, err
+		}
+	}
+	return done, nil
+}
+
+// sqliteCoder is what the driver's errors offer (modernc.org/sqlite.Error),
+// without importing the driver into every program that uses sqlstore.
+type sqliteCoder interface{ Code() int }
+
+// recordError: the primary result codes SQLITE_TOOBIG (18), SQLITE_CONSTRAINT
+// (19, which includes RAISE(ABORT) in a trigger) and SQLITE_MISMATCH (20).
+func (sqlite) recordError(err error) bool {
+	var c sqliteCoder
+	if !errors.As(err, &c) {
+		return false
+	}
+	switch c.Code() & 0xff {
+	case 18, 19, 20:
+		return true
+	}
+	return false
 }
 
 func (sqlite) migrationLock() string { return "" }

@@ -16,6 +16,16 @@
 // Record ids come from an identity or auto-increment column that never reuses
 // a value, so that a copy of a deleted record can never match a new one.
 //
+// # Coalescing
+//
+// Concurrent [Store.Insert] calls that arrive while an insert is in flight
+// are combined into one multi-row INSERT, and concurrent [Store.Complete]
+// calls into one UPDATE (or DELETE) … WHERE id IN (…) RETURNING id. There is
+// no timer: a call that finds the store idle runs at once, alone, and batches
+// grow only with contention. Each call keeps its own outcome: its own ids in
+// the order of its records, [outbox.ErrNotPending] for its own id, its own
+// error. See [Coalescing] for the settings and the failure rules.
+//
 // # Connection
 //
 // The *sqlx.DB may be passed in [Config] or attached later with

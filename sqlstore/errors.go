@@ -34,6 +34,11 @@ var (
 
 	// ErrInvalidConfig is wrapped by configuration errors.
 	ErrInvalidConfig = errors.New("sqlstore: invalid configuration")
+
+	// ErrStatementPanicked is wrapped by the error of a call whose records
+	// went in a combined statement that panicked (in the driver) on another
+	// caller's goroutine, where the panic goes on.
+	ErrStatementPanicked = errors.New("sqlstore: combined statement panicked")
 )
 
 // TableError names the table an error happened on.

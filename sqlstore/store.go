@@ -37,12 +37,18 @@ type Config struct {
 	// lease may overlap a redelivery. A crashed handler's lease runs out and
 	// the record can be claimed again. Defaults to 0, no lease.
 	Lease time.Duration
+	// Coalescing combines concurrent inserts, and concurrent completions,
+	// into one statement each. Defaults to combining both, one statement of
+	// each kind in flight, at most 1000 records per statement; see
+	// [Coalescing].
+	Coalescing Coalescing
 }
 
 func (c *Config) setDefaults() {
 	if c.Table == "" {
 		c.Table = DefaultTable
 	}
+	c.Coalescing.setDefaults()
 }
 
 // Validate reports a configuration error, if any.
@@ -55,6 +61,9 @@ func (c Config) Validate() error {
 	}
 	if c.Lease < 0 {
 		return fmt.Errorf("%w: Lease %v is negative", ErrInvalidConfig, c.Lease)
+	}
+	if err := c.Coalescing.Validate(); err != nil {
+		return err
 	}
 	return validateTable(c.Table)
 }
@@ -71,6 +80,10 @@ type Store struct {
 	probeMu sync.Mutex
 	// migrations holds migrations/<dialect>/NNN_name.sql.
 	migrations fs.FS
+	coalescing Coalescing
+	// inserts and completes combine concurrent calls; nil when disabled.
+	inserts   *coalescer[[]outbox.Record]
+	completes *coalescer[int64]
 }
 
 var _ outbox.Store = (*Store)(nil)
@@ -84,6 +97,14 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{dialect: cfg.Dialect, table: cfg.Table, mode: cfg.Completion, lease: cfg.Lease, migrations: migrationFiles}
 	s.q = buildQueries(cfg.Dialect, cfg.Table, cfg.Completion)
+	co := cfg.Coalescing
+	s.coalescing = co
+	if !co.DisableInsert {
+		s.inserts = newCoalescer(co.MaxInFlight, co.MaxBatch, s.insertNow, s.insertBatch)
+	}
+	if !co.DisableComplete && cfg.Dialect.batchComplete(cfg.Completion) {
+		s.completes = newCoalescer(co.MaxInFlight, co.MaxBatch, s.completeNow, s.completeBatch)
+	}
 	if cfg.DB != nil {
 		s.Attach(cfg.DB)
 	}
@@ -96,6 +117,10 @@ func (s *Store) Table() string { return s.table }
 // Completion returns what the store does with handled records.
 func (s *Store) Completion() Completion { return s.mode }
 
+// Coalescing returns how the store combines concurrent calls, with the
+// defaults filled in.
+func (s *Store) Coalescing() Coalescing { return s.coalescing }
+
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() Dialect { return s.dialect }
 
@@ -103,17 +128,30 @@ func (s *Store) fail(op string, err error) error {
 	return &TableError{Table: s.table, Op: op, Err: s.dialect.convertError(err)}
 }
 
-// Insert implements [outbox.Store].
+// Insert implements [outbox.Store]. Concurrent calls are combined into one
+// statement as [Coalescing] says; each gets its own ids and its own error.
 func (s *Store) Insert(ctx context.Context, records []outbox.Record) error {
 	if len(records) == 0 {
 		return nil
 	}
+	if _, err := s.pool(); err != nil {
+		return err
+	}
+	if s.inserts == nil {
+		return s.insertNow(ctx, records)
+	}
+	return s.inserts.do(ctx, records, len(records))
+}
+
+// insertNow saves records with one statement (several for MySQL batches
+// larger than a packet).
+func (s *Store) insertNow(ctx context.Context, records []outbox.Record) error {
 	db, d, err := s.bound(ctx)
 	if err != nil {
 		return err
 	}
 	if err := d.insert(ctx, db, s.q, records); err != nil {
-		if errors.Is(err, ErrInvalidRecord) {
+		if errors.Is(err, ErrInvalidRecord) || errors.Is(err, ErrRecordTooLarge) {
 			return err
 		}
 		return s.fail("insert", err)
@@ -147,8 +185,20 @@ func (s *Store) checkPending(ctx context.Context, db *sqlx.DB, id int64) error {
 	return nil
 }
 
-// Complete implements [outbox.Store].
+// Complete implements [outbox.Store]. Concurrent calls are combined into one
+// statement as [Coalescing] says; each gets its own outcome.
 func (s *Store) Complete(ctx context.Context, id int64) error {
+	if _, err := s.pool(); err != nil {
+		return err
+	}
+	if s.completes == nil {
+		return s.completeNow(ctx, id)
+	}
+	return s.completes.do(ctx, id, 1)
+}
+
+// completeNow completes one record with one statement.
+func (s *Store) completeNow(ctx context.Context, id int64) error {
 	db, err := s.pool()
 	if err != nil {
 		return err
@@ -167,35 +217,35 @@ func (s *Store) Complete(ctx context.Context, id int64) error {
 	return nil
 }
 
-type recordRow struct {
-	ID       int64  `db:"id"`
-	Topic    string `db:"topic"`
-	UUID     string `db:"uuid"`
-	Payload  []byte `db:"payload"`
-	Metadata string `db:"metadata"`
-}
-
-// PendingAfter implements [outbox.Store].
+// PendingAfter implements [outbox.Store]. Each record's metadata is a map of
+// its own, which the caller may change.
 func (s *Store) PendingAfter(ctx context.Context, topic string, afterID int64, limit int) ([]outbox.Record, error) {
 	db, err := s.pool()
 	if err != nil {
 		return nil, err
 	}
-	var rows []recordRow
-	if err := db.SelectContext(ctx, &rows, s.q.pendingAfter, topic, afterID, limit); err != nil {
+	rows, err := db.QueryContext(ctx, s.q.pendingAfter, topic, afterID, limit)
+	if err != nil {
 		return nil, s.fail("read pending", err)
 	}
-	out := make([]outbox.Record, len(rows))
-	for i, r := range rows {
-		md, err := decodeMetadata(r.Metadata)
-		if err != nil {
+	defer rows.Close()
+	out := make([]outbox.Record, 0, min(limit, 1024))
+	var md string
+	for rows.Next() {
+		r := outbox.Record{Topic: topic}
+		if err := rows.Scan(&r.ID, &r.UUID, &r.Payload, &md); err != nil {
+			return nil, s.fail("read pending", err)
+		}
+		if r.Metadata, err = decodeMetadata(md); err != nil {
 			return nil, s.fail("read pending", fmt.Errorf("record %d: %w", r.ID, err))
 		}
-		payload := r.Payload
-		if payload == nil {
-			payload = []byte{}
+		if r.Payload == nil {
+			r.Payload = []byte{}
 		}
-		out[i] = outbox.Record{ID: r.ID, Topic: r.Topic, UUID: r.UUID, Payload: payload, Metadata: md}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("read pending", err)
 	}
 	return out, nil
 }

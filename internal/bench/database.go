@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // PostgreSQL driver
+	"github.com/jmoiron/sqlx"
+	_ "modernc.org/sqlite" // SQLite driver
+
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// poolSize is the connection pool of every case: enough for 16 publishers
+// and 16 handlers each holding a connection, and the same for raw SQL.
+const poolSize = 40
+
+// database is one database the suite runs on.
+type database struct {
+	name    string
+	dialect sqlstore.Dialect
+	db      *sqlx.DB
+	version string
+	tmpDir  string
+}
+
+func openDatabase(ctx context.Context, name, postgresDSN string) (*database, error) {
+	d := &database{name: name}
+	var err error
+	switch name {
+	case "postgres":
+		d.dialect = sqlstore.Postgres()
+		d.db, err = sqlx.Open("pgx", postgresDSN)
+	case "sqlite":
+		d.dialect = sqlstore.SQLite()
+		if d.tmpDir, err = os.MkdirTemp("", "outbox-bench"); err != nil {
+			return nil, err
+		}
+		// The settings the README recommends: WAL and a busy timeout.
+		d.db, err = sqlx.Open("sqlite", "file:"+filepath.Join(d.tmpDir, "bench.db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
+	default:
+		return nil, fmt.Errorf("unknown database %q (postgres, sqlite)", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	d.db.SetMaxOpenConns(poolSize)
+	d.db.SetMaxIdleConns(poolSize)
+	versionQuery := "SHOW server_version"
+	if name == "sqlite" {
+		versionQuery = "SELECT 'SQLite ' || sqlite_version()"
+	}
+	if err := d.db.GetContext(ctx, &d.version, versionQuery); err != nil {
+		d.close()
+		return nil, fmt.Errorf("%s is not reachable: %w", name, err)
+	}
+	if name == "postgres" {
+		d.version = "PostgreSQL " + d.version
+	}
+	return d, nil
+}
+
+func (d *database) close() {
+	_ = d.db.Close()
+	if d.tmpDir != "" {
+		_ = os.RemoveAll(d.tmpDir)
+	}
+}
+
+// newStore creates a fresh outbox table; drop removes it.
+func (d *database) newStore(ctx context.Context, co sqlstore.Coalescing) (*sqlstore.Store, error) {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	s, err := sqlstore.New(sqlstore.Config{Dialect: d.dialect, Table: "bench_" + hex.EncodeToString(b[:]), DB: d.db, Coalescing: co})
+	if err != nil {
+		return nil, err
+	}
+	return s, s.Migrate(ctx)
+}
+
+// drop removes a table the suite created; its name is a generated
+// identifier, validated by sqlstore.New.
+func (d *database) drop(ctx context.Context, s *sqlstore.Store) {
+	_, _ = d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+s.Table())
+	_, _ = d.db.ExecContext(ctx, d.db.Rebind("DELETE FROM "+sqlstore.VersionTable+" WHERE table_name = ?"), s.Table())
+}
+
+// defaultInFlight is the MaxInFlight the default cases run with.
+func (d *database) defaultInFlight(o options) (int, error) {
+	s, err := sqlstore.New(sqlstore.Config{Dialect: d.dialect, Coalescing: o.coalesced()})
+	if err != nil {
+		return 0, err
+	}
+	return s.Coalescing().MaxInFlight, nil
+}

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// pipeline is what one end-to-end case sends through: publishers call pub,
+// the router's handlers subscribe to sub, with middleware around them.
+type pipeline struct {
+	pub        message.Publisher
+	sub        message.Subscriber
+	middleware []message.HandlerMiddleware
+	close      func()
+}
+
+// load says how the publishers publish: for a duration, each at most window
+// messages ahead of its handler, or paced, count messages at interval.
+type load struct {
+	publishers int
+	duration   time.Duration
+	window     int
+	count      int
+	interval   time.Duration
+}
+
+func openLoad(publishers int, o options) load {
+	return load{publishers: publishers, duration: o.duration, window: o.window}
+}
+
+func pacedLoad(o options) load {
+	return load{publishers: 1, window: o.window, count: o.pacedN, interval: time.Second / time.Duration(o.pacedRate)}
+}
+
+// drainTimeout bounds the wait for the last messages to be handled.
+const drainTimeout = 2 * time.Minute
+
+const publisherKey = "bench_publisher"
+
+// topics are the topics of n publishers: one each, with one handler each,
+// so that n publishers are also n concurrent handlers.
+func topics(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "bench_" + strconv.Itoa(i)
+	}
+	return out
+}
+
+// endToEnd runs publishers, each on its own topic, into a router with one
+// handler per topic, and measures messages handled per second and the time
+// from the start of Publish to the handler. A message counts once the whole
+// chain (with the outbox, its completion) is done.
+func endToEnd(ctx context.Context, p pipeline, l load) (result, error) {
+	defer p.close()
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		return result{}, err
+	}
+	slots := make([]chan struct{}, l.publishers)
+	for i := range slots {
+		slots[i] = make(chan struct{}, l.window)
+	}
+	var handled atomic.Int64
+	// Outermost: the message is done once everything inside returned.
+	router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			if err == nil {
+				if i, perr := strconv.Atoi(msg.Metadata.Get(publisherKey)); perr == nil && i < len(slots) {
+					select {
+					case <-slots[i]:
+						handled.Add(1)
+					default: // a redelivered copy
+					}
+				}
+			}
+			return out, err
+		}
+	})
+	router.AddMiddleware(p.middleware...)
+	lat := &latencies{}
+	names := topics(l.publishers)
+	for _, topic := range names {
+		router.AddNoPublisherHandler(topic, topic, p.sub, func(msg *message.Message) error {
+			sent, err := strconv.ParseInt(msg.Metadata.Get(sentKey), 10, 64)
+			if err != nil {
+				return fmt.Errorf("message without %s: %w", sentKey, err)
+			}
+			lat.add(time.Since(time.Unix(0, sent)))
+			return nil
+		})
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- router.Run(runCtx) }()
+	select {
+	case <-router.Running():
+	case err := <-runErr:
+		return result{}, fmt.Errorf("router: %w", err)
+	}
+
+	var failed atomic.Int64
+	var firstErr error
+	var once sync.Once
+	drainCtx, drainCancel := context.WithTimeout(ctx, drainTimeout)
+	defer drainCancel()
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(l.duration)
+	for i, topic := range names {
+		wg.Go(func() {
+			var tick <-chan time.Time
+			if l.interval > 0 {
+				t := time.NewTicker(l.interval)
+				defer t.Stop()
+				tick = t.C
+			}
+			for n := 0; ; n++ {
+				if l.count > 0 {
+					if n == l.count {
+						break
+					}
+					<-tick
+				} else if !time.Now().Before(deadline) {
+					break
+				}
+				select {
+				case slots[i] <- struct{}{}:
+				case <-drainCtx.Done():
+					return
+				}
+				msg := benchMessage()
+				msg.Metadata.Set(publisherKey, strconv.Itoa(i))
+				if err := p.pub.Publish(topic, msg); err != nil {
+					failed.Add(1)
+					once.Do(func() { firstErr = err })
+					<-slots[i]
+				}
+			}
+			// Filling the window again means every message was handled.
+			for range l.window {
+				select {
+				case slots[i] <- struct{}{}:
+				case <-drainCtx.Done():
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := drainCtx.Err(); err != nil {
+		return result{}, fmt.Errorf("messages were not all handled within %v: %w", drainTimeout, err)
+	}
+	if err := router.Close(); err != nil {
+		return result{}, err
+	}
+	if err := <-runErr; err != nil {
+		return result{}, fmt.Errorf("router: %w", err)
+	}
+	r := result{rate: float64(handled.Load()) / elapsed.Seconds(), errors: failed.Load(), firstErr: firstErr}
+	lat.into(&r)
+	if r.rate == 0 {
+		return r, errors.Join(errors.New("no message was handled"), firstErr)
+	}
+	return r, nil
+}
+
+func newGoChannel() *gochannel.GoChannel {
+	return gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+}
+
+// barePipeline is a Watermill router on GoChannel and nothing else.
+func barePipeline() pipeline {
+	gc := newGoChannel()
+	return pipeline{pub: gc, sub: gc, close: func() { _ = gc.Close() }}
+}
+
+// untrackedPipeline has the outbox's decorator and middleware, with a
+// registry that tracks other names than the ones published.
+func untrackedPipeline() (pipeline, error) {
+	reg, err := untrackedRegistry()
+	if err != nil {
+		return pipeline{}, err
+	}
+	return outboxPipeline(reg, func() {})
+}
+
+// outboxPipeline is GoChannel with the outbox's decorator and middleware.
+func outboxPipeline(reg *outbox.Registry, cleanup func()) (pipeline, error) {
+	gc := newGoChannel()
+	pub, err := outbox.NewPublisher(gc, reg)
+	if err != nil {
+		return pipeline{}, err
+	}
+	mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, nil)
+	if err != nil {
+		return pipeline{}, err
+	}
+	return pipeline{pub: pub, sub: gc, middleware: []message.HandlerMiddleware{mw}, close: func() {
+		_ = gc.Close()
+		cleanup()
+	}}, nil
+}
+
+// untrackedRegistry tracks two names no case publishes to, on a store that
+// has no database: reaching it would fail.
+func untrackedRegistry() (*outbox.Registry, error) {
+	store, err := sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite()})
+	if err != nil {
+		return nil, err
+	}
+	return outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store}, outbox.Tracked{Name: "payments", Store: store})
+}
+
+// trackedPipeline tracks every topic of the case in one store.
+func trackedPipeline(ctx context.Context, d *database, publishers int, co sqlstore.Coalescing) (pipeline, error) {
+	store, err := d.newStore(ctx, co)
+	if err != nil {
+		return pipeline{}, err
+	}
+	var tracked []outbox.Tracked
+	for _, t := range topics(publishers) {
+		tracked = append(tracked, outbox.Tracked{Name: t, Store: store})
+	}
+	reg, err := outbox.NewRegistry(tracked...)
+	if err != nil {
+		return pipeline{}, err
+	}
+	return outboxPipeline(reg, func() { d.drop(context.Background(), store) })
+}

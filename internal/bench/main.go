@@ -1,0 +1,133 @@
+// Command bench measures the outbox beside what it is compared with, in one
+// run on one machine: a bare Watermill router on GoChannel, raw SQL on the
+// same connection pool, and Watermill's classic outbox (watermill-sql
+// publisher in a transaction plus components/forwarder). It prints the
+// machine, a table of absolute figures and the ratios the project's targets
+// are stated in.
+//
+//	go run ./internal/bench -db postgres
+//	go run ./internal/bench -db postgres,sqlite
+//	go run ./internal/bench -db postgres,sqlite -tiny   # seconds; what CI runs
+//
+// It needs PostgreSQL at OUTBOX_TEST_POSTGRES_DSN (default
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable); SQLite runs on a
+// file in a temporary directory. Figures depend on the machine and on what
+// else runs on it: compare ratios from one run, not figures across runs.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/wmoutbox/outbox/internal/testenv"
+)
+
+// options are the command's flags.
+type options struct {
+	dbs      []string
+	duration time.Duration
+	rounds   int
+	// routerRounds and routerDuration are for the router cases, whose
+	// per-message cost is microseconds, so that noise matters more: many
+	// short rounds even it out.
+	routerRounds   int
+	routerDuration time.Duration
+	window         int
+	pacedN         int
+	pacedRate      int
+	replayRows     int
+	postgres       string
+	cases          map[string]bool
+	// inFlight is Coalescing.MaxInFlight of the default cases; 0 keeps
+	// sqlstore's default.
+	inFlight int
+}
+
+// caseGroups are the groups -cases selects from, in the order they run.
+var caseGroups = []string{"router", "publish", "batch", "e2e", "paced", "replay"}
+
+func (o options) runs(group string) bool { return o.cases == nil || o.cases[group] }
+
+func main() {
+	var o options
+	dbs := flag.String("db", "postgres", "databases to run on, comma-separated: postgres, sqlite")
+	flag.DurationVar(&o.duration, "duration", 1500*time.Millisecond, "how long each throughput case runs")
+	flag.IntVar(&o.rounds, "rounds", 5, "how many times each pair of compared cases runs, alternating; the median is reported")
+	flag.IntVar(&o.routerRounds, "router-rounds", 15, "rounds of the router cases (bare router, untracked)")
+	flag.DurationVar(&o.routerDuration, "router-duration", 500*time.Millisecond, "how long each router case runs per round")
+	flag.IntVar(&o.window, "window", 32, "end-to-end: messages one publisher may have published but not yet handled")
+	flag.IntVar(&o.pacedN, "paced", 3000, "messages sent in the paced latency cases")
+	flag.IntVar(&o.pacedRate, "rate", 500, "messages per second in the paced latency cases")
+	flag.IntVar(&o.replayRows, "replay", 1_000_000, "pending rows replayed in the replay case")
+	flag.StringVar(&o.postgres, "postgres-dsn", testenv.PostgresDSN(), "PostgreSQL DSN")
+	cases := flag.String("cases", "", "only these groups, comma-separated: "+strings.Join(caseGroups, ", ")+" (default all)")
+	flag.IntVar(&o.inFlight, "inflight", 0, "Coalescing.MaxInFlight of the default cases (0: sqlstore's default)")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	tiny := flag.Bool("tiny", false, "a run of seconds that checks every case works (sizes: duration 100ms, 1 round, 50 paced, 5000 replayed)")
+	flag.Parse()
+	if *tiny {
+		o.duration, o.rounds, o.routerRounds, o.routerDuration, o.pacedN, o.replayRows = 100*time.Millisecond, 1, 1, 100*time.Millisecond, 50, 5000
+	}
+	o.dbs = strings.Split(*dbs, ",")
+	if *cases != "" {
+		o.cases = map[string]bool{}
+		for _, c := range strings.Split(*cases, ",") {
+			if !slices.Contains(caseGroups, c) {
+				log.Fatalf("unknown case group %q (%s)", c, strings.Join(caseGroups, ", "))
+			}
+			o.cases[c] = true
+		}
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if err := run(context.Background(), os.Stdout, o); err != nil {
+		pprof.StopCPUProfile()
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context, out io.Writer, o options) error {
+	m := describeMachine()
+	fmt.Fprintf(out, "# outbox benchmarks\n\n")
+	fmt.Fprintf(out, "command: go run ./internal/bench %s\n", strings.Join(os.Args[1:], " "))
+	m.print(out)
+	if o.runs("router") {
+		fmt.Fprintf(out, "\n## Router, no database\n\n")
+		rep, err := runRouterSuite(ctx, o)
+		if err != nil {
+			return err
+		}
+		rep.print(out)
+	}
+	for _, name := range o.dbs {
+		d, err := openDatabase(ctx, strings.TrimSpace(name), o.postgres)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "\n## %s (%s)\n\n", d.name, d.version)
+		rep, err := runSuite(ctx, d, o)
+		d.close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", d.name, err)
+		}
+		rep.print(out)
+	}
+	fmt.Fprintf(out, "\nload average at the end: %s; %s\n", loadAverage(), pressure())
+	return nil
+}

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/internal/testenv"
+)
+
+// TestTinyRunMeasuresEveryCase runs the whole program at the smallest sizes
+// and checks that every case produced a figure and every target a verdict.
+// It says nothing about speed.
+func TestTinyRunMeasuresEveryCase(t *testing.T) {
+	testenv.Postgres(t) // skips, or fails under CI=true, when PostgreSQL is not reachable
+	t.Setenv(outbox.EnvToggle, "on")
+	var out bytes.Buffer
+	o := options{
+		dbs: []string{"postgres", "sqlite"}, duration: 50 * time.Millisecond, rounds: 1, routerRounds: 1, routerDuration: 50 * time.Millisecond, window: 8,
+		pacedN: 20, pacedRate: 500, replayRows: 2000, postgres: testenv.PostgresDSN(),
+	}
+	if err := run(context.Background(), &out, o); err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	text := out.String()
+	for _, want := range []string{
+		"bare router + GoChannel", "untracked through decorator + middleware",
+		"raw single-row INSERT loop", "tracked publish, coalescing (default: MaxInFlight 1)", "MaxInFlight 4", "raw 100-row INSERT",
+		"raw SQL cycle", "classic outbox (watermill-sql + forwarder)", "completions not coalesced",
+		"paced 500 msg/s", "replay of 2000 pending rows",
+		"## postgres (PostgreSQL", "## sqlite (SQLite",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the report has no %q", want)
+		}
+	}
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, "| 0.00 ") {
+			t.Errorf("a case measured nothing: %s", line)
+		}
+		if strings.Contains(line, "failed calls") {
+			t.Errorf("a case had failures: %s", line)
+		}
+	}
+	if t.Failed() || testing.Verbose() {
+		os.Stdout.WriteString(text)
+	}
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// result is one measured case.
+type result struct {
+	rate     float64 // units per second
+	p50, p99 time.Duration
+	latency  bool // p50 and p99 were measured
+	errors   int64
+	firstErr error
+	note     string
+}
+
+// loop runs workers that call op until d has passed and returns the units
+// they did per second; op returns how many units one call did. A failing call
+// is counted, not fatal, so that a database refusing work shows in the table.
+func loop(ctx context.Context, workers int, d time.Duration, op func(ctx context.Context, worker int) (int, error)) result {
+	var done, failed atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	deadline := start.Add(d)
+	for w := range workers {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				n, err := op(ctx, w)
+				if err != nil {
+					failed.Add(1)
+					once.Do(func() { firstErr = err })
+					continue
+				}
+				done.Add(int64(n))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	return result{rate: float64(done.Load()) / elapsed.Seconds(), errors: failed.Load(), firstErr: firstErr}
+}
+
+// sideBySide runs every case once per round, alternating them so that they
+// see the same machine, and returns each case's median by rate. Each round
+// starts with the next case, so that none always runs first.
+func sideBySide(rounds int, cases ...func() (result, error)) ([]result, error) {
+	runs := make([][]result, len(cases))
+	for round := range rounds {
+		for k := range cases {
+			i := (round + k) % len(cases)
+			r, err := cases[i]()
+			if err != nil {
+				return nil, err
+			}
+			runs[i] = append(runs[i], r)
+		}
+	}
+	out := make([]result, len(cases))
+	for i, rs := range runs {
+		out[i] = median(rs)
+	}
+	return out, nil
+}
+
+func median(rs []result) result {
+	slices.SortFunc(rs, func(a, b result) int {
+		switch {
+		case a.rate < b.rate:
+			return -1
+		case a.rate > b.rate:
+			return 1
+		}
+		return 0
+	})
+	return rs[len(rs)/2]
+}
+
+// latencies collects publish-to-handler times from several goroutines.
+type latencies struct {
+	mu  sync.Mutex
+	all []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.all = append(l.all, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) into(r *result) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.all) == 0 {
+		return
+	}
+	slices.Sort(l.all)
+	r.p50 = l.all[len(l.all)*50/100]
+	r.p99 = l.all[min(len(l.all)*99/100, len(l.all)-1)]
+	r.latency = true
+}
+
+// errorsOf fails a case whose every operation failed: its figure would mean
+// nothing.
+func errorsOf(name string, r result) error {
+	if r.rate == 0 && r.errors > 0 {
+		return fmt.Errorf("%s: every operation failed: %w", name, r.firstErr)
+	}
+	if r.rate == 0 {
+		return errors.New(name + ": nothing was done")
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// report is the table of one section of the run and the targets it checks.
+type report struct {
+	rows    []row
+	targets []target
+}
+
+type row struct {
+	group string
+	name  string
+	conc  string
+	r     result
+	unit  string
+}
+
+type target struct {
+	what     string
+	measured string
+	met      bool
+	why      string // set when the target does not apply
+}
+
+func (rep *report) add(group, name string, conc int, r result, unit string) {
+	c := ""
+	if conc > 0 {
+		c = fmt.Sprint(conc)
+	}
+	rep.rows = append(rep.rows, row{group: group, name: name, conc: c, r: r, unit: unit})
+}
+
+// ratio checks got/base against want (at least want).
+func (rep *report) ratio(what string, got, base result, want float64) {
+	r := got.rate / base.rate
+	rep.targets = append(rep.targets, target{
+		what:     what,
+		measured: fmt.Sprintf("%.2f× (%s / %s)", r, rate(got.rate), rate(base.rate)),
+		met:      r >= want,
+	})
+}
+
+// atMost checks a measured figure against a ceiling.
+func (rep *report) atMost(what string, got, limit float64, format string) {
+	rep.targets = append(rep.targets, target{what: what, measured: fmt.Sprintf(format, got), met: got <= limit})
+}
+
+// atLeast checks a measured figure against a floor.
+func (rep *report) atLeast(what string, got, floor float64, format string) {
+	rep.targets = append(rep.targets, target{what: what, measured: fmt.Sprintf(format, got), met: got >= floor})
+}
+
+func (rep *report) notApplicable(what, why string) {
+	rep.targets = append(rep.targets, target{what: what, why: why})
+}
+
+func (rep *report) print(w io.Writer) {
+	if len(rep.rows) > 0 {
+		fmt.Fprintln(w, "| group | case | conc. | rate | p50 | p99 | note |")
+		fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|---|")
+		for _, r := range rep.rows {
+			p50, p99 := "", ""
+			if r.r.latency {
+				p50, p99 = ms(r.r.p50), ms(r.r.p99)
+			}
+			note := r.r.note
+			if r.r.errors > 0 {
+				note = strings.TrimSpace(fmt.Sprintf("%s %d failed calls, first: %v", note, r.r.errors, r.r.firstErr))
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s %s | %s | %s | %s |\n", r.group, r.name, r.conc, rate(r.r.rate), r.unit, p50, p99, note)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(rep.targets) > 0 {
+		fmt.Fprintln(w, "| target | measured | met |")
+		fmt.Fprintln(w, "|---|---|---|")
+		for _, t := range rep.targets {
+			switch {
+			case t.why != "":
+				fmt.Fprintf(w, "| %s | — | n/a: %s |\n", t.what, t.why)
+			case t.met:
+				fmt.Fprintf(w, "| %s | %s | met |\n", t.what, t.measured)
+			default:
+				fmt.Fprintf(w, "| %s | %s | **not met** |\n", t.what, t.measured)
+			}
+		}
+	}
+}
+
+func rate(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.2f", v)
+	}
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+const mib = 1 << 20

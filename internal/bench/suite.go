@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+var oneByOne = sqlstore.Coalescing{DisableInsert: true, DisableComplete: true}
+
+// coalesced is the store configuration of the default cases.
+func (o options) coalesced() sqlstore.Coalescing { return sqlstore.Coalescing{MaxInFlight: o.inFlight} }
+
+// insertsCoalesced is the default configuration with completions one by
+// one.
+func (o options) insertsCoalesced() sqlstore.Coalescing {
+	co := o.coalesced()
+	co.DisableComplete = true
+	return co
+}
+
+// runRouterSuite measures what the outbox costs a message it does not track,
+// with no database involved.
+func runRouterSuite(ctx context.Context, o options) (*report, error) {
+	rep := &report{}
+	pubAllocs, deliveryAllocs, err := untrackedAllocs()
+	if err != nil {
+		return nil, err
+	}
+	rep.atMost("untracked publish through the decorator: 0 allocs/op", pubAllocs, 0, "%.0f allocs/op")
+	rep.atMost("untracked delivery through the middleware: 0 allocs/op", deliveryAllocs, 0, "%.0f allocs/op")
+	const publishers = 4
+	ro := o
+	ro.duration = o.routerDuration
+	rs, err := sideBySide(o.routerRounds,
+		func() (result, error) { return endToEnd(ctx, barePipeline(), openLoad(publishers, ro)) },
+		func() (result, error) {
+			p, err := untrackedPipeline()
+			if err != nil {
+				return result{}, err
+			}
+			return endToEnd(ctx, p, openLoad(publishers, ro))
+		},
+	)
+	if err != nil {
+		return nil, err
+	}
+	rep.add("router", "bare router + GoChannel", publishers, rs[0], "msg/s")
+	rep.add("router", "untracked through decorator + middleware", publishers, rs[1], "msg/s")
+	rep.ratio("untracked end to end ≥ 0.97× bare router", rs[1], rs[0], 0.97)
+	return rep, nil
+}
+
+func untrackedAllocs() (publish, delivery float64, err error) {
+	reg, err := untrackedRegistry()
+	if err != nil {
+		return 0, 0, err
+	}
+	pub, err := outbox.NewPublisher(discard{}, reg)
+	if err != nil {
+		return 0, 0, err
+	}
+	mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	h := mw(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+	msgs := []*message.Message{benchMessage()}
+	publish = testing.AllocsPerRun(1000, func() { _ = pub.Publish("audit", msgs...) })
+	delivery = testing.AllocsPerRun(1000, func() { _, _ = h(msgs[0]) })
+	return publish, delivery, nil
+}
+
+// runSuite measures everything that needs the database, side by side.
+func runSuite(ctx context.Context, d *database, o options) (*report, error) {
+	rep := &report{}
+	steps := []struct {
+		group string
+		run   func(context.Context, *database, options, *report) error
+	}{
+		{"publish", publishSteps}, {"batch", batchSteps}, {"e2e", endToEndSteps}, {"paced", pacedSteps}, {"replay", replaySteps},
+	}
+	for _, step := range steps {
+		if !o.runs(step.group) {
+			continue
+		}
+		if err := step.run(ctx, d, o, rep); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+func publishSteps(ctx context.Context, d *database, o options, rep *report) error {
+	def, err := d.defaultInFlight(o)
+	if err != nil {
+		return err
+	}
+	// The two other settings of MaxInFlight among 1, 2 and 4, to show what
+	// the default trades.
+	var others []sqlstore.Coalescing
+	for _, k := range []int{1, 2, 4} {
+		if k != def && len(others) < 2 {
+			others = append(others, sqlstore.Coalescing{MaxInFlight: k})
+		}
+	}
+	for _, w := range []int{1, 4, 16} {
+		rs, err := sideBySide(o.rounds,
+			func() (result, error) { return rawInsert(ctx, d, w, o.duration) },
+			func() (result, error) { return trackedPublish(ctx, d, w, 1, o.coalesced(), o.duration) },
+			func() (result, error) { return trackedPublish(ctx, d, w, 1, oneByOne, o.duration) },
+			func() (result, error) { return trackedPublish(ctx, d, w, 1, others[0], o.duration) },
+			func() (result, error) { return trackedPublish(ctx, d, w, 1, others[1], o.duration) },
+		)
+		if err != nil {
+			return err
+		}
+		rep.add("publish", "raw single-row INSERT loop", w, rs[0], "rows/s")
+		rep.add("publish", fmt.Sprintf("tracked publish, coalescing (default: MaxInFlight %d)", def), w, rs[1], "msg/s")
+		rep.add("publish", "tracked publish, coalescing off", w, rs[2], "msg/s")
+		for i, co := range others {
+			rep.add("publish", fmt.Sprintf("tracked publish, coalescing, MaxInFlight %d", co.MaxInFlight), w, rs[3+i], "msg/s")
+		}
+		want := 0.9
+		if w == 16 {
+			want = 2
+		}
+		rep.ratio(fmt.Sprintf("tracked publish at %d ≥ %.1f× raw INSERT loop", w, want), rs[1], rs[0], want)
+	}
+	return nil
+}
+
+func batchSteps(ctx context.Context, d *database, o options, rep *report) error {
+	const n = 100
+	rs, err := sideBySide(o.rounds,
+		func() (result, error) { return rawBatchInsert(ctx, d, n, o.duration) },
+		func() (result, error) { return trackedPublish(ctx, d, 1, n, o.coalesced(), o.duration) },
+	)
+	if err != nil {
+		return err
+	}
+	rep.add("publish 100", "raw 100-row INSERT", 1, rs[0], "rows/s")
+	rep.add("publish 100", "tracked Publish of 100 messages", 1, rs[1], "msg/s")
+	rep.ratio("Publish of 100 ≥ 0.7× raw 100-row INSERT", rs[1], rs[0], 0.7)
+	return nil
+}
+
+func endToEndSteps(ctx context.Context, d *database, o options, rep *report) error {
+	classic := d.name == "postgres"
+	for _, p := range []int{1, 4, 16} {
+		cases := []func() (result, error){
+			func() (result, error) { return rawCycle(ctx, d, p, o.duration) },
+			func() (result, error) { return trackedEndToEnd(ctx, d, p, o.coalesced(), o) },
+		}
+		if p == 16 {
+			cases = append(cases, func() (result, error) { return trackedEndToEnd(ctx, d, p, o.insertsCoalesced(), o) })
+		}
+		if classic {
+			cases = append(cases, func() (result, error) {
+				pl, err := classicPipeline(ctx, d)
+				if err != nil {
+					return result{}, err
+				}
+				return endToEnd(ctx, pl, openLoad(p, o))
+			})
+		}
+		rs, err := sideBySide(o.rounds, cases...)
+		if err != nil {
+			return err
+		}
+		rep.add("end to end", "raw SQL cycle (INSERT, SELECT by id, UPDATE)", p, rs[0], "cycles/s")
+		rep.add("end to end", "tracked, coalescing (default)", p, rs[1], "msg/s")
+		if p == 16 {
+			rep.add("end to end", "tracked, completions not coalesced", p, rs[2], "msg/s")
+		}
+		if classic {
+			rep.add("end to end", "classic outbox (watermill-sql + forwarder)", p, rs[len(rs)-1], "msg/s")
+		}
+		switch p {
+		case 4:
+			if classic {
+				rep.ratio("end to end at 4 ≥ 1.5× Watermill forwarder", rs[1], rs[len(rs)-1], 1.5)
+			} else {
+				rep.notApplicable("end to end at 4 ≥ 1.5× Watermill forwarder", "watermill-sql v3 has no SQLite adapter")
+			}
+			rep.ratio("end to end at 4 ≥ 1.0× raw SQL cycle", rs[1], rs[0], 1.0)
+		case 16:
+			rep.ratio("end to end at 16, completion coalescing ≥ 1.3× without", rs[1], rs[2], 1.3)
+		}
+	}
+	return nil
+}
+
+func trackedEndToEnd(ctx context.Context, d *database, publishers int, co sqlstore.Coalescing, o options) (result, error) {
+	p, err := trackedPipeline(ctx, d, publishers, co)
+	if err != nil {
+		return result{}, err
+	}
+	return endToEnd(ctx, p, openLoad(publishers, o))
+}
+
+func pacedSteps(ctx context.Context, d *database, o options, rep *report) error {
+	p, err := trackedPipeline(ctx, d, 1, o.coalesced())
+	if err != nil {
+		return err
+	}
+	tracked, err := endToEnd(ctx, p, pacedLoad(o))
+	if err != nil {
+		return err
+	}
+	group := fmt.Sprintf("paced %d msg/s", o.pacedRate)
+	rep.add(group, "tracked", 1, tracked, "msg/s")
+	if d.name == "postgres" {
+		pl, err := classicPipeline(ctx, d)
+		if err != nil {
+			return err
+		}
+		classic, err := endToEnd(ctx, pl, pacedLoad(o))
+		if err != nil {
+			return err
+		}
+		rep.add(group, "classic outbox (watermill-sql + forwarder)", 1, classic, "msg/s")
+	}
+	rep.atMost(fmt.Sprintf("paced %d msg/s: p50 publish → handler ≤ 1 ms", o.pacedRate), ms64(tracked.p50), 1, "%.2f ms")
+	rep.atMost(fmt.Sprintf("paced %d msg/s: p99 publish → handler ≤ 5 ms", o.pacedRate), ms64(tracked.p99), 5, "%.2f ms")
+	return nil
+}
+
+func ms64(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func replaySteps(ctx context.Context, d *database, o options, rep *report) error {
+	rr, err := replayCase(ctx, d, o.replayRows)
+	if err != nil {
+		return err
+	}
+	rr.result.note = fmt.Sprintf("bulk load %v; first message delivered after %v; peak heap +%.1f MiB",
+		rr.load.Round(time.Millisecond), rr.firstDelivery.Round(time.Microsecond), float64(rr.heapGrowth)/mib)
+	if rr.rssMeasured {
+		rr.result.note += fmt.Sprintf(", peak RSS +%.1f MiB", float64(rr.rssGrowth)/mib)
+	}
+	rep.add("replay", fmt.Sprintf("replay of %d pending rows into GoChannel", rr.rows), 0, rr.result, "rows/s")
+	rep.atLeast(fmt.Sprintf("replay of %d rows ≥ 50,000 rows/s", rr.rows), rr.result.rate, 50_000, "%.0f rows/s")
+	growth := rr.heapGrowth
+	what := "heap"
+	if rr.rssMeasured {
+		growth, what = max(rr.heapGrowth, rr.rssGrowth), "heap and RSS"
+	}
+	rep.atMost(fmt.Sprintf("replay peak memory growth (%s) ≤ 100 MiB", what), float64(growth)/mib, 100, "%.1f MiB")
+	return nil
+}

@@ -1,0 +1,175 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// coalescer combines concurrent calls of one kind into batches, without a
+// timer. A call that arrives while fewer than maxInFlight batches run is run
+// at once, alone, on the caller's goroutine and context: without contention
+// it costs two uncontended mutex operations. A call that arrives while
+// maxInFlight batches run waits; when a batch finishes, the calls that
+// waited meanwhile (up to maxItems items) leave together as the next batch,
+// run by the first of them. So batches grow with the load and a quiet
+// store adds no latency.
+type coalescer[T any] struct {
+	maxInFlight int
+	maxItems    int
+	// one runs a call alone.
+	one func(ctx context.Context, arg T) error
+	// many runs a batch of two calls or more and sets every call's err (and
+	// results). ctx is done only when every call's context is done.
+	many func(ctx context.Context, batch []*call[T])
+
+	mu       sync.Mutex
+	inFlight int
+	queue    []*call[T]
+	// observe, when set (by tests only), sees every change of state while
+	// the mutex is held; it must not block.
+	observe func(inFlight, queued int)
+}
+
+// call is one caller's request, and its outcome once run.
+type call[T any] struct {
+	ctx   context.Context
+	arg   T
+	items int
+	err   error
+	// wake is signalled exactly once: to run lead, or when err is set.
+	wake chan struct{}
+	lead []*call[T]
+}
+
+func newCoalescer[T any](maxInFlight, maxItems int, one func(context.Context, T) error, many func(context.Context, []*call[T])) *coalescer[T] {
+	return &coalescer[T]{maxInFlight: maxInFlight, maxItems: maxItems, one: one, many: many}
+}
+
+// do runs arg, alone or with other calls, and returns its own outcome. A
+// call that leaves the queue because its context is done returns the
+// context's error; once its batch is on its way, it waits for and returns
+// the batch's real outcome, so that the error says whether the work was done.
+func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
+	c.mu.Lock()
+	if c.inFlight < c.maxInFlight {
+		c.inFlight++
+		c.changed()
+		c.mu.Unlock()
+		defer c.handOff()
+		return c.one(ctx, arg)
+	}
+	cl := &call[T]{ctx: ctx, arg: arg, items: items, wake: make(chan struct{}, 1)}
+	c.queue = append(c.queue, cl)
+	c.changed()
+	c.mu.Unlock()
+
+	select {
+	case <-cl.wake:
+	case <-ctx.Done():
+		if c.withdraw(cl) {
+			return ctx.Err()
+		}
+		<-cl.wake
+	}
+	if batch := cl.lead; batch != nil {
+		defer c.handOff()
+		c.runBatch(batch)
+	}
+	return cl.err
+}
+
+// runBatch runs a batch on the goroutine of its first call and wakes the
+// others once their outcomes are set. A panic in the driver reaches the
+// first call's goroutine; the other calls fail with ErrStatementPanicked
+// rather than wait forever, and the slot is handed on by the caller's defer.
+func (c *coalescer[T]) runBatch(batch []*call[T]) {
+	if len(batch) == 1 {
+		batch[0].err = c.one(batch[0].ctx, batch[0].arg)
+		return
+	}
+	ctx, cancel := batchContext(batch)
+	defer cancel()
+	defer func() {
+		p := recover()
+		for _, other := range batch[1:] {
+			if p != nil {
+				other.err = fmt.Errorf("%w: %v", ErrStatementPanicked, p)
+			}
+			other.wake <- struct{}{}
+		}
+		if p != nil {
+			panic(p)
+		}
+	}()
+	c.many(ctx, batch)
+}
+
+// handOff is called when a batch finished: the calls waiting now become the
+// next batch, which keeps the finished batch's slot.
+func (c *coalescer[T]) handOff() {
+	c.mu.Lock()
+	if len(c.queue) == 0 {
+		c.inFlight--
+		c.changed()
+		c.mu.Unlock()
+		return
+	}
+	n, items := 1, c.queue[0].items
+	for n < len(c.queue) && items+c.queue[n].items <= c.maxItems {
+		items += c.queue[n].items
+		n++
+	}
+	batch := slices.Clone(c.queue[:n])
+	c.queue = slices.Delete(c.queue, 0, n)
+	c.changed()
+	c.mu.Unlock()
+	batch[0].lead = batch
+	batch[0].wake <- struct{}{}
+}
+
+// withdraw takes a waiting call out of the queue; false when a batch has
+// already taken it.
+func (c *coalescer[T]) withdraw(cl *call[T]) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, q := range c.queue {
+		if q == cl {
+			c.queue = slices.Delete(c.queue, i, i+1)
+			c.changed()
+			return true
+		}
+	}
+	return false
+}
+
+func (c *coalescer[T]) changed() {
+	if c.observe != nil {
+		c.observe(c.inFlight, len(c.queue))
+	}
+}
+
+// batchContext is done only when every call's context is done, so that one
+// caller giving up does not fail the others; it keeps the first call's
+// values.
+func batchContext[T any](batch []*call[T]) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(batch[0].ctx))
+	var left atomic.Int64
+	left.Store(int64(len(batch)))
+	stops := make([]func() bool, len(batch))
+	for i, cl := range batch {
+		stops[i] = context.AfterFunc(cl.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel(context.Cause(cl.ctx))
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel(nil)
+	}
+}

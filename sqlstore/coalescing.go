@@ -1,0 +1,142 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/wmoutbox/outbox"
+)
+
+// Coalescing configures how a [Store] combines concurrent calls into one
+// statement. It uses no timer: a call that finds the store idle runs at once,
+// alone; calls that arrive while MaxInFlight statements of their kind run
+// wait for one of them to finish and then go together, as one multi-row
+// INSERT, or one UPDATE (DELETE) … WHERE id IN (…) RETURNING id. So a quiet
+// store adds no latency and a busy one spends one round trip, and one commit,
+// on many calls.
+//
+// Each call still gets its own outcome: its own ids, in the order of its
+// records; [outbox.ErrNotPending] for its own id alone; its own error. A
+// combined insert that the database refuses for the data of a row (a value
+// or a constraint) is retried call by call, so that only the call whose
+// record was refused fails; any other failure fails every call of that
+// statement and no other. A call whose context ends while it waits leaves
+// with the context's error; once its statement is on its way, the call waits
+// for the statement's real outcome, which is cancelled only when every call
+// in it has given up.
+type Coalescing struct {
+	// DisableInsert makes every Insert call run its own statement. Defaults
+	// to false: concurrent inserts are combined.
+	DisableInsert bool
+	// DisableComplete makes every Complete call run its own statement.
+	// Defaults to false: concurrent completions are combined wherever the
+	// dialect can report which of the ids a statement completed (PostgreSQL
+	// and SQLite always; elsewhere one statement per id).
+	DisableComplete bool
+	// MaxBatch is the most records (for completions, ids) one combined
+	// statement carries; a single call with more records runs on its own.
+	// Defaults to 1000.
+	MaxBatch int
+	// MaxInFlight is how many statements of each kind (insert, complete) one
+	// store runs at the same time, and so how many pooled connections it
+	// holds at most for them. Calls that arrive while that many run are
+	// combined into the next statement. One gives the largest batches, which
+	// is what a busy database needs, and all SQLite can use: it runs one
+	// write at a time. Its price is that callers coming back while a
+	// statement runs wait for it, which a database with idle cores that
+	// mostly waits for its disk to commit does not need: there, raise it to
+	// about the number of callers that usually publish at once, and batches
+	// form only beyond that. Defaults to 1.
+	MaxInFlight int
+}
+
+func (c *Coalescing) setDefaults() {
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 1000
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 1
+	}
+}
+
+// Validate reports a configuration error, if any.
+func (c Coalescing) Validate() error {
+	if c.MaxBatch < 1 {
+		return fmt.Errorf("%w: Coalescing.MaxBatch %d must be positive", ErrInvalidConfig, c.MaxBatch)
+	}
+	if c.MaxInFlight < 1 {
+		return fmt.Errorf("%w: Coalescing.MaxInFlight %d must be positive", ErrInvalidConfig, c.MaxInFlight)
+	}
+	return nil
+}
+
+// insertBatch saves the records of every call with one statement and hands
+// each call its own ids.
+func (s *Store) insertBatch(ctx context.Context, batch []*call[[]outbox.Record]) {
+	n := 0
+	for _, c := range batch {
+		n += len(c.arg)
+	}
+	all := make([]outbox.Record, 0, n)
+	for _, c := range batch {
+		all = append(all, c.arg...)
+	}
+	err := s.insertNow(ctx, all)
+	switch {
+	case err == nil:
+		i := 0
+		for _, c := range batch {
+			for j := range c.arg {
+				c.arg[j].ID = all[i].ID
+				i++
+			}
+		}
+	case errors.Is(err, ErrInvalidRecord) || errors.Is(err, ErrRecordTooLarge) || s.dialect.recordError(err):
+		// One call's record may be to blame: each call gets its own
+		// statement, on its own context, and its own outcome.
+		for _, c := range batch {
+			c.err = s.insertNow(c.ctx, c.arg)
+		}
+	default:
+		for _, c := range batch {
+			c.err = err
+		}
+	}
+}
+
+// completeBatch completes the ids of every call with one statement. A record
+// completed by it satisfies the first call for its id; every other call, for
+// an id that was not pending or for the same id again, gets ErrNotPending.
+func (s *Store) completeBatch(ctx context.Context, batch []*call[int64]) {
+	db, err := s.pool()
+	if err != nil {
+		for _, c := range batch {
+			c.err = err
+		}
+		return
+	}
+	ids := make([]int64, len(batch))
+	for i, c := range batch {
+		ids[i] = c.arg
+	}
+	done, err := s.dialect.completeMany(ctx, db, s.q, ids)
+	if err != nil {
+		err = s.fail("complete", err)
+		for _, c := range batch {
+			c.err = err
+		}
+		return
+	}
+	completed := make(map[int64]bool, len(done))
+	for _, id := range done {
+		completed[id] = true
+	}
+	for _, c := range batch {
+		if completed[c.arg] {
+			delete(completed, c.arg)
+			continue
+		}
+		c.err = outbox.ErrNotPending
+	}
+}

@@ -1,0 +1,52 @@
+package sqlstore
+
+import (
+	"context"
+	"fmt"
+	"sync"
+)
+
+// QueueWatch follows the state of one of a store's coalescers.
+type QueueWatch struct {
+	mu       sync.Mutex
+	inFlight int
+	queued   int
+	changed  chan struct{}
+}
+
+func watch[T any](c *coalescer[T]) *QueueWatch {
+	w := &QueueWatch{changed: make(chan struct{})}
+	c.observe = func(inFlight, queued int) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.inFlight, w.queued = inFlight, queued
+		close(w.changed)
+		w.changed = make(chan struct{})
+	}
+	return w
+}
+
+// WatchInserts follows the store's insert coalescer; call it before the store
+// is used.
+func WatchInserts(s *Store) *QueueWatch { return watch(s.inserts) }
+
+// WatchCompletes follows the store's completion coalescer; call it before the
+// store is used.
+func WatchCompletes(s *Store) *QueueWatch { return watch(s.completes) }
+
+// Wait returns once inFlight statements run and queued calls wait.
+func (w *QueueWatch) Wait(ctx context.Context, inFlight, queued int) error {
+	for {
+		w.mu.Lock()
+		gotF, gotQ, changed := w.inFlight, w.queued, w.changed
+		w.mu.Unlock()
+		if gotF == inFlight && gotQ == queued {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %d in flight and %d queued, have %d and %d: %w", inFlight, queued, gotF, gotQ, ctx.Err())
+		}
+	}
+}
