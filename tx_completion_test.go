@@ -22,7 +22,7 @@ import (
 // txBacklog sizes the two-instance test. On SQLite the two pools contend
 // for its one write lock and wait in its busy handler: 10,000 records take
 // about a minute on an idle 2-core machine and several under load.
-var txBacklog = flag.Int("tx.backlog", 10_000,
+var txBacklog = flag.Int("tx.backlog", 1_000,
 	"records replayed by the two instances of TestTransactionalCompletionTwoInstancesExactlyOnce")
 
 func watermillUUID(i int) string { return fmt.Sprintf("msg-%05d", i) }
