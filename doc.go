@@ -24,6 +24,25 @@
 // The guarantee: every publish that returned nil, or that returned an error
 // after the insert, is delivered at least once and completed by a receiver.
 //
+// # Transactions and exactly-once effects
+//
+// Three opt-in modes go beyond the default when the business data lives in
+// the record's database:
+//
+//   - [TxPublisher] saves the records inside the caller's transaction, so they
+//     commit or roll back with the business rows, and sends the messages after
+//     the commit ([PublishingTx.Commit], or the [SendFunc] of
+//     [TxPublisher.PublishTx]).
+//   - [CompleteTx] completes the record inside the handler's transaction,
+//     locking it, so that of two copies handled at once only one has an
+//     effect; the middleware then skips its own completion.
+//   - A store with a delivery lease (sqlstore's Config.Lease) claims the
+//     record before the handler runs; a copy delivered meanwhile is nacked
+//     with a [*LeasedError].
+//
+// The stores say what they support through [TxInserter], [TxCompleter] and
+// [Releaser]; docs/guarantees.md compares the modes and their costs.
+//
 // # Stores
 //
 // The sqlstore package provides the record tables for PostgreSQL, MySQL/MariaDB

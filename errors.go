@@ -23,6 +23,21 @@ var (
 	// ErrDropped marks a handler error that discards the message: the record
 	// is completed as if the handler had succeeded. Build one with [Drop].
 	ErrDropped = errors.New("outbox: message dropped")
+
+	// ErrNotSupported is wrapped when a [Store] lacks an optional operation a
+	// call needs, such as [TxInserter] for [TxPublisher] or [TxCompleter]
+	// for [CompleteTx].
+	ErrNotSupported = errors.New("outbox: not supported by the store")
+
+	// ErrLeased is returned by the CheckPending of a store with a delivery
+	// lease when another delivery holds the record's lease: the handler may
+	// be running elsewhere right now. The middleware nacks the message
+	// without running the handler, so the broker redelivers it later.
+	ErrLeased = errors.New("outbox: record is leased by another delivery")
+
+	// ErrTxDone is returned by a [PublishingTx] that was already committed
+	// or rolled back.
+	ErrTxDone = errors.New("outbox: transaction already committed or rolled back")
 )
 
 // InsertError is returned by the publisher decorator when the records of a
@@ -68,6 +83,21 @@ func (e *FetchError) Error() string {
 }
 
 func (e *FetchError) Unwrap() error { return e.Err }
+
+// LeasedError is returned by the middleware when another delivery holds the
+// lease of the record (see [ErrLeased]). The handler was not run and the
+// message is nacked so that the broker redelivers it later.
+type LeasedError struct {
+	Name string
+	ID   int64
+	Err  error
+}
+
+func (e *LeasedError) Error() string {
+	return fmt.Sprintf("outbox: record %d of %q is being handled by another delivery, message nacked: %v", e.ID, e.Name, e.Err)
+}
+
+func (e *LeasedError) Unwrap() error { return e.Err }
 
 // ReplayError is returned by [Replay] and aborts the router started with
 // [ReplayPlugin] when a pending record could not be read or sent. For a send

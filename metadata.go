@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 )
 
 // Metadata keys stamped into every tracked message.
@@ -40,12 +41,25 @@ type RecordRef struct {
 	ID   int64
 }
 
+// delivery is what the middleware puts into the context of a tracked
+// message while its handler runs.
+type delivery struct {
+	ref   RecordRef
+	store Store
+	// completed is set by CompleteTx: the handler's transaction completes
+	// the record, so the middleware does not.
+	completed atomic.Bool
+}
+
 // RecordFromContext returns the record of the tracked message being handled,
 // read from the message's context (msg.Context()) inside a handler wrapped by
 // the outbox middleware. The middleware removes the outbox keys from the
 // message metadata before the handler runs, so that a handler which forwards
 // the message does not forward a stale record id.
 func RecordFromContext(ctx context.Context) (RecordRef, bool) {
-	r, ok := ctx.Value(recordKey{}).(RecordRef)
-	return r, ok
+	d, ok := ctx.Value(recordKey{}).(*delivery)
+	if !ok {
+		return RecordRef{}, false
+	}
+	return d.ref, true
 }

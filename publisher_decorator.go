@@ -58,16 +58,31 @@ func (p *publisher) publishTracked(store Store, topic string, msgs []*message.Me
 	if len(msgs) == 0 {
 		return p.pub.Publish(topic, msgs...)
 	}
-	records := make([]Record, len(msgs))
-	for i, msg := range msgs {
-		if msg == nil {
-			return &InsertError{Topic: topic, Count: len(msgs), Err: fmt.Errorf("%w: message #%d is nil", ErrInvalidConfig, i)}
-		}
-		records[i] = Record{Topic: topic, UUID: msg.UUID, Payload: msg.Payload, Metadata: msg.Metadata}
+	records, err := recordsOf(topic, msgs)
+	if err != nil {
+		return err
 	}
 	if err := store.Insert(publishContext(msgs), records); err != nil {
 		return &InsertError{Topic: topic, Count: len(msgs), Err: err}
 	}
+	stamp(topic, msgs, records)
+	return sendRecorded(p.pub, p.reg, topic, msgs, records)
+}
+
+// recordsOf builds the records of a tracked publish.
+func recordsOf(topic string, msgs []*message.Message) ([]Record, error) {
+	records := make([]Record, len(msgs))
+	for i, msg := range msgs {
+		if msg == nil {
+			return nil, &InsertError{Topic: topic, Count: len(msgs), Err: fmt.Errorf("%w: message #%d is nil", ErrInvalidConfig, i)}
+		}
+		records[i] = Record{Topic: topic, UUID: msg.UUID, Payload: msg.Payload, Metadata: msg.Metadata}
+	}
+	return records, nil
+}
+
+// stamp puts the record ids and the tracked name into the messages.
+func stamp(topic string, msgs []*message.Message, records []Record) {
 	for i, msg := range msgs {
 		if msg.Metadata == nil {
 			msg.Metadata = make(message.Metadata, 2)
@@ -75,14 +90,19 @@ func (p *publisher) publishTracked(store Store, topic string, msgs []*message.Me
 		msg.Metadata.Set(MetadataID, strconv.FormatInt(records[i].ID, 10))
 		msg.Metadata.Set(MetadataName, topic)
 	}
-	if err := p.pub.Publish(topic, msgs...); err != nil {
+}
+
+// sendRecorded sends messages whose records are saved; a failure leaves the
+// records pending and names them.
+func sendRecorded(pub message.Publisher, reg *Registry, topic string, msgs []*message.Message, records []Record) error {
+	if err := pub.Publish(topic, msgs...); err != nil {
 		ids := make([]int64, len(records))
 		for i := range records {
 			ids[i] = records[i].ID
 		}
 		return &SendError{Topic: topic, IDs: ids, Err: err}
 	}
-	if o := p.reg.observer(); o != nil {
+	if o := reg.observer(); o != nil {
 		o.Published(topic, len(msgs))
 	}
 	return nil

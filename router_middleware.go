@@ -17,6 +17,13 @@ type MiddlewareConfig struct {
 	// cancellation, so that a router shutting down still completes the
 	// records of handlers that finished. Defaults to 10 seconds.
 	CompleteTimeout time.Duration
+
+	// LeasedNackDelay is how long the middleware holds a copy whose record
+	// another delivery has leased (a store with a delivery lease, see
+	// [Releaser]) before it nacks it, so that a broker that redelivers at
+	// once (GoChannel, an AMQP requeue) does not spin against the database
+	// while the first delivery runs. Defaults to 50 milliseconds.
+	LeasedNackDelay time.Duration
 	// MaxAttempts abandons a record after this many failed handlings, on a
 	// store that implements [FailureRecorder]: the record is kept, no longer
 	// pending, and the middleware returns an [*AbandonedError]. Each failure
@@ -35,12 +42,18 @@ func (c *MiddlewareConfig) setDefaults() {
 	if c.CompleteTimeout == 0 {
 		c.CompleteTimeout = 10 * time.Second
 	}
+	if c.LeasedNackDelay == 0 {
+		c.LeasedNackDelay = 50 * time.Millisecond
+	}
 }
 
 // Validate reports a configuration error, if any.
 func (c MiddlewareConfig) Validate() error {
 	if c.CompleteTimeout < 0 {
 		return fmt.Errorf("%w: CompleteTimeout %v is negative", ErrInvalidConfig, c.CompleteTimeout)
+	}
+	if c.LeasedNackDelay < 0 {
+		return fmt.Errorf("%w: LeasedNackDelay %v is negative", ErrInvalidConfig, c.LeasedNackDelay)
 	}
 	if c.MaxAttempts < 0 {
 		return fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalidConfig, c.MaxAttempts)
@@ -62,9 +75,14 @@ func (c MiddlewareConfig) Validate() error {
 //     running the handler;
 //   - the check failed: returns a [*FetchError] (nack) without running the
 //     handler;
+//   - leased by another delivery (a store with a delivery lease): returns a
+//     [*LeasedError] (nack) after LeasedNackDelay, without running the
+//     handler;
 //   - runs the handler, then completes the record when the handler succeeded
 //     or returned a [Drop] error (which is acknowledged), or leaves it pending
-//     and returns the handler's error (nack);
+//     and returns the handler's error (nack), releasing its lease;
+//   - skips its own completion when the handler completed the record in its
+//     transaction ([CompleteTx]);
 //   - on a store that implements [FailureRecorder], counts each failure with
 //     its error text and, after [MiddlewareConfig.MaxAttempts] failures,
 //     abandons the record and returns an [*AbandonedError] instead.
@@ -135,13 +153,18 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 			o.DuplicateSkipped(name)
 		}
 		return nil, nil
+	case errors.Is(err, ErrLeased):
+		m.logger.Debug("Record leased by another delivery, nacking copy without handling", fields)
+		m.holdLeased(ctx)
+		return nil, &LeasedError{Name: name, ID: id, Err: err}
 	case err != nil:
 		return nil, &FetchError{Name: name, ID: id, Err: err}
 	}
 
 	delete(msg.Metadata, MetadataID)
 	delete(msg.Metadata, MetadataName)
-	msg.SetContext(context.WithValue(ctx, recordKey{}, RecordRef{Name: name, ID: id}))
+	d := &delivery{ref: RecordRef{Name: name, ID: id}, store: store}
+	msg.SetContext(context.WithValue(ctx, recordKey{}, d))
 
 	produced, herr := h(msg)
 	if herr != nil && !IsDrop(herr) {
@@ -161,7 +184,14 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 		msg.Metadata[MetadataID] = idText
 		msg.Metadata[MetadataName] = name
 		msg.SetContext(ctx)
+		if !d.completed.Load() {
+			m.release(ctx, store, id, fields)
+		}
 		return produced, herr
+	}
+	if d.completed.Load() {
+		// The handler's transaction completed the record (CompleteTx).
+		return produced, nil
 	}
 	if herr != nil {
 		m.logger.Info("Handler dropped message, completing its record", fields.Add(watermill.LogFields{"reason": herr.Error()}))
@@ -201,6 +231,32 @@ func (m *middleware) complete(ctx context.Context, store Store, name string, id 
 		m.logger.Debug("Record was completed by another delivery", fields)
 	default:
 		m.logger.Error("Completing record failed; it stays pending for the next replay", err, fields)
+	}
+}
+
+// release gives up the delivery lease of a record whose handler failed, so
+// that the redelivery need not wait for the lease to run out. Only stores
+// with a lease implement [Releaser]; a failure is logged and the lease runs
+// out on its own.
+func (m *middleware) release(ctx context.Context, store Store, id int64, fields watermill.LogFields) {
+	r, ok := store.(Releaser)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
+	defer cancel()
+	if err := r.Release(ctx, id); err != nil {
+		m.logger.Error("Releasing the lease of a failed delivery failed; it runs out on its own", err, fields)
+	}
+}
+
+// holdLeased waits LeasedNackDelay, or until the message is cancelled.
+func (m *middleware) holdLeased(ctx context.Context) {
+	t := time.NewTimer(m.cfg.LeasedNackDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 

@@ -31,7 +31,9 @@ type Store interface {
 
 	// CheckPending returns nil when the record is pending, ErrNotPending when
 	// it was completed, deleted or never existed, and any other error when
-	// the store could not tell.
+	// the store could not tell. A store with a delivery lease claims the
+	// record here and returns ErrLeased while another delivery holds it
+	// (see [Releaser]).
 	CheckPending(ctx context.Context, id int64) error
 
 	// Complete marks the record processed with the database clock, or deletes

@@ -2,8 +2,10 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/wmoutbox/outbox"
@@ -20,8 +22,9 @@ type Dialect interface {
 	quote(ident string) string
 	placeholder(n int) string
 	clock() string
-	// insert saves records in one round trip and sets their ids in order.
-	insert(ctx context.Context, db *sqlx.DB, q *queries, records []outbox.Record) error
+	// insert saves records in one round trip and sets their ids in order,
+	// through the pool or a caller's transaction (see inTx).
+	insert(ctx context.Context, db dbtx, q *queries, records []outbox.Record) error
 	// insertQuery is the batch insert statement for the quoted table, when
 	// the dialect has one of fixed text; "" when it builds one per batch.
 	insertQuery(table string) string
@@ -48,6 +51,37 @@ type Dialect interface {
 	versionTableDDL() string
 	// convertError turns a driver error into the package's sentinels.
 	convertError(err error) error
+	// leaseUntil is the database clock plus the lease passed as the nth
+	// argument, in the form leaseArg gives it.
+	leaseUntil(n int) string
+	leaseArg(lease time.Duration) any
+}
+
+// dbtx is the store's pool or a caller's transaction; *sqlx.DB, *sql.Tx,
+// *sqlx.Tx and outbox.Tx all have these methods.
+type dbtx interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// inTx runs fn, whose statements must succeed or fail together, in a
+// transaction: one of its own on the store's pool, or the caller's
+// transaction as it is.
+func inTx(ctx context.Context, db dbtx, fn func(dbtx) error) error {
+	pool, ok := db.(*sqlx.DB)
+	if !ok {
+		return fn(db)
+	}
+	tx, err := pool.BeginTxx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
+	if err := fn(tx); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // serverProber is implemented by dialects that must look at the server
@@ -86,6 +120,9 @@ type queries struct {
 	completeMany string // fixed-text completion of many ids, if the dialect has one
 	completeIn   string // completion prefix ending in "id IN (", for dialects that list the ids
 	pendingAfter string
+	// claim and release take and give up a delivery lease (Config.Lease).
+	claim   string
+	release string
 }
 
 func buildQueries(d Dialect, table string, mode Completion) *queries {
@@ -107,6 +144,9 @@ func buildQueries(d Dialect, table string, mode Completion) *queries {
 	}
 	q.completeMany = d.completeManyQuery(t, mode)
 	q.checkPending = fmt.Sprintf("SELECT 1 FROM %s WHERE id = %s%s", t, p(1), pending)
+	q.claim = fmt.Sprintf("UPDATE %s SET lease_until = %s WHERE id = %s%s AND (lease_until IS NULL OR lease_until < %s)",
+		t, d.leaseUntil(1), p(2), pending, d.clock())
+	q.release = fmt.Sprintf("UPDATE %s SET lease_until = NULL WHERE id = %s", t, p(1))
 	q.pendingAfter = fmt.Sprintf("SELECT id, uuid, payload, metadata FROM %s WHERE topic = %s AND id > %s%s ORDER BY id LIMIT %s",
 		t, p(1), p(2), pending, p(3))
 	return q
@@ -144,7 +184,7 @@ func scanIDList(rows rowsScanner, into []int64) ([]int64, error) {
 // insertSingle saves one record with a statement of fixed text, for
 // dialects with INSERT … RETURNING: the common case of one message per
 // Publish needs no array and no statement built per call.
-func insertSingle(ctx context.Context, db *sqlx.DB, q *queries, r *outbox.Record) error {
+func insertSingle(ctx context.Context, db dbtx, q *queries, r *outbox.Record) error {
 	md, err := encodeMetadata(r.Metadata)
 	if err != nil {
 		return fmt.Errorf("record #0: %w", err)

@@ -173,13 +173,7 @@ func mariaDBHasReturning(version string) bool {
 	return err1 == nil && err2 == nil && (major > 10 || major == 10 && minor >= 5)
 }
 
-// mysqlExecQuerier is a pool or a transaction.
-type mysqlExecQuerier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-func (d mysql) insert(ctx context.Context, db *sqlx.DB, q *queries, records []outbox.Record) error {
+func (d mysql) insert(ctx context.Context, db dbtx, q *queries, records []outbox.Record) error {
 	srv := d.server
 	if srv == nil {
 		return errors.New("sqlstore: MySQL dialect used before its pool was probed")
@@ -199,18 +193,15 @@ func (d mysql) insert(ctx context.Context, db *sqlx.DB, q *queries, records []ou
 	if len(bounds) == 2 {
 		return srv.insertRows(ctx, db, q, records, metadata)
 	}
-	tx, err := db.BeginTxx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
-	for i := 1; i < len(bounds); i++ {
-		from, to := bounds[i-1], bounds[i]
-		if err := srv.insertRows(ctx, tx, q, records[from:to], metadata[from:to]); err != nil {
-			return err
+	return inTx(ctx, db, func(tx dbtx) error {
+		for i := 1; i < len(bounds); i++ {
+			from, to := bounds[i-1], bounds[i]
+			if err := srv.insertRows(ctx, tx, q, records[from:to], metadata[from:to]); err != nil {
+				return err
+			}
 		}
-	}
-	return tx.Commit()
+		return nil
+	})
 }
 
 // split returns the boundaries of the statements a batch needs: 0, then the
@@ -253,7 +244,7 @@ func escapedLen[T string | []byte](v T) int {
 
 // insertRows saves records with one multi-row INSERT and sets their ids; see
 // [MySQL] for why the ids are the rows' own.
-func (srv *mysqlServer) insertRows(ctx context.Context, db mysqlExecQuerier, q *queries, records []outbox.Record, metadata []string) error {
+func (srv *mysqlServer) insertRows(ctx context.Context, db dbtx, q *queries, records []outbox.Record, metadata []string) error {
 	var b strings.Builder
 	b.Grow(len(q.insertValues) + len(records)*10 + 13)
 	b.WriteString(q.insertValues)
@@ -361,6 +352,10 @@ func (mysql) convertError(err error) error {
 	}
 	return err
 }
+
+func (mysql) leaseUntil(int) string { return "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" }
+
+func (mysql) leaseArg(lease time.Duration) any { return lease.Microseconds() }
 
 var _ opsDialect = mysql{}
 

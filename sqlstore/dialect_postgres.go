@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jmoiron/sqlx"
@@ -41,7 +42,7 @@ ORDER BY u.ord
 RETURNING id`, table)
 }
 
-func (postgres) insert(ctx context.Context, db *sqlx.DB, q *queries, records []outbox.Record) error {
+func (postgres) insert(ctx context.Context, db dbtx, q *queries, records []outbox.Record) error {
 	if len(records) == 1 {
 		return insertSingle(ctx, db, q, &records[0])
 	}
@@ -134,6 +135,14 @@ func scanIDs(rows rowsScanner, records []outbox.Record) error {
 	}
 	return nil
 }
+
+// leaseUntil: now() is the start of the statement's transaction, which for
+// the claim, run on its own, is the statement's time.
+func (postgres) leaseUntil(n int) string {
+	return "now() + make_interval(secs => $" + strconv.Itoa(n) + "::float8)"
+}
+
+func (postgres) leaseArg(lease time.Duration) any { return lease.Seconds() }
 
 var _ opsDialect = postgres{}
 

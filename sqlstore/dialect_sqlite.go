@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/wmoutbox/outbox"
@@ -37,28 +38,25 @@ func (sqlite) clock() string { return "strftime('%Y-%m-%d %H:%M:%f', 'now')" }
 
 func (sqlite) insertQuery(string) string { return "" }
 
-func (sqlite) insert(ctx context.Context, db *sqlx.DB, q *queries, records []outbox.Record) error {
+func (sqlite) insert(ctx context.Context, db dbtx, q *queries, records []outbox.Record) error {
 	if len(records) == 1 {
 		return insertSingle(ctx, db, q, &records[0])
 	}
 	if len(records) <= sqliteMaxRows {
 		return sqliteInsertChunk(ctx, db, q, records)
 	}
-	tx, err := db.BeginTxx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
-	for start := 0; start < len(records); start += sqliteMaxRows {
-		end := min(start+sqliteMaxRows, len(records))
-		if err := sqliteInsertChunk(ctx, tx, q, records[start:end]); err != nil {
-			return err
+	return inTx(ctx, db, func(tx dbtx) error {
+		for start := 0; start < len(records); start += sqliteMaxRows {
+			end := min(start+sqliteMaxRows, len(records))
+			if err := sqliteInsertChunk(ctx, tx, q, records[start:end]); err != nil {
+				return err
+			}
 		}
-	}
-	return tx.Commit()
+		return nil
+	})
 }
 
-func sqliteInsertChunk(ctx context.Context, db sqlx.QueryerContext, q *queries, records []outbox.Record) error {
+func sqliteInsertChunk(ctx context.Context, db dbtx, q *queries, records []outbox.Record) error {
 	var b strings.Builder
 	b.Grow(len(q.insertValues) + len(records)*12 + 13)
 	b.WriteString(q.insertValues)
@@ -142,6 +140,11 @@ func (sqlite) convertError(err error) error {
 	}
 	return err
 }
+
+// leaseUntil is in the clock's text format, so that it compares with it.
+func (sqlite) leaseUntil(int) string { return "strftime('%Y-%m-%d %H:%M:%f', 'now', ?)" }
+
+func (sqlite) leaseArg(lease time.Duration) any { return fmt.Sprintf("%+.3f seconds", lease.Seconds()) }
 
 var _ opsDialect = sqlite{}
 

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 	"github.com/wmoutbox/outbox"
@@ -28,6 +29,14 @@ type Config struct {
 	// DB is the connection pool. It may be nil and attached later with
 	// [Store.Attach].
 	DB *sqlx.DB
+	// Lease turns on the delivery lease: CheckPending claims the pending
+	// record for this long, by the database clock, and a second copy of the
+	// message delivered meanwhile gets [outbox.ErrLeased] (the middleware
+	// nacks it) instead of running the handler at the same moment. Choose
+	// it longer than the longest handler run: a handler that outlives its
+	// lease may overlap a redelivery. A crashed handler's lease runs out and
+	// the record can be claimed again. Defaults to 0, no lease.
+	Lease time.Duration
 	// Coalescing combines concurrent inserts, and concurrent completions,
 	// into one statement each. Defaults to combining both, one statement of
 	// each kind in flight, at most 1000 records per statement; see
@@ -50,6 +59,9 @@ func (c Config) Validate() error {
 	if c.Completion != Mark && c.Completion != Delete {
 		return fmt.Errorf("%w: unknown Completion %d", ErrInvalidConfig, int(c.Completion))
 	}
+	if c.Lease < 0 {
+		return fmt.Errorf("%w: Lease %v is negative", ErrInvalidConfig, c.Lease)
+	}
 	if err := c.Coalescing.Validate(); err != nil {
 		return err
 	}
@@ -61,6 +73,7 @@ type Store struct {
 	dialect Dialect
 	table   string
 	mode    Completion
+	lease   time.Duration
 	q       *queries
 	// att is the attached pool; probeMu serializes probing it.
 	att     atomic.Pointer[attachment]
@@ -82,7 +95,7 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{dialect: cfg.Dialect, table: cfg.Table, mode: cfg.Completion, migrations: migrationFiles}
+	s := &Store{dialect: cfg.Dialect, table: cfg.Table, mode: cfg.Completion, lease: cfg.Lease, migrations: migrationFiles}
 	s.q = buildQueries(cfg.Dialect, cfg.Table, cfg.Completion)
 	co := cfg.Coalescing
 	s.coalescing = co
@@ -146,12 +159,22 @@ func (s *Store) insertNow(ctx context.Context, records []outbox.Record) error {
 	return nil
 }
 
-// CheckPending implements [outbox.Store].
+// CheckPending implements [outbox.Store]. With a [Config.Lease] it claims
+// the record, returning [outbox.ErrLeased] while another delivery holds it;
+// see claim.
 func (s *Store) CheckPending(ctx context.Context, id int64) error {
 	db, err := s.pool()
 	if err != nil {
 		return err
 	}
+	if s.lease > 0 {
+		return s.claim(ctx, db, id)
+	}
+	return s.checkPending(ctx, db, id)
+}
+
+// checkPending reads whether the record is pending.
+func (s *Store) checkPending(ctx context.Context, db *sqlx.DB, id int64) error {
 	var one int
 	switch err := db.QueryRowContext(ctx, s.q.checkPending, id).Scan(&one); {
 	case errors.Is(err, sql.ErrNoRows):

@@ -1,0 +1,94 @@
+package storetest
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+func (s *suite) testInsertTx(t *testing.T) {
+	forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		store := s.store(t, mode)
+
+		tx, err := store.DB().BeginTxx(ctx(t), nil)
+		require.NoError(t, err)
+		committed := records("orders", 3)
+		require.NoError(t, store.InsertTx(ctx(t), tx, committed))
+		require.NoError(t, tx.Commit())
+
+		tx, err = store.DB().BeginTxx(ctx(t), nil)
+		require.NoError(t, err)
+		rolledBack := records("orders", 2)
+		require.NoError(t, store.InsertTx(ctx(t), tx.Tx, rolledBack), "a plain *sql.Tx works too")
+		require.NoError(t, tx.Rollback())
+
+		want := map[string]int64{}
+		for _, r := range committed {
+			require.Positive(t, r.ID)
+			want[r.UUID] = r.ID
+		}
+		assert.Equal(t, want, rowIDs(t, store), "the committed records exist with the ids InsertTx set; the rolled-back ones do not")
+	})
+}
+
+func (s *suite) testCompleteTx(t *testing.T) {
+	forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		store := s.store(t, mode)
+		recs := insert(t, store, records("orders", 2))
+		committed, rolledBack := recs[0].ID, recs[1].ID
+
+		tx, err := store.DB().BeginTxx(ctx(t), nil)
+		require.NoError(t, err)
+		require.NoError(t, store.CompleteTx(ctx(t), tx, committed))
+		require.NoError(t, tx.Commit())
+		assert.ErrorIs(t, store.CheckPending(ctx(t), committed), outbox.ErrNotPending, "completed at commit")
+
+		tx, err = store.DB().BeginTxx(ctx(t), nil)
+		require.NoError(t, err)
+		require.NoError(t, store.CompleteTx(ctx(t), tx, rolledBack))
+		require.NoError(t, tx.Rollback())
+		assert.NoError(t, store.CheckPending(ctx(t), rolledBack), "a rolled-back completion leaves the record pending")
+
+		tx, err = store.DB().BeginTxx(ctx(t), nil)
+		require.NoError(t, err)
+		defer tx.Rollback() //nolint:errcheck // test cleanup
+		assert.ErrorIs(t, store.CompleteTx(ctx(t), tx, committed), outbox.ErrNotPending, "already completed")
+		assert.ErrorIs(t, store.CompleteTx(ctx(t), tx, neverID), outbox.ErrNotPending, "never existed")
+	})
+
+	t.Run("ConcurrentCopyWaitsAndFindsItCompleted", func(t *testing.T) {
+		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+			store := s.store(t, mode)
+			id := insert(t, store, records("orders", 1))[0].ID
+
+			first, err := store.DB().BeginTxx(ctx(t), nil)
+			require.NoError(t, err)
+			require.NoError(t, store.CompleteTx(ctx(t), first, id))
+
+			second := make(chan error, 1)
+			go func() {
+				// On PostgreSQL and MariaDB this waits for the row lock; on
+				// SQLite (one connection per test pool) for the connection,
+				// and with several connections for the write lock.
+				tx, err := store.DB().BeginTxx(ctx(t), nil)
+				if err != nil {
+					second <- err
+					return
+				}
+				defer tx.Rollback() //nolint:errcheck // only read
+				second <- store.CompleteTx(ctx(t), tx, id)
+			}()
+			select {
+			case err := <-second:
+				t.Fatalf("the second completion returned (%v) while the first transaction held the record", err)
+			default:
+			}
+			require.NoError(t, first.Commit())
+			assert.ErrorIs(t, <-second, outbox.ErrNotPending)
+		})
+	})
+}

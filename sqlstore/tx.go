@@ -1,0 +1,88 @@
+package sqlstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/wmoutbox/outbox"
+)
+
+var (
+	_ outbox.TxInserter  = (*Store)(nil)
+	_ outbox.TxCompleter = (*Store)(nil)
+)
+
+// InsertTx implements [outbox.TxInserter]: the same statements as Insert,
+// run through the caller's transaction tx, which must be on the store's
+// database. A MySQL store needs its pool attached even so: it learns the
+// server from it once; the pool tx comes from needs interpolateParams=true
+// too, or each statement costs a prepare and a close.
+func (s *Store) InsertTx(ctx context.Context, tx outbox.Tx, records []outbox.Record) error {
+	if tx == nil {
+		return fmt.Errorf("%w: transaction is nil", ErrInvalidConfig)
+	}
+	if len(records) == 0 {
+		return nil
+	}
+	d := s.dialect
+	if _, probes := d.(serverProber); probes {
+		var err error
+		if _, d, err = s.bound(ctx); err != nil {
+			return err
+		}
+	}
+	if err := d.insert(ctx, tx, s.q, records); err != nil {
+		if errors.Is(err, ErrInvalidRecord) {
+			return err
+		}
+		return s.fail("insert in transaction", err)
+	}
+	return nil
+}
+
+// CompleteTx implements [outbox.TxCompleter] with the store's own
+// completion statement (UPDATE … SET processed_at, or DELETE) run through the
+// caller's transaction tx. The statement locks the row, which is what a
+// SELECT … FOR UPDATE would do, and completes it in the same round trip:
+//
+//   - PostgreSQL and MySQL/MariaDB (InnoDB) lock the row until tx ends. A
+//     concurrent CompleteTx of the same record waits; when the first
+//     transaction commits, it re-reads the row, matches nothing and returns
+//     [outbox.ErrNotPending]; when the first rolls back, it completes the
+//     record itself. Under REPEATABLE READ or SERIALIZABLE, PostgreSQL
+//     reports the concurrent completion as a serialization failure instead,
+//     which the handler returns, and the redelivery finds the record
+//     completed.
+//   - SQLite has no row locks: a writing transaction holds the database's
+//     single write lock until it ends, so concurrent completions are
+//     serialized by the busy timeout (set _pragma=busy_timeout(…) in the
+//     DSN). Run CompleteTx as the first statement of the transaction, or
+//     open the pool with _txlock=immediate: a deferred transaction that read
+//     before it writes cannot wait for the lock and fails with SQLITE_BUSY.
+func (s *Store) CompleteTx(ctx context.Context, tx outbox.Tx, id int64) error {
+	if tx == nil {
+		return fmt.Errorf("%w: transaction is nil", ErrInvalidConfig)
+	}
+	n, err := s.exec(ctx, tx, "complete in transaction", s.q.complete, id)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return outbox.ErrNotPending
+	}
+	return nil
+}
+
+// exec runs a statement and returns the number of rows it changed.
+func (s *Store) exec(ctx context.Context, db dbtx, op, query string, args ...any) (int64, error) {
+	res, err := db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, s.fail(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, s.fail(op, err)
+	}
+	return n, nil
+}

@@ -1,0 +1,41 @@
+package outbox
+
+import (
+	"context"
+	"database/sql"
+)
+
+// Tx is a database transaction the caller began and will commit or roll
+// back: *sql.Tx and *sqlx.Tx satisfy it, and so does [PublishingTx]. Commit
+// and Rollback are part of it so that a pool (*sql.DB), which would commit
+// each statement on its own, cannot be passed by mistake.
+type Tx interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	Commit() error
+	Rollback() error
+}
+
+// TxInserter is implemented by a [Store] that can save records inside a
+// caller's transaction, for [TxPublisher]. The sqlstore package's stores
+// implement it.
+type TxInserter interface {
+	// InsertTx saves the records through tx, in one round trip as Insert
+	// does, and sets each record's ID in place, in order. The records exist
+	// once tx commits and vanish if it rolls back. tx must be a transaction
+	// on the store's database.
+	InsertTx(ctx context.Context, tx Tx, records []Record) error
+}
+
+// TxCompleter is implemented by a [Store] that can complete a record inside
+// a caller's transaction, for [CompleteTx]. The sqlstore package's stores
+// implement it.
+type TxCompleter interface {
+	// CompleteTx locks the record through tx and completes it there: the
+	// completion commits or rolls back with tx. A concurrent transaction
+	// completing the same record waits for the lock and then gets
+	// ErrNotPending. It returns ErrNotPending, and changes nothing, when
+	// the record is not pending.
+	CompleteTx(ctx context.Context, tx Tx, id int64) error
+}
