@@ -8,19 +8,20 @@ import (
 )
 
 // ResubmitAbandoned makes the abandoned record id of a tracked name pending
-// again (attempts reset) and sends it through pub, which must be the
-// undecorated publisher. The name's store must implement [Resubmitter]. If
+// again (attempts reset) and sends it through pub, decorated or
+// not. The name's store must implement [Resubmitter]. If
 // the send fails the record stays pending and replay or the
 // [StaleResubmitter] sends it later.
 func ResubmitAbandoned(ctx context.Context, reg *Registry, pub message.Publisher, name string, id int64) error {
-	if err := checkSender(reg, pub); err != nil {
+	out, err := newResender(reg, pub)
+	if err != nil {
 		return err
 	}
-	store := reg.Store(name)
-	if store == nil {
+	t := reg.lookup(name)
+	if t == nil {
 		return fmt.Errorf("%w: %q is not a tracked name", ErrInvalidConfig, name)
 	}
-	rs, ok := store.(Resubmitter)
+	rs, ok := t.store.(Resubmitter)
 	if !ok {
 		return fmt.Errorf("%w: the store of %q cannot resubmit abandoned records", ErrInvalidConfig, name)
 	}
@@ -28,5 +29,5 @@ func ResubmitAbandoned(ctx context.Context, reg *Registry, pub message.Publisher
 	if err != nil {
 		return fmt.Errorf("outbox: resubmitting record %d of %q: %w", id, name, err)
 	}
-	return sendRecords(ctx, reg, pub, rec.Topic, []Record{rec})
+	return out.send(ctx, t, []Record{rec})
 }

@@ -35,6 +35,19 @@ var (
 	// without running the handler, so the broker redelivers it later.
 	ErrLeased = errors.New("outbox: record is leased by another delivery")
 
+	// ErrUnknownRecord is wrapped by the CheckPending of a [Store] that
+	// keeps completed records when no record has the delivery's id and
+	// topic: the id was never saved in this table under this topic, or its
+	// record was cleaned up. The middleware acknowledges the message
+	// without running the handler and logs a warning.
+	ErrUnknownRecord = errors.New("outbox: no record with this id and topic")
+	// ErrNoDelivery is wrapped by the CheckPending of a [Store] when the
+	// record declares its consumers and the delivery's consumer is not one
+	// of them (the record was saved before the consumer was declared). The
+	// middleware runs the handler untracked.
+	ErrNoDelivery = errors.New("outbox: the record has no delivery for this consumer")
+	// ErrCompletedByOther is wrapped by [*ConsumerConflictError].
+	ErrCompletedByOther = errors.New("outbox: record completed by another consumer")
 	// ErrTxDone is returned by a [PublishingTx] that was already committed
 	// or rolled back.
 	ErrTxDone = errors.New("outbox: transaction already committed or rolled back")
@@ -98,6 +111,23 @@ func (e *LeasedError) Error() string {
 }
 
 func (e *LeasedError) Unwrap() error { return e.Err }
+
+// ConsumerConflictError is returned by the CheckPending of a [Store] when a
+// record whose topic declares no consumers was completed by another
+// consumer: two handlers receive the topic, and the copy is not a duplicate
+// for this one. The middleware runs the handler untracked and logs the
+// conflict; declare the consumers ([Tracked.Consumers]) to track each.
+type ConsumerConflictError struct {
+	ID          int64
+	Consumer    string
+	CompletedBy string
+}
+
+func (e *ConsumerConflictError) Error() string {
+	return fmt.Sprintf("outbox: record %d was completed by consumer %q, not by %q", e.ID, e.CompletedBy, e.Consumer)
+}
+
+func (e *ConsumerConflictError) Unwrap() error { return ErrCompletedByOther }
 
 // ReplayError is returned by [Replay] and aborts the router started with
 // [ReplayPlugin] when a pending record could not be read or sent. For a send

@@ -13,7 +13,41 @@ const (
 	MetadataID = "outbox_id"
 	// MetadataName holds the tracked name, so the receiver finds the store.
 	MetadataName = "outbox_name"
+	// MetadataStore holds the identity of the table the record lives in
+	// ([Store.Identity]), so that a receiver acts only on its own records.
+	MetadataStore = "outbox_store"
 )
+
+// outboxKeys are the metadata keys the outbox stamps. A message published
+// again (after a failed send, or forwarded by a handler) is saved without
+// them, so that its new record carries no stale id.
+var outboxKeys = [...]string{MetadataID, MetadataName, MetadataStore}
+
+// hasOutboxKeys reports whether md carries any outbox key.
+func hasOutboxKeys(md map[string]string) bool {
+	for _, k := range outboxKeys {
+		if _, ok := md[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutOutboxKeys returns md, or a copy of it without the outbox keys
+// when it has any.
+func withoutOutboxKeys(md map[string]string) map[string]string {
+	if !hasOutboxKeys(md) {
+		return md
+	}
+	out := make(map[string]string, len(md))
+	for k, v := range md {
+		out[k] = v
+	}
+	for _, k := range outboxKeys {
+		delete(out, k)
+	}
+	return out
+}
 
 // parseID reads a record id from metadata text. It accepts only the canonical
 // decimal form of a positive int64, so that every id the publisher stamps
@@ -35,16 +69,19 @@ func truncate(s string, n int) string {
 
 type recordKey struct{}
 
-// RecordRef identifies the record of a message being handled.
+// RecordRef identifies the record of a message being handled, and the
+// consumer handling it.
 type RecordRef struct {
-	Name string
-	ID   int64
+	Name     string
+	ID       int64
+	Consumer string
 }
 
 // delivery is what the middleware puts into the context of a tracked
 // message while its handler runs.
 type delivery struct {
 	ref   RecordRef
+	d     Delivery
 	store Store
 	// completed is set by CompleteTx: the handler's transaction completes
 	// the record, so the middleware does not.

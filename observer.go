@@ -1,26 +1,36 @@
 package outbox
 
-// Observer is told what the outbox does, per tracked name, for metrics. Its
-// methods are called on the tracked paths only (never for untracked
-// messages), from many goroutines at once, and must return quickly. The
-// outboxmetrics package provides Prometheus collectors that implement it.
+// Observer is told what the outbox does, per tracked name and consumer (the
+// handler name, "" outside a router), for metrics. Its methods are called on
+// the tracked paths only (never for messages without outbox metadata), from
+// many goroutines at once, and must return quickly. The outboxmetrics
+// package provides Prometheus collectors that implement it.
 type Observer interface {
 	// Published counts tracked messages saved and sent by the publisher.
 	Published(name string, n int)
-	// Handled counts records completed after their handler succeeded or
+	// Handled counts deliveries completed after their handler succeeded or
 	// dropped the message.
-	Handled(name string)
+	Handled(name, consumer string)
 	// DuplicateSkipped counts deliveries acknowledged without running the
-	// handler because their record was no longer pending.
-	DuplicateSkipped(name string)
+	// handler because the consumer had already completed the record.
+	DuplicateSkipped(name, consumer string)
 	// Failed counts handler failures that left the record pending or
 	// abandoned it.
-	Failed(name string)
-	// Abandoned counts records abandoned after their last allowed attempt.
-	Abandoned(name string)
+	Failed(name, consumer string)
+	// Abandoned counts deliveries abandoned after their last allowed attempt.
+	Abandoned(name, consumer string)
 	// Replayed counts records sent again by startup replay, the stale
-	// resubmitter or a resubmit of an abandoned record.
+	// resubmitter or a requeue of an abandoned record.
 	Replayed(name string, n int)
+	// NotOwned counts messages with outbox metadata that this service does
+	// not own: another service's table, another topic's record, or a
+	// handler that is not a consumer of the record. Their handler runs
+	// untracked.
+	NotOwned(topic, consumer string)
+	// UnknownRecord counts messages whose metadata names a record of this
+	// service's table that does not exist (never saved, or cleaned up).
+	// They are acknowledged without running the handler.
+	UnknownRecord(name, consumer string)
 }
 
 // observerBox lets an interface value live in an atomic.Pointer.
@@ -37,10 +47,21 @@ func (r *Registry) SetObserver(o Observer) {
 	r.obs.Store(&observerBox{o: o})
 }
 
-// observer returns the observer, or nil.
+// observer returns the observer, or one that discards every report.
 func (r *Registry) observer() Observer {
 	if b := r.obs.Load(); b != nil {
 		return b.o
 	}
-	return nil
+	return nopObserver{}
 }
+
+type nopObserver struct{}
+
+func (nopObserver) Published(string, int)           {}
+func (nopObserver) Handled(string, string)          {}
+func (nopObserver) DuplicateSkipped(string, string) {}
+func (nopObserver) Failed(string, string)           {}
+func (nopObserver) Abandoned(string, string)        {}
+func (nopObserver) Replayed(string, int)            {}
+func (nopObserver) NotOwned(string, string)         {}
+func (nopObserver) UnknownRecord(string, string)    {}

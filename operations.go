@@ -13,21 +13,26 @@ import (
 // FailureRecorder is implemented by a [Store] that counts failed handlings.
 // The middleware calls it only when a handler fails, never on success.
 type FailureRecorder interface {
-	// RecordFailure adds one to the pending record's attempts and keeps
-	// reason (the store may shorten it). When maxAttempts > 0 and the
-	// attempts reach it, the record is abandoned: no longer pending, never
-	// replayed, but kept and visible. It returns the attempts so far and
-	// whether the record was abandoned, and ErrNotPending, changing
-	// nothing, when the record was not pending.
-	RecordFailure(ctx context.Context, id int64, reason string, maxAttempts int) (attempts int, abandoned bool, err error)
+	// RecordFailure adds one to the attempts of the pending delivery (the
+	// consumer's own, on a record that declares consumers) and keeps reason
+	// (the store may shorten it). When maxAttempts > 0 and the attempts
+	// reach it, the delivery is abandoned: no longer pending for this
+	// consumer, never handled again by it, but kept and visible; a record
+	// is abandoned once none of its deliveries is pending and one was
+	// abandoned. It returns the attempts so far and whether the delivery
+	// was abandoned, and ErrNotPending, changing nothing, when it was not
+	// pending.
+	RecordFailure(ctx context.Context, d Delivery, reason string, maxAttempts int) (attempts int, abandoned bool, err error)
 }
 
 // Resubmitter is implemented by a [Store] whose abandoned records can be
 // made pending again.
 type Resubmitter interface {
-	// ResubmitAbandoned makes the abandoned record pending again, with its
-	// attempts reset, and returns it so that the caller sends it. It returns
-	// an error wrapping ErrNotAbandoned when the record is not abandoned.
+	// ResubmitAbandoned makes the abandoned record pending again, with the
+	// attempts of its abandoned deliveries reset (the deliveries other
+	// consumers completed stay complete), and returns it so that the caller
+	// sends it. It returns an error wrapping ErrNotAbandoned when the
+	// record is not abandoned.
 	ResubmitAbandoned(ctx context.Context, id int64) (Record, error)
 }
 
@@ -65,6 +70,21 @@ type NameStatus struct {
 	// Both are zero in the result of PendingStatus.
 	Abandoned int64
 	Completed int64
+	// Consumers breaks the counts down per declared consumer, for names
+	// whose records declare consumers, in consumer order; nil otherwise.
+	Consumers []ConsumerStatus
+}
+
+// ConsumerStatus is the state of one consumer's deliveries of one tracked
+// name: Pending counts the records this consumer has still to complete,
+// OldestPending the age of the oldest of them. Abandoned and Completed
+// are zero in the result of PendingStatus.
+type ConsumerStatus struct {
+	Consumer      string
+	Pending       int64
+	OldestPending time.Duration
+	Abandoned     int64
+	Completed     int64
 }
 
 // StatusReader is implemented by a [Store] that can report its backlog, for

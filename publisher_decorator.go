@@ -47,48 +47,57 @@ type publisher struct {
 }
 
 func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
-	store := p.reg.byName[topic]
-	if store == nil {
+	t := p.reg.lookup(topic)
+	if t == nil {
 		return p.pub.Publish(topic, msgs...)
 	}
-	return p.publishTracked(store, topic, msgs)
+	return p.publishTracked(t, msgs)
 }
 
-func (p *publisher) publishTracked(store Store, topic string, msgs []*message.Message) error {
+func (p *publisher) publishTracked(t *tracked, msgs []*message.Message) error {
 	if len(msgs) == 0 {
-		return p.pub.Publish(topic, msgs...)
+		return p.pub.Publish(t.name, msgs...)
 	}
-	records, err := recordsOf(topic, msgs)
+	records, err := recordsOf(t, msgs)
 	if err != nil {
 		return err
 	}
-	if err := store.Insert(publishContext(msgs), records); err != nil {
-		return &InsertError{Topic: topic, Count: len(msgs), Err: err}
+	ctx := publishContext(msgs)
+	identity, err := t.store.Identity(ctx)
+	if err != nil {
+		return &InsertError{Topic: t.name, Count: len(msgs), Err: err}
 	}
-	stamp(topic, msgs, records)
-	return sendRecorded(p.pub, p.reg, topic, msgs, records)
+	if err := t.store.Insert(ctx, records); err != nil {
+		return &InsertError{Topic: t.name, Count: len(msgs), Err: err}
+	}
+	stamp(t.name, identity, msgs, records)
+	return sendRecorded(p.pub, p.reg, t.name, msgs, records)
 }
 
-// recordsOf builds the records of a tracked publish.
-func recordsOf(topic string, msgs []*message.Message) ([]Record, error) {
+// recordsOf builds the records of a tracked publish. A message that already
+// carries outbox keys (published again after a failed send, or forwarded)
+// is saved without them.
+func recordsOf(t *tracked, msgs []*message.Message) ([]Record, error) {
 	records := make([]Record, len(msgs))
 	for i, msg := range msgs {
 		if msg == nil {
-			return nil, &InsertError{Topic: topic, Count: len(msgs), Err: fmt.Errorf("%w: message #%d is nil", ErrInvalidConfig, i)}
+			return nil, &InsertError{Topic: t.name, Count: len(msgs), Err: fmt.Errorf("%w: message #%d is nil", ErrInvalidConfig, i)}
 		}
-		records[i] = Record{Topic: topic, UUID: msg.UUID, Payload: msg.Payload, Metadata: msg.Metadata}
+		records[i] = Record{Topic: t.name, UUID: msg.UUID, Payload: msg.Payload, Metadata: withoutOutboxKeys(msg.Metadata), Consumers: t.consumers}
 	}
 	return records, nil
 }
 
-// stamp puts the record ids and the tracked name into the messages.
-func stamp(topic string, msgs []*message.Message, records []Record) {
+// stamp puts the record ids, the tracked name and the table's identity into
+// the messages.
+func stamp(topic, identity string, msgs []*message.Message, records []Record) {
 	for i, msg := range msgs {
 		if msg.Metadata == nil {
-			msg.Metadata = make(message.Metadata, 2)
+			msg.Metadata = make(message.Metadata, 3)
 		}
 		msg.Metadata.Set(MetadataID, strconv.FormatInt(records[i].ID, 10))
 		msg.Metadata.Set(MetadataName, topic)
+		msg.Metadata.Set(MetadataStore, identity)
 	}
 }
 
@@ -102,9 +111,7 @@ func sendRecorded(pub message.Publisher, reg *Registry, topic string, msgs []*me
 		}
 		return &SendError{Topic: topic, IDs: ids, Err: err}
 	}
-	if o := reg.observer(); o != nil {
-		o.Published(topic, len(msgs))
-	}
+	reg.observer().Published(topic, len(msgs))
 	return nil
 }
 

@@ -2,7 +2,9 @@ package outbox
 
 import (
 	"fmt"
+	"slices"
 	"sort"
+	"sync"
 	"sync/atomic"
 )
 
@@ -13,45 +15,97 @@ type Tracked struct {
 	Name string
 	// Store saves the records of this name. Several names may share a store.
 	Store Store
+	// Consumers are the names of the Watermill handlers that receive this
+	// topic, in every service that shares the store: the handler names
+	// given to Router.AddHandler or AddConsumerHandler. Each consumer
+	// checks and completes its own delivery, so one consumer's completion
+	// never makes another skip a message, and the record is complete when
+	// every consumer has completed it. A handler of the topic that is not
+	// listed runs untracked and is logged as an error.
+	//
+	// Leave it empty for a topic with one receiver (instances of one
+	// service are one receiver: they share the handler name). A second
+	// handler receiving such a topic is detected and logged, and runs
+	// untracked. Defaults to none.
+	Consumers []string
 }
+
+// tracked is the registry's entry for one tracked name.
+type tracked struct {
+	name      string
+	store     Store
+	consumers []string
+	// receivers remembers which handlers received the name, to detect a
+	// second handler of a name without declared consumers; conflicts logs
+	// each conflict once.
+	receivers sync.Map // handler name -> struct{}
+	first     atomic.Pointer[string]
+	conflicts sync.Map // "a\x00b" -> struct{}
+	// subscriptions counts the router subscriptions to the name seen by
+	// [ReplayPlugin].
+	subscriptions atomic.Int32
+}
+
+func (t *tracked) declares(consumer string) bool { return slices.Contains(t.consumers, consumer) }
 
 // Registry names the tracked topics and the store each one saves into. It is
 // built once and read without locks; an untracked topic costs one map lookup.
 type Registry struct {
 	enabled bool
-	byName  map[string]Store
+	byName  map[string]*tracked
 	names   []string
 	obs     atomic.Pointer[observerBox]
 }
 
 // NewRegistry builds a registry of the tracked names. Names must be non-empty
-// and unique, and each must have a store.
+// and unique, each must have a store, and consumer names must be non-empty
+// and unique within their name.
 //
 // Inside a Go test binary the registry tracks nothing unless the environment
 // variable named by [EnvToggle] is "on" at this call; see the package
 // documentation.
 func NewRegistry(tracked ...Tracked) (*Registry, error) {
-	r := &Registry{enabled: trackingEnabled(), byName: make(map[string]Store, len(tracked))}
-	for i, t := range tracked {
+	r := &Registry{enabled: trackingEnabled()}
+	byName, err := buildEntries(tracked)
+	if err != nil {
+		return nil, err
+	}
+	for name := range byName {
+		r.names = append(r.names, name)
+	}
+	sort.Strings(r.names)
+	if r.enabled {
+		// A test binary without the toggle keeps no entries: nothing is
+		// tracked, every lookup misses, and the publisher, middleware and
+		// replay pass through.
+		r.byName = byName
+	}
+	return r, nil
+}
+
+func buildEntries(list []Tracked) (map[string]*tracked, error) {
+	byName := make(map[string]*tracked, len(list))
+	for i, t := range list {
 		if t.Name == "" {
 			return nil, fmt.Errorf("%w: tracked name #%d is empty", ErrInvalidConfig, i)
 		}
 		if t.Store == nil {
 			return nil, fmt.Errorf("%w: tracked name %q has no store", ErrInvalidConfig, t.Name)
 		}
-		if _, dup := r.byName[t.Name]; dup {
+		if _, dup := byName[t.Name]; dup {
 			return nil, fmt.Errorf("%w: tracked name %q registered twice", ErrInvalidConfig, t.Name)
 		}
-		r.byName[t.Name] = t.Store
-		r.names = append(r.names, t.Name)
+		for j, c := range t.Consumers {
+			if c == "" {
+				return nil, fmt.Errorf("%w: consumer #%d of tracked name %q is empty", ErrInvalidConfig, j, t.Name)
+			}
+			if slices.Index(t.Consumers, c) != j {
+				return nil, fmt.Errorf("%w: consumer %q of tracked name %q listed twice", ErrInvalidConfig, c, t.Name)
+			}
+		}
+		byName[t.Name] = &tracked{name: t.Name, store: t.Store, consumers: slices.Clone(t.Consumers)}
 	}
-	sort.Strings(r.names)
-	if !r.enabled {
-		// A test binary without the toggle: nothing is tracked, every lookup
-		// misses, and the publisher, middleware and replay pass through.
-		r.byName = nil
-	}
-	return r, nil
+	return byName, nil
 }
 
 // Enabled reports whether the registry tracks messages; false only inside a
@@ -63,4 +117,44 @@ func (r *Registry) Names() []string { return append([]string(nil), r.names...) }
 
 // Store returns the store of a tracked name, or nil when the name is not
 // tracked (or tracking is off).
-func (r *Registry) Store(name string) Store { return r.byName[name] }
+func (r *Registry) Store(name string) Store {
+	if t := r.byName[name]; t != nil {
+		return t.store
+	}
+	return nil
+}
+
+// Consumers returns the declared consumers of a tracked name; nil when it
+// declares none or is not tracked.
+func (r *Registry) Consumers(name string) []string {
+	if t := r.byName[name]; t != nil {
+		return slices.Clone(t.consumers)
+	}
+	return nil
+}
+
+// lookup returns the entry of a tracked topic, or nil.
+func (r *Registry) lookup(topic string) *tracked { return r.byName[topic] }
+
+// entries returns the entries in name order.
+func (r *Registry) entries() []*tracked {
+	out := make([]*tracked, 0, len(r.byName))
+	for _, name := range r.names {
+		if t := r.byName[name]; t != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// stores returns each distinct store once, with the first name (in name
+// order) that uses it.
+func (r *Registry) stores() []*tracked {
+	var out []*tracked
+	for _, t := range r.entries() {
+		if !slices.ContainsFunc(out, func(o *tracked) bool { return sameStore(o.store, t.store) }) {
+			out = append(out, t)
+		}
+	}
+	return out
+}

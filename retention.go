@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -65,10 +64,9 @@ func NewCleaner(reg *Registry, cfg CleanerConfig, logger watermill.LoggerAdapter
 		logger = watermill.NopLogger{}
 	}
 	c := &Cleaner{cfg: cfg, logger: logger}
-	for _, name := range reg.names {
-		s := reg.byName[name]
-		if _, ok := s.(Purger); ok && !slices.ContainsFunc(c.stores, func(o Store) bool { return sameStore(o, s) }) {
-			c.stores = append(c.stores, s)
+	for _, t := range reg.stores() {
+		if _, ok := t.store.(Purger); ok {
+			c.stores = append(c.stores, t.store)
 		}
 	}
 	return c, nil

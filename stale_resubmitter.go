@@ -50,15 +50,16 @@ func (c StaleResubmitConfig) Validate() error {
 // record is claimed by one of them per period.
 type StaleResubmitter struct {
 	reg    *Registry
-	pub    message.Publisher
+	out    *resender
 	cfg    StaleResubmitConfig
 	logger watermill.LoggerAdapter
 }
 
-// NewStaleResubmitter returns a resubmitter that sends through pub, which must
-// be the undecorated publisher.
+// NewStaleResubmitter returns a resubmitter that sends through pub, decorated
+// or not: records are never saved again.
 func NewStaleResubmitter(reg *Registry, pub message.Publisher, cfg StaleResubmitConfig, logger watermill.LoggerAdapter) (*StaleResubmitter, error) {
-	if err := checkSender(reg, pub); err != nil {
+	out, err := newResender(reg, pub)
+	if err != nil {
 		return nil, err
 	}
 	cfg.setDefaults()
@@ -68,21 +69,7 @@ func NewStaleResubmitter(reg *Registry, pub message.Publisher, cfg StaleResubmit
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &StaleResubmitter{reg: reg, pub: pub, cfg: cfg, logger: logger}, nil
-}
-
-// checkSender refuses what no sender of records can work with.
-func checkSender(reg *Registry, pub message.Publisher) error {
-	if reg == nil {
-		return fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
-	}
-	if pub == nil {
-		return fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
-	}
-	if _, decorated := pub.(*publisher); decorated {
-		return fmt.Errorf("%w: records are sent through the undecorated publisher, the decorated one, it would save every record again", ErrInvalidConfig)
-	}
-	return nil
+	return &StaleResubmitter{reg: reg, out: out, cfg: cfg, logger: logger}, nil
 }
 
 // ResubmitOnce claims and sends the stale records of every tracked name once
@@ -94,8 +81,9 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 	if !r.reg.enabled {
 		return result, nil
 	}
-	for _, name := range r.reg.names {
-		claimer, ok := r.reg.byName[name].(StaleClaimer)
+	for _, t := range r.reg.entries() {
+		name := t.name
+		claimer, ok := t.store.(StaleClaimer)
 		if !ok {
 			continue
 		}
@@ -107,7 +95,7 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 			if len(recs) == 0 {
 				break
 			}
-			if err := sendRecords(ctx, r.reg, r.pub, name, recs); err != nil {
+			if err := r.out.send(ctx, t, recs); err != nil {
 				return result, err
 			}
 			result[name] += len(recs)
@@ -120,22 +108,6 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 		}
 	}
 	return result, nil
-}
-
-// sendRecords publishes records of one name with their original id, UUID,
-// payload and metadata.
-func sendRecords(ctx context.Context, reg *Registry, pub message.Publisher, name string, recs []Record) error {
-	msgs := make([]*message.Message, len(recs))
-	for i, rec := range recs {
-		msgs[i] = replayMessage(ctx, name, rec)
-	}
-	if err := pub.Publish(name, msgs...); err != nil {
-		return &ReplayError{Name: name, ID: recs[0].ID, Err: fmt.Errorf("sending records %d..%d: %w", recs[0].ID, recs[len(recs)-1].ID, err)}
-	}
-	if o := reg.observer(); o != nil {
-		o.Replayed(name, len(recs))
-	}
-	return nil
 }
 
 // Run resubmits every Interval until ctx is done, then returns nil. A failed

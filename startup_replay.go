@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"slices"
-	"strconv"
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -62,7 +60,7 @@ func (r ReplayResult) Total() int {
 }
 
 // Replay republishes every pending record of every tracked name through pub,
-// which must be the undecorated publisher, with the record's id, UUID,
+// the publisher the messages were published through (decorated or not: records are never saved again), with the record's id, UUID,
 // payload and metadata. It reads each name's records in pages ordered by id
 // and stops at the first record it cannot read or send, returning a
 // [*ReplayError] that names it.
@@ -85,13 +83,14 @@ func Replay(ctx context.Context, reg *Registry, pub message.Publisher, cfg Repla
 
 type replayer struct {
 	reg    *Registry
-	pub    message.Publisher
+	out    *resender
 	cfg    ReplayConfig
 	logger watermill.LoggerAdapter
 }
 
 func newReplayer(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger watermill.LoggerAdapter) (*replayer, error) {
-	if err := checkSender(reg, pub); err != nil {
+	out, err := newResender(reg, pub)
+	if err != nil {
 		return nil, err
 	}
 	cfg.setDefaults()
@@ -101,7 +100,7 @@ func newReplayer(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger 
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &replayer{reg: reg, pub: pub, cfg: cfg, logger: logger}, nil
+	return &replayer{reg: reg, out: out, cfg: cfg, logger: logger}, nil
 }
 
 func (r *replayer) run(ctx context.Context) (ReplayResult, error) {
@@ -113,8 +112,9 @@ func (r *replayer) run(ctx context.Context) (ReplayResult, error) {
 		r.logger.Error("Replay aborted: a store is not ready", err, nil)
 		return result, err
 	}
-	for _, name := range r.reg.names {
-		n, err := r.replayName(ctx, name, r.reg.byName[name])
+	for _, t := range r.reg.entries() {
+		name := t.name
+		n, err := r.replayName(ctx, t)
 		result[name] = n
 		if err != nil {
 			r.logger.Error("Replay aborted", err, watermill.LogFields{"outbox_name": name, "replayed": n})
@@ -127,16 +127,13 @@ func (r *replayer) run(ctx context.Context) (ReplayResult, error) {
 
 // verify asks each distinct store that implements [Verifier] to check itself.
 func (r *replayer) verify(ctx context.Context) error {
-	var verified []Store
-	for _, name := range r.reg.names {
-		store := r.reg.byName[name]
-		v, ok := store.(Verifier)
-		if !ok || slices.ContainsFunc(verified, func(s Store) bool { return sameStore(s, store) }) {
+	for _, t := range r.reg.stores() {
+		v, ok := t.store.(Verifier)
+		if !ok {
 			continue
 		}
-		verified = append(verified, store)
 		if err := v.Verify(ctx); err != nil {
-			return &VerifyError{Name: name, Err: err}
+			return &VerifyError{Name: t.name, Err: err}
 		}
 	}
 	return nil
@@ -158,7 +155,8 @@ type page struct {
 // replayName streams the pending records of one name: a reader goroutine
 // fetches the next page while the current one is sent, through a channel of
 // one page, so memory stays at three pages whatever the backlog.
-func (r *replayer) replayName(ctx context.Context, name string, store Store) (int, error) {
+func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
+	name, store := t.name, t.store
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pages := make(chan page, 1)
@@ -195,7 +193,7 @@ func (r *replayer) replayName(ctx context.Context, name string, store Store) (in
 		if p.err != nil {
 			return sent, &ReplayError{Name: name, AfterID: lastID, Err: p.err}
 		}
-		if err := sendRecords(ctx, r.reg, r.pub, name, p.records); err != nil {
+		if err := r.out.send(ctx, t, p.records); err != nil {
 			return sent, err
 		}
 		r.stampSent(ctx, name, store, p.records)
@@ -208,22 +206,9 @@ func (r *replayer) replayName(ctx context.Context, name string, store Store) (in
 	return sent, nil
 }
 
-func replayMessage(ctx context.Context, name string, rec Record) *message.Message {
-	md := make(message.Metadata, len(rec.Metadata)+2)
-	for k, v := range rec.Metadata {
-		md[k] = v
-	}
-	md[MetadataID] = strconv.FormatInt(rec.ID, 10)
-	md[MetadataName] = name
-	msg := message.NewMessage(rec.UUID, rec.Payload)
-	msg.Metadata = md
-	msg.SetContext(ctx)
-	return msg
-}
-
 // ReplayPlugin returns a router plugin that runs [Replay] as part of starting
 // the router, once every handler's subscription is open and before
-// Router.Running is closed. pub must be the undecorated publisher.
+// Router.Running is closed.
 //
 // A replay that fails aborts the start: Router.Run returns the
 // [*ReplayError], or the [*VerifyError] of a store that is not ready (wrapped

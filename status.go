@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 )
 
 // ReadStatus reports the records of every tracked name, in name order, from
@@ -16,15 +15,13 @@ func ReadStatus(ctx context.Context, reg *Registry, full bool) ([]NameStatus, er
 	if reg == nil {
 		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
 	}
-	var read []Store
 	found := map[string]NameStatus{}
-	for _, name := range reg.names {
-		store := reg.byName[name]
-		sr, ok := store.(StatusReader)
-		if !ok || slices.ContainsFunc(read, func(s Store) bool { return sameStore(s, store) }) {
+	for _, t := range reg.stores() {
+		name := t.name
+		sr, ok := t.store.(StatusReader)
+		if !ok {
 			continue
 		}
-		read = append(read, store)
 		var sts []NameStatus
 		var err error
 		if full {
@@ -40,12 +37,12 @@ func ReadStatus(ctx context.Context, reg *Registry, full bool) ([]NameStatus, er
 		}
 	}
 	out := make([]NameStatus, 0, len(reg.names))
-	for _, name := range reg.names {
-		if _, ok := reg.byName[name].(StatusReader); !ok {
+	for _, t := range reg.entries() {
+		if _, ok := t.store.(StatusReader); !ok {
 			continue
 		}
-		st := found[name]
-		st.Name = name
+		st := found[t.name]
+		st.Name = t.name
 		out = append(out, st)
 	}
 	return out, nil

@@ -17,6 +17,32 @@ type Record struct {
 	UUID     string
 	Payload  []byte
 	Metadata message.Metadata
+	// Consumers are the declared consumers of the topic at publish
+	// ([Tracked.Consumers]), set by the publisher for Insert: the store
+	// keeps one delivery per consumer, and the record is complete once
+	// each of them is. Empty for a topic with one receiver. Stores do not
+	// fill it in the records they return.
+	Consumers []string
+}
+
+// Delivery names one delivery of a record to one consumer: the record, the
+// topic the consumer subscribed to, and the consumer itself. The middleware
+// builds it from the message and its router context; the store checks and
+// completes the record for this consumer only.
+type Delivery struct {
+	// ID is the record id.
+	ID int64
+	// Topic is the topic the consumer subscribed to. A record whose topic
+	// is another is not this delivery's: CheckPending reports
+	// [ErrUnknownRecord].
+	Topic string
+	// Consumer is the name of the Watermill handler receiving the message;
+	// "" outside a router.
+	Consumer string
+	// Lease is a token unique to this delivery. A store with a delivery
+	// lease records it with its claim, so that only this delivery releases
+	// the claim ([Releaser]).
+	Lease string
 }
 
 // Store keeps the records of tracked messages. The sqlstore package provides
@@ -24,25 +50,54 @@ type Record struct {
 //
 // Every method runs on the store's own connection pool, never inside a
 // caller's transaction, and returns the connection before it returns.
+//
+// A record saved with [Record.Consumers] has one delivery per consumer: the
+// per-delivery methods act on the delivery of [Delivery.Consumer], and the
+// record is complete (marked or deleted) when every delivery is complete. A
+// record saved without consumers has one receiver: it is completed by the
+// first consumer that completes it, and the store remembers which one where
+// it keeps completed records, so that another consumer's copy is reported
+// with a [*ConsumerConflictError] rather than taken for a duplicate.
 type Store interface {
+	// Identity returns the stable identity of the store's table: created
+	// with the table, the same for every store value on that table, and
+	// different for every other table. The publisher stamps it into each
+	// message ([MetadataStore]) so that a receiver acts only on its own
+	// records. It may read the database the first time.
+	Identity(ctx context.Context) (string, error)
+
 	// Insert saves the records in one round trip, committed on its own, and
-	// sets each record's ID in place, in order. On error no record was saved.
+	// sets each record's ID in place, in order, with one pending delivery
+	// per consumer of records that declare them. On error no record was
+	// saved.
 	Insert(ctx context.Context, records []Record) error
 
-	// CheckPending returns nil when the record is pending, ErrNotPending when
-	// it was completed, deleted or never existed, and any other error when
-	// the store could not tell. A store with a delivery lease claims the
-	// record here and returns ErrLeased while another delivery holds it
-	// (see [Releaser]).
-	CheckPending(ctx context.Context, id int64) error
+	// CheckPending returns nil when the record is pending for the
+	// delivery's consumer and belongs to its topic. Otherwise:
+	//
+	//   - ErrNotPending: this consumer completed it, it was abandoned, or
+	//     (on a table that deletes completed records) it is gone;
+	//   - a [*ConsumerConflictError] (wrapping ErrCompletedByOther): a
+	//     record without declared consumers was completed by another
+	//     consumer;
+	//   - an error wrapping ErrUnknownRecord: no record with this id and
+	//     topic (on a table that keeps completed records);
+	//   - an error wrapping ErrNoDelivery: the record declares consumers and
+	//     this consumer is not one of them;
+	//   - ErrLeased: a store with a delivery lease, another delivery holds
+	//     it (see [Releaser]); the check claims it otherwise;
+	//   - any other error when the store could not tell.
+	CheckPending(ctx context.Context, d Delivery) error
 
-	// Complete marks the record processed with the database clock, or deletes
-	// it, depending on the store. It returns ErrNotPending, and changes
-	// nothing, when the record was not pending.
-	Complete(ctx context.Context, id int64) error
+	// Complete completes the delivery's record for its consumer with the
+	// database clock: marks it processed, or deletes it, depending on the
+	// store, once no consumer is left. It returns ErrNotPending, and
+	// changes nothing, when the delivery was not pending.
+	Complete(ctx context.Context, d Delivery) error
 
 	// PendingAfter returns up to limit pending records of the topic whose id is
-	// greater than afterID, ordered by id.
+	// greater than afterID, ordered by id. A record is pending while any of
+	// its consumers has not completed it.
 	PendingAfter(ctx context.Context, topic string, afterID int64, limit int) ([]Record, error)
 }
 

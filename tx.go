@@ -32,10 +32,10 @@ type TxInserter interface {
 // a caller's transaction, for [CompleteTx]. The sqlstore package's stores
 // implement it.
 type TxCompleter interface {
-	// CompleteTx locks the record through tx and completes it there: the
-	// completion commits or rolls back with tx. A concurrent transaction
-	// completing the same record waits for the lock and then gets
-	// ErrNotPending. It returns ErrNotPending, and changes nothing, when
-	// the record is not pending.
-	CompleteTx(ctx context.Context, tx Tx, id int64) error
+	// CompleteTx locks the record through tx and completes the delivery
+	// there, as Complete does: the completion commits or rolls back with
+	// tx. A concurrent transaction completing the same delivery waits for
+	// the lock and then gets ErrNotPending. It returns ErrNotPending, and
+	// changes nothing, when the delivery is not pending.
+	CompleteTx(ctx context.Context, tx Tx, d Delivery) error
 }

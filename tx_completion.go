@@ -51,7 +51,7 @@ func CompleteTx(ctx context.Context, tx Tx, msg *message.Message) error {
 	if !ok {
 		return fmt.Errorf("%w: %T has no CompleteTx (record %d of %q)", ErrNotSupported, d.store, d.ref.ID, d.ref.Name)
 	}
-	if err := c.CompleteTx(ctx, tx, d.ref.ID); err != nil {
+	if err := c.CompleteTx(ctx, tx, d.d); err != nil {
 		return err
 	}
 	d.completed.Store(true)

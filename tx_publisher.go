@@ -53,7 +53,7 @@ func NewTxPublisher(pub message.Publisher, reg *Registry) (*TxPublisher, error) 
 type SendFunc func() error
 
 // PublishTx saves one record per message of a tracked topic through tx, in
-// one round trip, stamps [MetadataID] and [MetadataName] into the messages,
+// one round trip, stamps the outbox metadata into the messages,
 // and returns the send to call after tx commits. If tx rolls back, do not
 // call it: the records are gone. If the insert fails it returns an
 // [*InsertError]; roll back, since a failed statement may have aborted tx.
@@ -64,22 +64,26 @@ func (p *TxPublisher) PublishTx(ctx context.Context, tx Tx, topic string, msgs .
 	if tx == nil {
 		return nil, fmt.Errorf("%w: transaction is nil", ErrInvalidConfig)
 	}
-	store := p.reg.byName[topic]
-	if store == nil || len(msgs) == 0 {
+	t := p.reg.lookup(topic)
+	if t == nil || len(msgs) == 0 {
 		return func() error { return p.pub.Publish(topic, msgs...) }, nil
 	}
-	inserter, ok := store.(TxInserter)
+	inserter, ok := t.store.(TxInserter)
 	if !ok {
-		return nil, &InsertError{Topic: topic, Count: len(msgs), Err: fmt.Errorf("%w: %T has no InsertTx", ErrNotSupported, store)}
+		return nil, &InsertError{Topic: topic, Count: len(msgs), Err: fmt.Errorf("%w: %T has no InsertTx", ErrNotSupported, t.store)}
 	}
-	records, err := recordsOf(topic, msgs)
+	records, err := recordsOf(t, msgs)
 	if err != nil {
 		return nil, err
+	}
+	identity, err := t.store.Identity(ctx)
+	if err != nil {
+		return nil, &InsertError{Topic: topic, Count: len(msgs), Err: err}
 	}
 	if err := inserter.InsertTx(ctx, tx, records); err != nil {
 		return nil, &InsertError{Topic: topic, Count: len(msgs), Err: err}
 	}
-	stamp(topic, msgs, records)
+	stamp(topic, identity, msgs, records)
 	return func() error { return sendRecorded(p.pub, p.reg, topic, msgs, records) }, nil
 }
 
