@@ -3,6 +3,7 @@ package outbox
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 var (
@@ -48,6 +49,8 @@ var (
 	ErrNoDelivery = errors.New("outbox: the record has no delivery for this consumer")
 	// ErrCompletedByOther is wrapped by [*ConsumerConflictError].
 	ErrCompletedByOther = errors.New("outbox: record completed by another consumer")
+	// ErrNotDue is wrapped by [*NotDueError].
+	ErrNotDue = errors.New("outbox: the record's next attempt is not due yet")
 	// ErrTxDone is returned by a [PublishingTx] that was already committed
 	// or rolled back.
 	ErrTxDone = errors.New("outbox: transaction already committed or rolled back")
@@ -128,6 +131,22 @@ func (e *ConsumerConflictError) Error() string {
 }
 
 func (e *ConsumerConflictError) Unwrap() error { return ErrCompletedByOther }
+
+// NotDueError is returned by the CheckPending of a [Store] when the
+// delivery failed before and its next attempt is not due for Wait, by the
+// database clock. The middleware holds such a copy and nacks it without
+// running the handler, so that a broker that redelivers at once does not
+// run a failing handler in a tight loop.
+type NotDueError struct {
+	ID   int64
+	Wait time.Duration
+}
+
+func (e *NotDueError) Error() string {
+	return fmt.Sprintf("outbox: record %d is due again in %v", e.ID, e.Wait)
+}
+
+func (e *NotDueError) Unwrap() error { return ErrNotDue }
 
 // ReplayError is returned by [Replay] and aborts the router started with
 // [ReplayPlugin] when a pending record could not be read or sent. For a send

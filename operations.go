@@ -22,7 +22,12 @@ type FailureRecorder interface {
 	// abandoned. It returns the attempts so far and whether the delivery
 	// was abandoned, and ErrNotPending, changing nothing, when it was not
 	// pending.
-	RecordFailure(ctx context.Context, d Delivery, reason string, maxAttempts int) (attempts int, abandoned bool, err error)
+	//
+	// Unless it abandons, it also makes the delivery due again only after
+	// retryIn, by the database clock: until then CheckPending reports a
+	// [*NotDueError] and ClaimStale passes the record over. Zero makes it
+	// due at once.
+	RecordFailure(ctx context.Context, d Delivery, reason string, maxAttempts int, retryIn time.Duration) (attempts int, abandoned bool, err error)
 }
 
 // Resubmitter is implemented by a [Store] whose abandoned records can be
@@ -40,7 +45,8 @@ type Resubmitter interface {
 // whose last send is older than an age, for the [StaleResubmitter].
 type StaleClaimer interface {
 	// ClaimStale returns up to limit pending records of topic last sent
-	// more than olderThan ago by the database clock, ordered by id, and
+	// more than olderThan ago by the database clock, and due (see
+	// [FailureRecorder]: a delivery waiting for its retry is not), ordered by id, and
 	// records them as sent now, so that no other claim returns them until
 	// olderThan has passed again. Concurrent claims never return the same
 	// record.

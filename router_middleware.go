@@ -470,7 +470,7 @@ func (m *middleware) recordFailure(ctx context.Context, a *admission, herr error
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
 	defer cancel()
-	attempts, abandoned, err := fr.RecordFailure(ctx, a.d, herr.Error(), m.cfg.MaxAttempts)
+	attempts, abandoned, err := fr.RecordFailure(ctx, a.d, herr.Error(), m.cfg.MaxAttempts, 0)
 	switch {
 	case errors.Is(err, ErrNotPending):
 		return nil

@@ -84,6 +84,8 @@ type Store interface {
 	//     topic (on a table that keeps completed records);
 	//   - an error wrapping ErrNoDelivery: the record declares consumers and
 	//     this consumer is not one of them;
+	//   - a [*NotDueError] (wrapping ErrNotDue): the delivery failed before
+	//     and its next attempt is not due yet (see [FailureRecorder]);
 	//   - ErrLeased: a store with a delivery lease, another delivery holds
 	//     it (see [Releaser]); the check claims it otherwise;
 	//   - any other error when the store could not tell.
