@@ -55,7 +55,7 @@ func TestAttempts(t *testing.T) {
 				_, err = handle(msg.Copy())
 				require.ErrorIs(t, err, herr)
 				assert.False(t, outbox.IsAbandoned(err), "the first failure of two keeps the record")
-				require.NoError(t, b.store.CheckPending(b.ctx(t), id))
+				require.NoError(t, b.store.CheckPending(b.ctx(t), b.delivery(id)))
 				attempts, lastErr := b.attemptsOf(t, id)
 				assert.Equal(t, 1, attempts)
 				assert.Equal(t, herr.Error(), lastErr)
@@ -69,7 +69,7 @@ func TestAttempts(t *testing.T) {
 				require.Len(t, hooked, 1, "the hook runs once, on abandon")
 				assert.Same(t, aerr, hooked[0])
 				assert.Empty(t, hookedMsg.Metadata.Get(outbox.MetadataID), "an abandoned message leaves without its record id")
-				assert.ErrorIs(t, b.store.CheckPending(b.ctx(t), id), outbox.ErrNotPending)
+				assert.ErrorIs(t, b.store.CheckPending(b.ctx(t), b.delivery(id)), outbox.ErrNotPending)
 				assert.Equal(t, 1, b.rowCount(t), "the abandoned record is kept, %s", mode)
 
 				_, err = handle(msg.Copy())
@@ -151,7 +151,7 @@ func TestAttempts(t *testing.T) {
 			mu.Lock()
 			assert.Equal(t, 3, runs, "the handler ran MaxAttempts times")
 			mu.Unlock()
-			assert.ErrorIs(t, b.store.CheckPending(b.ctx(t), id), outbox.ErrNotPending)
+			assert.ErrorIs(t, b.store.CheckPending(b.ctx(t), b.delivery(id)), outbox.ErrNotPending)
 		})
 	})
 
@@ -175,7 +175,7 @@ func TestAttempts(t *testing.T) {
 			assert.ErrorIs(t, outbox.ResubmitAbandoned(b.ctx(t), b.reg, decorated, b.topic, id), outbox.ErrInvalidConfig)
 
 			require.NoError(t, outbox.ResubmitAbandoned(b.ctx(t), b.reg, gc, b.topic, id))
-			require.NoError(t, b.store.CheckPending(b.ctx(t), id), "pending again")
+			require.NoError(t, b.store.CheckPending(b.ctx(t), b.delivery(id)), "pending again")
 			got := <-sub
 			got.Ack()
 			assert.Equal(t, msg.UUID, got.UUID)

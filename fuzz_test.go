@@ -54,7 +54,7 @@ func FuzzMiddlewareMetadata(f *testing.F) {
 		}
 		pendingID := strconv.FormatInt(rec[0].ID, 10)
 		// Only this input's record may be pending while it runs.
-		defer func() { _ = b.store.Complete(t.Context(), rec[0].ID) }()
+		defer func() { _ = b.store.Complete(t.Context(), b.delivery(rec[0].ID)) }()
 
 		msg := message.NewMessage("fuzz", nil)
 		if withID {
@@ -77,7 +77,7 @@ func FuzzMiddlewareMetadata(f *testing.F) {
 			if err != nil || !ran {
 				t.Fatalf("pending record %s: err %v ran %v", id, err, ran)
 			}
-			if err := b.store.CheckPending(t.Context(), rec[0].ID); !errors.Is(err, outbox.ErrNotPending) {
+			if err := b.store.CheckPending(t.Context(), b.delivery(rec[0].ID)); !errors.Is(err, outbox.ErrNotPending) {
 				t.Fatalf("record %s not completed: %v", id, err)
 			}
 		case err != nil:

@@ -119,7 +119,7 @@ func TestPublisher(t *testing.T) {
 			require.ErrorAs(t, err, &sendErr)
 			assert.Len(t, sendErr.IDs, 2)
 			for _, id := range sendErr.IDs {
-				assert.NoError(t, b.store.CheckPending(b.ctx(t), id))
+				assert.NoError(t, b.store.CheckPending(b.ctx(t), b.delivery(id)))
 			}
 			assert.Equal(t, 2, b.pendingCount(t))
 		})

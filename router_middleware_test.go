@@ -57,7 +57,7 @@ func TestMiddleware(t *testing.T) {
 			require.NoError(t, b.db.GetContext(b.ctx(t), &after, castNow(backend)))
 
 			assert.EqualValues(t, 1, h.runs.Load())
-			assert.ErrorIs(t, b.store.CheckPending(b.ctx(t), id), outbox.ErrNotPending)
+			assert.ErrorIs(t, b.store.CheckPending(b.ctx(t), b.delivery(id)), outbox.ErrNotPending)
 			var processed string
 			require.NoError(t, b.db.GetContext(b.ctx(t), &processed, b.db.Rebind(castProcessed(backend, b.store.Table())), id))
 			assert.True(t, before <= processed && processed <= after,
@@ -122,7 +122,7 @@ func TestMiddleware(t *testing.T) {
 			produced, err := b.middleware(t)(h.handle)(msg)
 			require.NoError(t, err, "a dropped message is acked")
 			assert.Empty(t, produced, "a dropped message produces nothing")
-			assert.ErrorIs(t, b.store.CheckPending(b.ctx(t), id), outbox.ErrNotPending)
+			assert.ErrorIs(t, b.store.CheckPending(b.ctx(t), b.delivery(id)), outbox.ErrNotPending)
 		})
 	})
 
@@ -137,14 +137,14 @@ func TestMiddleware(t *testing.T) {
 			mw := b.middleware(t)(h.handle)
 			_, err := mw(msg)
 			require.ErrorIs(t, err, boom)
-			assert.NoError(t, b.store.CheckPending(b.ctx(t), id), "the record stays pending")
+			assert.NoError(t, b.store.CheckPending(b.ctx(t), b.delivery(id)), "the record stays pending")
 			assert.Equal(t, id, idOf(t, msg), "the outbox keys are back for an outer retry")
 
 			h.err = nil // the redelivery succeeds
 			_, err = mw(msg)
 			require.NoError(t, err)
 			assert.EqualValues(t, 2, h.runs.Load())
-			assert.ErrorIs(t, b.store.CheckPending(b.ctx(t), id), outbox.ErrNotPending)
+			assert.ErrorIs(t, b.store.CheckPending(b.ctx(t), b.delivery(id)), outbox.ErrNotPending)
 		})
 	})
 
@@ -168,7 +168,7 @@ func TestMiddleware(t *testing.T) {
 			assert.EqualValues(t, id, errs[0].Fields["outbox_id"])
 
 			b.store.Attach(liveDB)
-			assert.NoError(t, b.store.CheckPending(b.ctx(t), id), "the record waits for the next replay")
+			assert.NoError(t, b.store.CheckPending(b.ctx(t), b.delivery(id)), "the record waits for the next replay")
 		})
 	})
 
@@ -231,9 +231,9 @@ func TestMiddleware(t *testing.T) {
 			require.True(t, acked.Ack())
 
 			require.Eventually(t, func() bool {
-				return errors.Is(b.store.CheckPending(b.ctx(t), ackedID), outbox.ErrNotPending)
+				return errors.Is(b.store.CheckPending(b.ctx(t), b.delivery(ackedID)), outbox.ErrNotPending)
 			}, 10*time.Second, 5*time.Millisecond, "the acked message's record completes")
-			assert.NoError(t, b.store.CheckPending(b.ctx(t), nackedID), "the nacked message's record stays pending")
+			assert.NoError(t, b.store.CheckPending(b.ctx(t), b.delivery(nackedID)), "the nacked message's record stays pending")
 		})
 	})
 

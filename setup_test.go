@@ -137,3 +137,9 @@ func closedDB(t *testing.T, b testenv.Backend) *sqlx.DB {
 	require.NoError(t, db.Close())
 	return db
 }
+
+// delivery names the record id on the bundle's topic, as the middleware
+// does for a message received outside a router.
+func (b *bundle) delivery(id int64) outbox.Delivery {
+	return outbox.Delivery{ID: id, Topic: b.topic}
+}

@@ -33,9 +33,9 @@ type completingStore struct {
 	completes atomic.Int32
 }
 
-func (s *completingStore) Complete(ctx context.Context, id int64) error {
+func (s *completingStore) Complete(ctx context.Context, d outbox.Delivery) error {
 	s.completes.Add(1)
-	return s.Store.Complete(ctx, id)
+	return s.Store.Complete(ctx, d)
 }
 
 // txHandler is a handler whose business write and completion commit
@@ -102,7 +102,7 @@ func TestCompleteTx(t *testing.T) {
 			h := &txHandler{db: b.db, fx: fx}
 			_, err = mw(noPublish(h.handle))(msg)
 			require.NoError(t, err)
-			assert.ErrorIs(t, b.store.CheckPending(b.ctx(t), id), outbox.ErrNotPending)
+			assert.ErrorIs(t, b.store.CheckPending(b.ctx(t), b.delivery(id)), outbox.ErrNotPending)
 			assert.Equal(t, 1, countRows(t, b.db, "SELECT COUNT(*) FROM "+fx))
 			assert.Zero(t, counting.completes.Load(), "the middleware does not complete again")
 		})
@@ -118,7 +118,7 @@ func TestCompleteTx(t *testing.T) {
 			h := &txHandler{db: b.db, fx: fx, fail: true}
 			_, err := b.middleware(t)(noPublish(h.handle))(msg)
 			require.Error(t, err)
-			assert.NoError(t, b.store.CheckPending(b.ctx(t), id), "still pending")
+			assert.NoError(t, b.store.CheckPending(b.ctx(t), b.delivery(id)), "still pending")
 			assert.Zero(t, countRows(t, b.db, "SELECT COUNT(*) FROM "+fx))
 			assert.Equal(t, id, idOf(t, msg), "the outbox keys are back for the redelivery")
 		})

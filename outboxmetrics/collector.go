@@ -40,7 +40,10 @@ func (c Config) Validate() error {
 	return nil
 }
 
-const nameLabel = "outbox_name"
+const (
+	nameLabel     = "outbox_name"
+	consumerLabel = "consumer"
+)
 
 // Collector is the outbox's Prometheus collector; see the package
 // documentation.
@@ -51,7 +54,11 @@ type Collector struct {
 	counts  map[string]*prometheus.CounterVec
 	pending *prometheus.Desc
 	oldest  *prometheus.Desc
-	scrapeE *prometheus.Desc
+	// consumerPending and consumerOldest break the backlog down per
+	// declared consumer.
+	consumerPending *prometheus.Desc
+	consumerOldest  *prometheus.Desc
+	scrapeE         *prometheus.Desc
 }
 
 var (
@@ -73,21 +80,29 @@ func NewCollector(reg *outbox.Registry, cfg Config, logger watermill.LoggerAdapt
 		logger = watermill.NopLogger{}
 	}
 	c := &Collector{reg: reg, cfg: cfg, logger: logger, counts: map[string]*prometheus.CounterVec{}}
-	for name, help := range map[string]string{
-		"records_published_total":  "Tracked messages saved and sent by the publisher.",
-		"records_handled_total":    "Records completed after their handler succeeded or dropped the message.",
-		"duplicates_skipped_total": "Deliveries acknowledged without handling because their record was no longer pending.",
-		"handler_failures_total":   "Handler failures of tracked messages.",
-		"records_abandoned_total":  "Records abandoned after their last allowed attempt.",
-		"records_replayed_total":   "Records sent again by startup replay, the stale resubmitter or a resubmit.",
+	perName, perConsumer := []string{nameLabel}, []string{nameLabel, consumerLabel}
+	for name, m := range map[string]struct {
+		help   string
+		labels []string
+	}{
+		"records_published_total":  {"Tracked messages saved and sent by the publisher.", perName},
+		"records_handled_total":    {"Deliveries completed after their handler succeeded or dropped the message.", perConsumer},
+		"duplicates_skipped_total": {"Deliveries acknowledged without handling because the consumer had already completed the record.", perConsumer},
+		"handler_failures_total":   {"Handler failures of tracked messages.", perConsumer},
+		"records_abandoned_total":  {"Deliveries abandoned after their last allowed attempt.", perConsumer},
+		"records_replayed_total":   {"Records sent again by startup replay, the stale resubmitter or a requeue.", perName},
+		"not_owned_total":          {"Messages with outbox metadata this service does not own (another service's or topic's record, or an undeclared consumer); handled untracked.", perConsumer},
+		"unknown_records_total":    {"Messages naming a record of this service's table that does not exist; acknowledged without handling.", perConsumer},
 	} {
 		c.counts[name] = prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: cfg.Namespace, Subsystem: cfg.Subsystem, Name: name, Help: help,
-		}, []string{nameLabel})
+			Namespace: cfg.Namespace, Subsystem: cfg.Subsystem, Name: name, Help: m.help,
+		}, m.labels)
 	}
 	fq := func(name string) string { return prometheus.BuildFQName(cfg.Namespace, cfg.Subsystem, name) }
 	c.pending = prometheus.NewDesc(fq("pending_records"), "Records waiting to be completed.", []string{nameLabel}, nil)
 	c.oldest = prometheus.NewDesc(fq("oldest_pending_age_seconds"), "Age of the oldest pending record by the database clock; 0 when none is pending.", []string{nameLabel}, nil)
+	c.consumerPending = prometheus.NewDesc(fq("consumer_pending_records"), "Records a declared consumer has still to complete.", perConsumer, nil)
+	c.consumerOldest = prometheus.NewDesc(fq("consumer_oldest_pending_age_seconds"), "Age of the oldest record a declared consumer has still to complete; 0 when none.", perConsumer, nil)
 	c.scrapeE = prometheus.NewDesc(fq("status_read_errors"), "1 when the last scrape could not read the backlog.", nil, nil)
 	return c, nil
 }
@@ -99,6 +114,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	ch <- c.pending
 	ch <- c.oldest
+	ch <- c.consumerPending
+	ch <- c.consumerOldest
 	ch <- c.scrapeE
 }
 
@@ -120,27 +137,43 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range sts {
 		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(st.Pending), st.Name)
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, st.OldestPending.Seconds(), st.Name)
+		for _, cs := range st.Consumers {
+			ch <- prometheus.MustNewConstMetric(c.consumerPending, prometheus.GaugeValue, float64(cs.Pending), st.Name, cs.Consumer)
+			ch <- prometheus.MustNewConstMetric(c.consumerOldest, prometheus.GaugeValue, cs.OldestPending.Seconds(), st.Name, cs.Consumer)
+		}
 	}
 }
 
-func (c *Collector) add(metric, name string, n int) {
-	c.counts[metric].WithLabelValues(name).Add(float64(n))
+func (c *Collector) add(metric string, n int, labels ...string) {
+	c.counts[metric].WithLabelValues(labels...).Add(float64(n))
 }
 
 // Published implements [outbox.Observer].
-func (c *Collector) Published(name string, n int) { c.add("records_published_total", name, n) }
+func (c *Collector) Published(name string, n int) { c.add("records_published_total", n, name) }
 
 // Handled implements [outbox.Observer].
-func (c *Collector) Handled(name string) { c.add("records_handled_total", name, 1) }
+func (c *Collector) Handled(name, consumer string) { c.add("records_handled_total", 1, name, consumer) }
 
 // DuplicateSkipped implements [outbox.Observer].
-func (c *Collector) DuplicateSkipped(name string) { c.add("duplicates_skipped_total", name, 1) }
+func (c *Collector) DuplicateSkipped(name, consumer string) {
+	c.add("duplicates_skipped_total", 1, name, consumer)
+}
 
 // Failed implements [outbox.Observer].
-func (c *Collector) Failed(name string) { c.add("handler_failures_total", name, 1) }
+func (c *Collector) Failed(name, consumer string) { c.add("handler_failures_total", 1, name, consumer) }
 
 // Abandoned implements [outbox.Observer].
-func (c *Collector) Abandoned(name string) { c.add("records_abandoned_total", name, 1) }
+func (c *Collector) Abandoned(name, consumer string) {
+	c.add("records_abandoned_total", 1, name, consumer)
+}
 
 // Replayed implements [outbox.Observer].
-func (c *Collector) Replayed(name string, n int) { c.add("records_replayed_total", name, n) }
+func (c *Collector) Replayed(name string, n int) { c.add("records_replayed_total", n, name) }
+
+// NotOwned implements [outbox.Observer].
+func (c *Collector) NotOwned(topic, consumer string) { c.add("not_owned_total", 1, topic, consumer) }
+
+// UnknownRecord implements [outbox.Observer].
+func (c *Collector) UnknownRecord(name, consumer string) {
+	c.add("unknown_records_total", 1, name, consumer)
+}
