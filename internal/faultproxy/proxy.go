@@ -1,9 +1,8 @@
 // Package faultproxy is a TCP proxy that tests put between a service and a
-// database or broker, to cut and restore the connection for real.
+// database or broker, to cut, silence and restore the connection for real.
 package faultproxy
 
 import (
-	"io"
 	"net"
 	"sync"
 )
@@ -12,9 +11,11 @@ import (
 type Proxy struct {
 	target string
 	ln     net.Listener
+	closed chan struct{}
 
 	mu    sync.Mutex
 	cut   bool
+	quiet chan struct{} // non-nil while silenced; closed by Restore
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup
 }
@@ -25,7 +26,7 @@ func New(target string) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{target: target, ln: ln, closed: make(chan struct{}), conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -50,16 +51,33 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Restore accepts and forwards connections again.
+// Silence keeps every connection open, and accepts new ones, but forwards
+// nothing in either direction until Restore: a peer that accepts the
+// connection and never answers. What is sent meanwhile is held, and
+// forwarded in order after Restore.
+func (p *Proxy) Silence() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.quiet == nil {
+		p.quiet = make(chan struct{})
+	}
+}
+
+// Restore accepts and forwards connections again, after Cut or Silence.
 func (p *Proxy) Restore() {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	p.cut = false
-	p.mu.Unlock()
+	if p.quiet != nil {
+		close(p.quiet)
+		p.quiet = nil
+	}
 }
 
 // Close stops the proxy and closes every connection.
 func (p *Proxy) Close() error {
 	err := p.ln.Close()
+	close(p.closed)
 	p.Cut()
 	p.wg.Wait()
 	return err
@@ -109,11 +127,42 @@ func (p *Proxy) track(a, b net.Conn) bool {
 
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if !p.awaitVoice() {
+				break
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	_ = dst.Close()
 	_ = src.Close()
 	p.mu.Lock()
 	delete(p.conns, dst)
 	delete(p.conns, src)
 	p.mu.Unlock()
+}
+
+// awaitVoice waits while the proxy is silenced; false when it closes
+// meanwhile.
+func (p *Proxy) awaitVoice() bool {
+	p.mu.Lock()
+	quiet := p.quiet
+	p.mu.Unlock()
+	if quiet == nil {
+		return true
+	}
+	select {
+	case <-quiet:
+		return true
+	case <-p.closed:
+		return false
+	}
 }
