@@ -116,6 +116,14 @@ func TestMiddlewareOrders(t *testing.T) {
 		fails, panics, drops outcome
 	}{
 		{
+			// The order docs/how-it-works.md recommends, all together.
+			name: "Recommended",
+			chain: func(k orderKit) []message.HandlerMiddleware {
+				return []message.HandlerMiddleware{middleware.Recoverer, k.poison(outbox.IsAbandoned), k.outbox, retry(), k.poison(outbox.IsDrop)}
+			},
+			fails: exactly(9, abandoned, 1), panics: exactly(3, abandoned, 1), drops: exactly(1, completed, 1),
+		},
+		{
 			name:  "OutboxAlone",
 			chain: func(k orderKit) []message.HandlerMiddleware { return []message.HandlerMiddleware{k.outbox} },
 			fails: abandonedAfterThree, panics: abandonedAfterThree, drops: handledOnce,
