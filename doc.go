@@ -57,7 +57,11 @@
 // With [MiddlewareConfig.MaxAttempts] set, a record is abandoned after its
 // last failed try and the middleware returns an [*AbandonedError]: put a
 // PoisonQueueWithFilter(pub, topic, [IsAbandoned]) outside it to divert such
-// messages.
+// messages. In any order, a panic in the handler counts as a failed attempt
+// (whichever side of the outbox middleware Watermill's Recoverer sits),
+// attempts are spaced by [MiddlewareConfig.Backoff], and a message whose
+// [MetadataID] is malformed is logged as an error and handled once,
+// untracked. docs/how-it-works.md lists the orders and what each does.
 //
 // # Operations
 //
@@ -72,6 +76,8 @@
 //
 // Inside a Go test binary the registry passes everything through untracked
 // unless the environment variable WATERMILL_OUTBOX is "on" when the registry is
-// built (see [EnvToggle]), so handlers can be unit-tested without a database. A
-// normal binary always tracks and never reads the variable.
+// built (see [EnvToggle]), so handlers can be unit-tested without a database;
+// such a registry says so once, at Info, through the logger of the first
+// middleware or replay built on it. A normal binary always tracks and never
+// reads the variable.
 package outbox
