@@ -80,6 +80,8 @@ func NewCollector(reg *outbox.Registry, cfg Config, logger watermill.LoggerAdapt
 		"handler_failures_total":   "Handler failures of tracked messages.",
 		"records_abandoned_total":  "Records abandoned after their last allowed attempt.",
 		"records_replayed_total":   "Records sent again by startup replay, the stale resubmitter or a resubmit.",
+		"messages_not_owned_total": "Messages with outbox metadata this service does not own, handled untracked.",
+		"unknown_records_total":    "Messages naming a record of this service's table that does not exist, acknowledged without handling.",
 	} {
 		c.counts[name] = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: cfg.Namespace, Subsystem: cfg.Subsystem, Name: name, Help: help,
@@ -131,16 +133,22 @@ func (c *Collector) add(metric, name string, n int) {
 func (c *Collector) Published(name string, n int) { c.add("records_published_total", name, n) }
 
 // Handled implements [outbox.Observer].
-func (c *Collector) Handled(name string) { c.add("records_handled_total", name, 1) }
+func (c *Collector) Handled(name, _ string) { c.add("records_handled_total", name, 1) }
 
 // DuplicateSkipped implements [outbox.Observer].
-func (c *Collector) DuplicateSkipped(name string) { c.add("duplicates_skipped_total", name, 1) }
+func (c *Collector) DuplicateSkipped(name, _ string) { c.add("duplicates_skipped_total", name, 1) }
 
 // Failed implements [outbox.Observer].
-func (c *Collector) Failed(name string) { c.add("handler_failures_total", name, 1) }
+func (c *Collector) Failed(name, _ string) { c.add("handler_failures_total", name, 1) }
 
 // Abandoned implements [outbox.Observer].
-func (c *Collector) Abandoned(name string) { c.add("records_abandoned_total", name, 1) }
+func (c *Collector) Abandoned(name, _ string) { c.add("records_abandoned_total", name, 1) }
+
+// NotOwned implements [outbox.Observer].
+func (c *Collector) NotOwned(topic, _ string) { c.add("messages_not_owned_total", topic, 1) }
+
+// UnknownRecord implements [outbox.Observer].
+func (c *Collector) UnknownRecord(name, _ string) { c.add("unknown_records_total", name, 1) }
 
 // Replayed implements [outbox.Observer].
 func (c *Collector) Replayed(name string, n int) { c.add("records_replayed_total", name, n) }

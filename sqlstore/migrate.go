@@ -89,6 +89,14 @@ func (t templateData) Table() string { return t.d.quote(t.table) }
 
 func (t templateData) Index(suffix string) string { return t.d.quote(t.table + "_" + suffix) }
 
+// ConsumersTable is the table of the per-consumer deliveries.
+func (t templateData) ConsumersTable() string { return t.d.quote(consumersTable(t.table)) }
+
+// ConsumersIndex names an index or key of the consumers table, kept short
+// so that it fits the identifier limit whatever the table (see
+// validateTable).
+func (t templateData) ConsumersIndex(suffix string) string { return t.d.quote(t.table + "_c_" + suffix) }
+
 // statements splits a rendered migration at semicolons that end a line.
 func statements(sqlText string) []string {
 	var out []string
@@ -116,9 +124,6 @@ func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := loadMigrations(s.migrations, d.Name())
 	if err != nil {
 		return err
-	}
-	if _, err := db.ExecContext(ctx, d.versionTableDDL()); err != nil {
-		return s.fail("create schema version table", err)
 	}
 	conn, err := db.Connx(ctx)
 	if err != nil {
@@ -152,6 +157,9 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 			return s.fail("lock migrations", err)
 		}
 	}
+	if err := s.prepareVersionTable(ctx, tx, d); err != nil {
+		return err
+	}
 	version, mode, err := s.readVersion(ctx, tx)
 	if err != nil {
 		return err
@@ -177,8 +185,15 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 			}
 		}
 	}
-	if version < len(ms) {
-		if err := s.writeVersion(ctx, tx, version, len(ms)); err != nil {
+	identity, err := s.readIdentity(ctx, tx)
+	if err != nil {
+		return err
+	}
+	if version < len(ms) || identity == "" {
+		if identity == "" {
+			identity = newIdentity()
+		}
+		if err := s.writeVersion(ctx, tx, version, len(ms), identity); err != nil {
 			return err
 		}
 	}
@@ -194,11 +209,9 @@ type querier interface {
 }
 
 func (s *Store) readVersion(ctx context.Context, q querier) (int, string, error) {
-	p := s.dialect.placeholder
 	var version int
 	var mode string
-	err := q.QueryRowContext(ctx, fmt.Sprintf("SELECT version, completion FROM %s WHERE table_name = %s",
-		s.dialect.quote(VersionTable), p(1)), s.table).Scan(&version, &mode)
+	err := q.QueryRowContext(ctx, s.q.readVersion, s.table).Scan(&version, &mode)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", nil
 	}
@@ -208,15 +221,18 @@ func (s *Store) readVersion(ctx context.Context, q querier) (int, string, error)
 	return version, mode, nil
 }
 
-func (s *Store) writeVersion(ctx context.Context, q querier, from, to int) error {
+// writeVersion records the version the table is at, and its identity, in
+// one statement: on MySQL, where the migration's DDL committed on its own,
+// the version and the identity still appear together.
+func (s *Store) writeVersion(ctx context.Context, q querier, from, to int, identity string) error {
 	p := s.dialect.placeholder
 	vt := s.dialect.quote(VersionTable)
 	var err error
 	if from == 0 {
-		_, err = q.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s (table_name, version, completion) VALUES (%s, %s, %s)", vt, p(1), p(2), p(3)),
-			s.table, to, s.mode.String())
+		_, err = q.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s (table_name, version, completion, table_identity) VALUES (%s, %s, %s, %s)", vt, p(1), p(2), p(3), p(4)),
+			s.table, to, s.mode.String(), identity)
 	} else {
-		_, err = q.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET version = %s WHERE table_name = %s", vt, p(1), p(2)), to, s.table)
+		_, err = q.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET version = %s, table_identity = %s WHERE table_name = %s", vt, p(1), p(2), p(3)), to, identity, s.table)
 	}
 	if err != nil {
 		return s.fail("write schema version", err)
@@ -252,5 +268,13 @@ func (s *Store) Verify(ctx context.Context) error {
 	case version > want:
 		return &TableError{Table: s.table, Op: "verify", Err: fmt.Errorf("%w: table is at version %d, newer than this code's %d; upgrade the code", ErrSchemaVersion, version, want)}
 	}
+	identity, err := s.readIdentity(ctx, db)
+	if err != nil {
+		return err
+	}
+	if identity == "" {
+		return &TableError{Table: s.table, Op: "verify", Err: fmt.Errorf("%w: table has no identity; run Store.Migrate", ErrSchemaVersion)}
+	}
+	s.cacheIdentity(db, identity)
 	return nil
 }

@@ -221,9 +221,9 @@ type haltingStore struct {
 	st *childState
 }
 
-func (s *haltingStore) Complete(ctx context.Context, id int64) error {
+func (s *haltingStore) Complete(ctx context.Context, d outbox.Delivery) error {
 	if n := s.st.complets.Add(1) - 1; s.st.mode == BeforeMark && n == s.st.at {
 		halt(BeforeMark)
 	}
-	return s.Store.Complete(ctx, id)
+	return s.Store.Complete(ctx, d)
 }
