@@ -95,7 +95,9 @@ func (t templateData) ConsumersTable() string { return t.d.quote(consumersTable(
 // ConsumersIndex names an index or key of the consumers table, kept short
 // so that it fits the identifier limit whatever the table (see
 // validateTable).
-func (t templateData) ConsumersIndex(suffix string) string { return t.d.quote(t.table + "_c_" + suffix) }
+func (t templateData) ConsumersIndex(suffix string) string {
+	return t.d.quote(t.table + "_c_" + suffix)
+}
 
 // statements splits a rendered migration at semicolons that end a line.
 func statements(sqlText string) []string {

@@ -170,3 +170,12 @@ func rowCount(t *testing.T, store *sqlstore.Store) int {
 	require.NoError(t, store.DB().GetContext(ctx(t), &n, "SELECT COUNT(*) FROM "+store.Table()))
 	return n
 }
+
+// consumer is the handler name the tests of records without consumers
+// complete them as.
+const consumer = "handler"
+
+// dlv is the delivery of record id of topic "orders" to consumer.
+func dlv(id int64) outbox.Delivery {
+	return outbox.Delivery{ID: id, Topic: "orders", Consumer: consumer}
+}
