@@ -118,7 +118,13 @@ func statements(sqlText string) []string {
 // together. MySQL commits each DDL statement on its own, so there a failed
 // migration may leave part of its work done; every migration is written so
 // that running it again completes it.
-func (s *Store) Migrate(ctx context.Context) error {
+func (s *Store) Migrate(ctx context.Context) error { return s.MigrateTo(ctx, 0) }
+
+// MigrateTo is [Store.Migrate] up to the given schema version and no
+// further; 0 means the current one ([SchemaVersion]). It lets an upgrade be
+// staged, and tests build the tables of earlier releases. A table at a
+// later version is left alone. Tables get their identity at version 4.
+func (s *Store) MigrateTo(ctx context.Context, version int) error {
 	db, d, err := s.bound(ctx)
 	if err != nil {
 		return err
@@ -126,6 +132,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 	ms, err := loadMigrations(s.migrations, d.Name())
 	if err != nil {
 		return err
+	}
+	if version < 0 || version > len(ms) {
+		return fmt.Errorf("%w: schema version %d does not exist (1 to %d)", ErrInvalidConfig, version, len(ms))
+	}
+	target := len(ms)
+	if version > 0 {
+		target = version
 	}
 	conn, err := db.Connx(ctx)
 	if err != nil {
@@ -144,11 +157,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 			}
 		}()
 	}
-	return s.migrate(ctx, conn, d, ms)
+	return s.migrate(ctx, conn, d, ms, target)
 }
 
 // migrate runs the migrations the table lacks, in a transaction on conn.
-func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []migration) error {
+func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []migration, target int) error {
 	tx, err := conn.BeginTxx(ctx, nil)
 	if err != nil {
 		return s.fail("migrate", err)
@@ -173,7 +186,10 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 		return &TableError{Table: s.table, Op: "migrate", Err: fmt.Errorf("%w: table is at version %d, newer than this code's %d", ErrSchemaVersion, version, len(ms))}
 	}
 	data := templateData{d: d, table: s.table, Mark: s.mode == Mark}
-	for _, m := range ms[version:] {
+	if version >= target && target < len(ms) {
+		return tx.Commit() // at or past the version asked for
+	}
+	for _, m := range ms[version:target] {
 		var b strings.Builder
 		if err := m.tmpl.Execute(&b, data); err != nil {
 			return fmt.Errorf("sqlstore: render migration %s: %w", m.name, err)
@@ -191,11 +207,12 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 	if err != nil {
 		return err
 	}
-	if version < len(ms) || identity == "" {
-		if identity == "" {
-			identity = newIdentity()
-		}
-		if err := s.writeVersion(ctx, tx, version, len(ms), identity); err != nil {
+	hasIdentity := identity != ""
+	if identity == "" && target >= identityVersion {
+		identity = newIdentity()
+	}
+	if version < target || identity != "" && !hasIdentity {
+		if err := s.writeVersion(ctx, tx, version, target, identity); err != nil {
 			return err
 		}
 	}
@@ -227,14 +244,15 @@ func (s *Store) readVersion(ctx context.Context, q querier) (int, string, error)
 // one statement: on MySQL, where the migration's DDL committed on its own,
 // the version and the identity still appear together.
 func (s *Store) writeVersion(ctx context.Context, q querier, from, to int, identity string) error {
+	id := sql.NullString{String: identity, Valid: identity != ""}
 	p := s.dialect.placeholder
 	vt := s.dialect.quote(VersionTable)
 	var err error
 	if from == 0 {
 		_, err = q.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s (table_name, version, completion, table_identity) VALUES (%s, %s, %s, %s)", vt, p(1), p(2), p(3), p(4)),
-			s.table, to, s.mode.String(), identity)
+			s.table, to, s.mode.String(), id)
 	} else {
-		_, err = q.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET version = %s, table_identity = %s WHERE table_name = %s", vt, p(1), p(2), p(3)), to, identity, s.table)
+		_, err = q.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET version = %s, table_identity = %s WHERE table_name = %s", vt, p(1), p(2), p(3)), to, id, s.table)
 	}
 	if err != nil {
 		return s.fail("write schema version", err)

@@ -79,6 +79,15 @@ func Run(t *testing.T, f Features, newStore NewStore) {
 	t.Run("Purge", s.testPurge)
 	t.Run("Status", s.testStatus)
 	t.Run("Admin", s.testAdmin)
+	t.Run("Identity", s.testIdentity)
+	t.Run("UpgradeFromVersion3", s.testUpgrade)
+	t.Run("Topic", s.testTopic)
+	t.Run("OneReceiver", s.testOneReceiver)
+	t.Run("Consumers", s.testConsumers)
+	t.Run("ConsumerLease", s.testConsumerLease)
+	t.Run("ConsumerAttempts", s.testConsumerAttempts)
+	t.Run("Retry", s.testRetry)
+	t.Run("ConsumerStatus", s.testConsumerStatus)
 }
 
 type suite struct {
