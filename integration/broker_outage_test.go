@@ -63,7 +63,7 @@ func TestBrokerOutage(t *testing.T) {
 		var sendErr *outbox.SendError
 		require.ErrorAs(t, err, &sendErr, "the broker's error reaches the caller")
 		require.Len(t, sendErr.IDs, 1)
-		require.NoError(t, store.CheckPending(context.Background(), sendErr.IDs[0]), "its record stays pending")
+		require.NoError(t, store.CheckPending(context.Background(), outbox.Delivery{ID: sendErr.IDs[0], Topic: topic}), "its record stays pending")
 		uuids = append(uuids, msg.UUID)
 	}
 	proxy.Restore()

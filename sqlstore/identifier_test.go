@@ -2,7 +2,10 @@ package sqlstore
 
 import (
 	"errors"
+	"strings"
 	"testing"
+
+	"github.com/wmoutbox/outbox"
 )
 
 func TestValidateTable(t *testing.T) {
@@ -21,6 +24,29 @@ func TestValidateTable(t *testing.T) {
 	}
 }
 
+func TestValidateTableLeavesRoomForDerivedNames(t *testing.T) {
+	t.Parallel()
+	longest := strings.Repeat("t", maxTableName)
+	if err := validateTable(longest); err != nil {
+		t.Fatalf("a %d-byte name is refused: %v", maxTableName, err)
+	}
+	for _, suffix := range derivedSuffixes {
+		if n := len(longest + suffix); n > maxIdentifier {
+			t.Errorf("%q is %d bytes, over the %d-byte identifier limit", longest+suffix, n, maxIdentifier)
+		}
+	}
+	data := templateData{d: Postgres(), table: longest}
+	for _, name := range []string{data.ConsumersTable(), data.ConsumersIndex("pending"), data.ConsumersIndex("pkey")} {
+		if n := len(strings.Trim(name, `"`)); n > maxIdentifier {
+			t.Errorf("%s is %d bytes, over the limit", name, n)
+		}
+	}
+	err := validateTable(longest + "t")
+	if !errors.Is(err, ErrInvalidTable) || !strings.Contains(err.Error(), consumersTable(longest+"t")) {
+		t.Errorf("a name one byte too long: %v", err)
+	}
+}
+
 func TestNewRefusesBadConfigBeforeSQL(t *testing.T) {
 	t.Parallel()
 	if _, err := New(Config{Dialect: Postgres(), Table: `x"; DROP TABLE y; --`}); !errors.Is(err, ErrInvalidTable) {
@@ -36,7 +62,7 @@ func TestNewRefusesBadConfigBeforeSQL(t *testing.T) {
 	if err != nil || s.Table() != DefaultTable {
 		t.Errorf("default table: %v %q", err, s.Table())
 	}
-	if err := s.CheckPending(t.Context(), 1); !errors.Is(err, ErrNoDB) {
+	if err := s.CheckPending(t.Context(), outbox.Delivery{ID: 1, Topic: "orders"}); !errors.Is(err, ErrNoDB) {
 		t.Errorf("no db attached: %v", err)
 	}
 }
