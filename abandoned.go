@@ -25,9 +25,13 @@ func ResubmitAbandoned(ctx context.Context, reg *Registry, pub message.Publisher
 	if !ok {
 		return fmt.Errorf("%w: the store of %q cannot resubmit abandoned records", ErrInvalidConfig, name)
 	}
+	tableID, err := identity(ctx, t)
+	if err != nil {
+		return err
+	}
 	rec, err := rs.ResubmitAbandoned(ctx, id)
 	if err != nil {
 		return fmt.Errorf("outbox: resubmitting record %d of %q: %w", id, name, err)
 	}
-	return out.send(ctx, t, []Record{rec})
+	return out.send(ctx, t, tableID, []Record{rec})
 }

@@ -46,7 +46,7 @@ func TestAttempts(t *testing.T) {
 				h := &recordingHandler{err: herr}
 				var hooked []*outbox.AbandonedError
 				var hookedMsg *message.Message
-				mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{MaxAttempts: 2, OnAbandon: func(m *message.Message, aerr *outbox.AbandonedError) {
+				mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{MaxAttempts: 2, Backoff: redeliverAtOnce, OnAbandon: func(m *message.Message, aerr *outbox.AbandonedError) {
 					hooked, hookedMsg = append(hooked, aerr), m
 				}}, b.logger)
 				require.NoError(t, err)
@@ -116,7 +116,7 @@ func TestAttempts(t *testing.T) {
 			require.NoError(t, err)
 			poison, err := middleware.PoisonQueueWithFilter(gc, "poison", outbox.IsAbandoned)
 			require.NoError(t, err)
-			mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{MaxAttempts: 3}, b.logger)
+			mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{MaxAttempts: 3, Backoff: redeliverAtOnce}, b.logger)
 			require.NoError(t, err)
 			router.AddMiddleware(poison, mw) // the poison queue outside the outbox
 			var mu sync.Mutex

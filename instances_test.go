@@ -70,7 +70,7 @@ func instances(t *testing.T, backend testenv.Backend, n int, lease time.Duration
 		cancel()
 		reg, err := outbox.NewRegistry(outbox.Tracked{Name: topic, Store: store})
 		require.NoError(t, err)
-		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CompleteTimeout: 2 * time.Minute}, logger)
+		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CompleteTimeout: 2 * time.Minute, Backoff: redeliverAtOnce}, logger)
 		require.NoError(t, err)
 		out[i] = &instance{db: db, store: store, reg: reg, mw: mw}
 	}

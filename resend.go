@@ -34,17 +34,23 @@ func newResender(reg *Registry, pub message.Publisher) (*resender, error) {
 	return &resender{reg: reg, pub: pub}, nil
 }
 
+// identity reads the table identity that resent messages carry, once per
+// run of a sender: a failure is a read failure, before anything is sent.
+func identity(ctx context.Context, t *tracked) (string, error) {
+	id, err := t.store.Identity(ctx)
+	if err != nil {
+		return "", &ReplayError{Name: t.name, Err: fmt.Errorf("reading the table identity: %w", err)}
+	}
+	return id, nil
+}
+
 // send publishes records of one tracked name with their original id, UUID,
 // payload and metadata, and the table's identity. The messages carry a
 // context that keeps ctx's values but not its cancellation: a broker that
 // hands the message's context to the handler (GoChannel with
 // PreserveContext) must not deliver a context that the end of the replay
 // cancelled.
-func (s *resender) send(ctx context.Context, t *tracked, recs []Record) error {
-	identity, err := t.store.Identity(ctx)
-	if err != nil {
-		return &ReplayError{Name: t.name, ID: recs[0].ID, Err: fmt.Errorf("reading the table identity: %w", err)}
-	}
+func (s *resender) send(ctx context.Context, t *tracked, identity string, recs []Record) error {
 	msgCtx := context.WithoutCancel(ctx)
 	msgs := make([]*message.Message, len(recs))
 	for i, rec := range recs {

@@ -235,16 +235,16 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 		m.notOwned(msg, topic, consumer, "the message's topic is not tracked here, or its record is another topic's")
 		return nil, untracked, nil
 	}
+	id, perr := parseID(idText)
 	identity, err := m.identity(ctx, t)
 	if err != nil {
-		return nil, refuse, &FetchError{Name: topic, Err: fmt.Errorf("reading the table identity: %w", err)}
+		return nil, refuse, &FetchError{Name: topic, ID: id, Err: fmt.Errorf("reading the table identity: %w", err)}
 	}
 	if msg.Metadata[MetadataStore] != identity {
 		m.notOwned(msg, topic, consumer, "the record lives in another table")
 		return nil, untracked, nil
 	}
-	id, err := parseID(idText)
-	if err != nil {
+	if err := perr; err != nil {
 		// Nacking would bring the same message back without end; it has
 		// no record to complete, so it is handled once, untracked.
 		m.logger.Error("Malformed outbox metadata; handling the message untracked", fmt.Errorf("message %s of %q: %w", msg.UUID, name, err),
@@ -344,6 +344,10 @@ func (m *middleware) admitsConsumer(t *tracked, consumer string) bool {
 		m.reportOnce(t, consumer, "", fmt.Sprintf("handler %q receives tracked topic %q but is not one of its declared consumers %q; it runs untracked. Add it to Tracked.Consumers to track it",
 			consumer, t.name, t.consumers))
 		return false
+	}
+	if consumer == "" {
+		// Outside a router the handler has no name to tell apart.
+		return true
 	}
 	if _, seen := t.receivers.Load(consumer); seen {
 		return *t.first.Load() == consumer

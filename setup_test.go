@@ -71,7 +71,7 @@ func (b *bundle) rowCount(t *testing.T) int {
 
 func (b *bundle) middleware(t *testing.T) message.HandlerMiddleware {
 	t.Helper()
-	mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{}, b.logger)
+	mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{Backoff: redeliverAtOnce}, b.logger)
 	require.NoError(t, err)
 	return mw
 }
@@ -155,3 +155,7 @@ func (b *bundle) ownMetadata(t *testing.T, msg *message.Message, id string) *mes
 	msg.Metadata.Set(outbox.MetadataStore, identity)
 	return msg
 }
+
+// redeliverAtOnce turns the retry backoff off, for tests whose subject is
+// what happens on an immediate redelivery; the backoff has tests of its own.
+var redeliverAtOnce = outbox.Backoff{Disabled: true}

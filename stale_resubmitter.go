@@ -87,6 +87,10 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 		if !ok {
 			continue
 		}
+		id, err := identity(ctx, t)
+		if err != nil {
+			return result, err
+		}
 		for {
 			recs, err := claimer.ClaimStale(ctx, name, r.cfg.OlderThan, r.cfg.BatchSize)
 			if err != nil {
@@ -95,7 +99,7 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 			if len(recs) == 0 {
 				break
 			}
-			if err := r.out.send(ctx, t, recs); err != nil {
+			if err := r.out.send(ctx, t, id, recs); err != nil {
 				return result, err
 			}
 			result[name] += len(recs)

@@ -158,6 +158,10 @@ type page struct {
 // one page, so memory stays at three pages whatever the backlog.
 func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 	name, store := t.name, t.store
+	id, err := identity(ctx, t)
+	if err != nil {
+		return 0, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pages := make(chan page, 1)
@@ -194,7 +198,7 @@ func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 		if p.err != nil {
 			return sent, &ReplayError{Name: name, AfterID: lastID, Err: p.err}
 		}
-		if err := r.out.send(ctx, t, p.records); err != nil {
+		if err := r.out.send(ctx, t, id, p.records); err != nil {
 			return sent, err
 		}
 		r.stampSent(ctx, name, store, p.records)

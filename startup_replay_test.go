@@ -215,16 +215,19 @@ func TestReplay(t *testing.T) {
 		})
 	})
 
-	t.Run("RefusesDecoratedPublisher", func(t *testing.T) {
+	t.Run("DecoratedPublisherIsUnwrappedAndSavesNothingTwice", func(t *testing.T) {
 		t.Parallel()
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 			b := setup(t, backend, sqlstore.Mark)
+			crashBeforeConsumption(t, b, 3)
 			gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 			defer gc.Close()
 			pub, err := outbox.NewPublisher(gc, b.reg)
 			require.NoError(t, err)
-			_, err = outbox.Replay(b.ctx(t), b.reg, pub, outbox.ReplayConfig{}, nil)
-			require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+			res, err := outbox.Replay(b.ctx(t), b.reg, pub, outbox.ReplayConfig{}, nil)
+			require.NoError(t, err)
+			assert.Equal(t, 3, res.Total())
+			assert.Equal(t, 3, b.rowCount(t), "replay through the decorated publisher saves no second record")
 		})
 	})
 }

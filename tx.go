@@ -26,6 +26,10 @@ type TxInserter interface {
 	// once tx commits and vanish if it rolls back. tx must be a transaction
 	// on the store's database.
 	InsertTx(ctx context.Context, tx Tx, records []Record) error
+	// IdentityTx returns the store's identity ([Store.Identity]), reading
+	// it through tx when the store does not know it yet, so that a caller
+	// holding the pool's only connection in tx does not wait for another.
+	IdentityTx(ctx context.Context, tx Tx) (string, error)
 }
 
 // TxCompleter is implemented by a [Store] that can complete a record inside

@@ -76,7 +76,7 @@ func (p *TxPublisher) PublishTx(ctx context.Context, tx Tx, topic string, msgs .
 	if err != nil {
 		return nil, err
 	}
-	identity, err := t.store.Identity(ctx)
+	identity, err := inserter.IdentityTx(ctx, tx)
 	if err != nil {
 		return nil, &InsertError{Topic: topic, Count: len(msgs), Err: err}
 	}
