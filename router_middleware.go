@@ -253,6 +253,7 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 		return nil, untracked, nil
 	}
 	if !m.admitsConsumer(t, consumer) {
+		m.reg.observer().NotOwned(topic, consumer)
 		return nil, untracked, nil
 	}
 	a := &admission{t: t, idText: idText,
@@ -284,6 +285,7 @@ func (m *middleware) check(ctx context.Context, a *admission) (verdict, error) {
 		return skip, nil
 	case errors.As(err, &conflict):
 		m.conflict(a.t, a.d.Consumer, conflict.CompletedBy)
+		m.reg.observer().NotOwned(a.t.name, a.d.Consumer)
 		return untracked, nil
 	case errors.Is(err, ErrUnknownRecord):
 		warn(m.logger, "No record with this id in the topic's table (never saved, or cleaned up); acking without handling", a.fields)
@@ -373,7 +375,6 @@ func (m *middleware) reportOnce(t *tracked, consumer, other, text string) {
 	}
 	m.logger.Error("Tracked topic received by an undeclared consumer", errors.New(text),
 		watermill.LogFields{"outbox_name": t.name, "consumer": consumer, "other_consumer": other})
-	m.reg.observer().NotOwned(t.name, consumer)
 }
 
 // settle runs the handler of an admitted message and completes, counts or
