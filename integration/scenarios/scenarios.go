@@ -33,6 +33,9 @@ func Run(t *testing.T, b Backend) {
 		{"CrashAfterInsertBeforeSendIsRecoveredByReplay", crashRecovered},
 		{"RecordIDAndNameSurviveTheMarshaler", metadataSurvives},
 		{"UntrackedMessagesPassThroughUntouched", untrackedPassThrough},
+		{"TwoConsumersEachHandleEveryMessage", twoConsumersEachHandleEveryMessage},
+		{"TwoUndeclaredHandlersLoseNothing", twoUndeclaredHandlersLoseNothing},
+		{"TwoServicesShareATopic", twoServicesShareATopic},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()

@@ -1,0 +1,409 @@
+package scenarios
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// The scenarios of a tracked topic with several receivers. Each receiver
+// gets every message the way the pub/sub fans out: its own subscriber of a
+// GoChannel, its own queue on AMQP, its own consumer group on Kafka, NATS,
+// Redis Streams and the SQL pub/sub.
+
+// fanOutMessages is how many tracked messages a scenario with several
+// receivers publishes.
+const fanOutMessages = 50
+
+// publishBatch is how many messages go into one Publish call, so that
+// deliveries of one batch overlap the publish of the next.
+const publishBatch = 10
+
+func publish(t *testing.T, pub message.Publisher, topic string, msgs []*message.Message) {
+	t.Helper()
+	for len(msgs) > 0 {
+		n := min(publishBatch, len(msgs))
+		require.NoError(t, pub.Publish(topic, msgs[:n]...))
+		msgs = msgs[n:]
+	}
+}
+
+// receiversOf returns one handler per consumer, each on a subscriber of a
+// group of its own.
+func (e *env) receiversOf(consumers ...string) []receiver {
+	out := make([]receiver, len(consumers))
+	for i, c := range consumers {
+		_, sub := e.connectAs(c)
+		out[i] = receiver{name: c, topic: e.topic, sub: sub}
+	}
+	return out
+}
+
+func twoConsumersEachHandleEveryMessage(t *testing.T, e *env) {
+	consumers := []string{"email", "stats"}
+	e.declare(consumers...)
+	obs := newCounts()
+	e.reg.SetObserver(obs)
+	logger := &testenv.CaptureLogger{}
+	pub, _ := e.connect()
+	svc := e.startServiceWith(serviceConfig{reg: e.reg, pub: pub, receivers: e.receiversOf(consumers...), decide: succeed, logger: logger})
+
+	msgs, uuids := newMessages("fanout", fanOutMessages)
+	publish(t, e.tracked(pub), e.topic, msgs)
+	got := svc.handledByEach(consumers, uuids)
+	svc.stop()
+
+	for _, c := range consumers {
+		for _, u := range uuids {
+			d := got[runKey{c, u}]
+			assert.True(t, d.Tracked, "%s handles %s tracked", c, u)
+			assert.Equal(t, c, d.Record.Consumer, "%s: the delivery is the handler's own", u)
+			assert.Equal(t, 1, svc.runsOf(c, u), "%s ran for %s", c, u)
+		}
+		assert.Equal(t, fanOutMessages, obs.get("handled", c), "%s completed its delivery of every record", c)
+		t.Logf("%s: consumer %s handled %d of %d messages, %d copies skipped", e.backend.Name, c,
+			countRuns(svc, c, uuids), len(uuids), obs.get("duplicate", c))
+	}
+	assert.Equal(t, len(consumers)*fanOutMessages, svc.totalRuns(), "no handler ran for a message twice")
+	assert.Empty(t, logger.Entries("error"))
+	e.requireTable(completedAll(uuids...))
+	e.requireDeliveriesComplete(consumers, len(uuids))
+}
+
+// countRuns returns for how many of the messages the handler ran.
+func countRuns(s *service, handler string, uuids []string) int {
+	n := 0
+	for _, u := range uuids {
+		if s.runsOf(handler, u) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// requireDeliveriesComplete asserts that no record is pending and that each
+// declared consumer completed its delivery of each of the n records.
+func (e *env) requireDeliveriesComplete(consumers []string, n int) {
+	t := e.t
+	t.Helper()
+	ctx := e.ctx()
+	pending, err := e.store.PendingAfter(ctx, e.topic, 0, n+1)
+	require.NoError(t, err)
+	assert.Empty(t, pending, "records pending after every consumer handled them")
+
+	sts, err := outbox.ReadStatus(ctx, e.reg, true)
+	require.NoError(t, err)
+	require.Len(t, sts, 1)
+	st := sts[0]
+	assert.Zero(t, st.Pending)
+	assert.EqualValues(t, n, st.Completed)
+	byConsumer := map[string]outbox.ConsumerStatus{}
+	for _, cs := range st.Consumers {
+		byConsumer[cs.Consumer] = cs
+	}
+	assert.Len(t, st.Consumers, len(consumers), "status per declared consumer: %+v", st.Consumers)
+	for _, c := range consumers {
+		cs := byConsumer[c]
+		assert.Zero(t, cs.Pending, "%s: deliveries pending", c)
+		assert.Zero(t, cs.Abandoned, "%s: deliveries abandoned", c)
+		assert.EqualValues(t, n, cs.Completed, "%s: deliveries completed", c)
+	}
+
+	for _, c := range consumers {
+		notCompleted := map[int64]error{}
+		for _, r := range e.rows() {
+			err := e.store.CheckPending(ctx, outbox.Delivery{ID: r.ID, Topic: e.topic, Consumer: c})
+			if !errors.Is(err, outbox.ErrNotPending) {
+				notCompleted[r.ID] = err
+			}
+		}
+		if len(notCompleted) > 0 {
+			t.Errorf("deliveries to %s not complete: %s", c, firstFew(notCompleted))
+		}
+	}
+}
+
+// requireCompletedBy asserts that each record was completed by the consumer
+// and that another consumer's copy is a conflict, not a duplicate.
+func requireCompletedBy(t *testing.T, store outbox.Store, topic string, rows []row, by, other string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	wrong := map[int64]error{}
+	for _, r := range rows {
+		if err := store.CheckPending(ctx, outbox.Delivery{ID: r.ID, Topic: topic, Consumer: by}); !errors.Is(err, outbox.ErrNotPending) {
+			wrong[r.ID] = fmt.Errorf("for %s: %w", by, err)
+			continue
+		}
+		err := store.CheckPending(ctx, outbox.Delivery{ID: r.ID, Topic: topic, Consumer: other})
+		var conflict *outbox.ConsumerConflictError
+		if !errors.As(err, &conflict) || conflict.CompletedBy != by {
+			wrong[r.ID] = fmt.Errorf("for %s: %w", other, err)
+		}
+	}
+	if len(wrong) > 0 {
+		t.Errorf("records not completed by %s alone: %s", by, firstFew(wrong))
+	}
+}
+
+// firstFew describes a few records of a set found wrong, with the count.
+func firstFew(byID map[int64]error) string {
+	ids := slices.Sorted(maps.Keys(byID))
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d records", len(ids))
+	for _, id := range ids[:min(3, len(ids))] {
+		fmt.Fprintf(&b, "; %d: %v", id, byID[id])
+	}
+	return b.String()
+}
+
+func twoUndeclaredHandlersLoseNothing(t *testing.T, e *env) {
+	handlers := []string{"email", "stats"}
+	obs := newCounts()
+	e.reg.SetObserver(obs)
+	logger := &testenv.CaptureLogger{}
+	pub, _ := e.connect()
+	svc := e.startServiceWith(serviceConfig{reg: e.reg, pub: pub, receivers: e.receiversOf(handlers...), decide: succeed, logger: logger})
+
+	msgs, uuids := newMessages("undeclared", fanOutMessages)
+	publish(t, e.tracked(pub), e.topic, msgs)
+	got := svc.handledByEach(handlers, uuids)
+	svc.stop()
+
+	// The first handler to receive the topic is its receiver; the other
+	// runs untracked from its first message on.
+	trackedRuns := map[string]int{}
+	for k, d := range got {
+		if d.Tracked {
+			trackedRuns[k.handler]++
+			assert.Equal(t, k.handler, d.Record.Consumer)
+		}
+	}
+	require.Len(t, trackedRuns, 1, "exactly one handler tracks the topic: %v", trackedRuns)
+	receiver, second := handlers[0], handlers[1]
+	if trackedRuns[second] > 0 {
+		receiver, second = second, receiver
+	}
+	assert.Equal(t, fanOutMessages, trackedRuns[receiver], "%s tracks every message", receiver)
+	for _, h := range handlers {
+		for _, u := range uuids {
+			assert.Equal(t, 1, svc.runsOf(h, u), "%s ran for %s", h, u)
+		}
+		t.Logf("%s: handler %s handled %d of %d messages (tracked %d), %d copies skipped", e.backend.Name, h,
+			countRuns(svc, h, uuids), len(uuids), trackedRuns[h], obs.get("duplicate", h))
+	}
+	assert.Equal(t, len(handlers)*fanOutMessages, svc.totalRuns())
+	assert.Equal(t, fanOutMessages, obs.get("handled", receiver))
+	assert.Zero(t, obs.get("duplicate", second), "the second handler skipped nothing")
+
+	errs := logger.Entries("error")
+	require.Len(t, errs, 1, "the second handler is reported once: %+v", errs)
+	text := errs[0].Msg + ": " + fmt.Sprint(errs[0].Err)
+	for _, h := range handlers {
+		assert.Contains(t, text, fmt.Sprintf("%q", h), "the error names both handlers")
+	}
+
+	e.requireTable(completedAll(uuids...))
+	ctx := e.ctx()
+	pending, err := e.store.PendingAfter(ctx, e.topic, 0, fanOutMessages+1)
+	require.NoError(t, err)
+	assert.Empty(t, pending)
+	requireCompletedBy(t, e.store, e.topic, e.rows(), receiver, second)
+}
+
+// sharingService is one of two services that track the same topic, each in
+// a table of its own database.
+type sharingService struct {
+	name    string // its handler, and consumer group
+	db      *sqlx.DB
+	store   *sqlstore.Store
+	reg     *outbox.Registry
+	obs     *counts
+	logger  *testenv.CaptureLogger
+	svc     *service
+	tracked message.Publisher
+	own     []string // UUIDs it published
+	// seen is the first successful delivery of each message to its handler.
+	seen map[runKey]delivery
+}
+
+func (e *env) startSharingService(name string, db *sqlx.DB, store *sqlstore.Store) *sharingService {
+	e.t.Helper()
+	s := &sharingService{name: name, db: db, store: store, obs: newCounts(), logger: &testenv.CaptureLogger{}, seen: map[runKey]delivery{}}
+	reg, err := outbox.NewRegistry(outbox.Tracked{Name: e.topic, Store: store})
+	require.NoError(e.t, err)
+	reg.SetObserver(s.obs)
+	s.reg = reg
+	pub, sub := e.connectAs(name)
+	s.tracked, err = outbox.NewPublisher(pub, reg)
+	require.NoError(e.t, err)
+	s.svc = e.startServiceWith(serviceConfig{reg: reg, pub: pub, decide: succeed, logger: s.logger,
+		receivers: []receiver{{name: name, topic: e.topic, sub: sub}}})
+	return s
+}
+
+// otherDatabase opens a second service's record store: a database engine
+// other than the backend's record database, with a table of the same name,
+// so that only the table identity tells the two tables apart.
+func (e *env) otherDatabase() (*sqlx.DB, *sqlstore.Store) {
+	e.t.Helper()
+	engine := "SQLite"
+	if e.backend.Records.Name == "SQLite" {
+		engine = "Postgres"
+	}
+	var b testenv.Backend
+	for _, c := range testenv.Backends() {
+		if c.Name == engine {
+			b = c
+		}
+	}
+	db := b.Open(e.t)
+	table := e.store.Table()
+	store, err := sqlstore.New(sqlstore.Config{Dialect: b.Dialect, Table: table, Completion: sqlstore.Mark, DB: db})
+	require.NoError(e.t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	require.NoError(e.t, store.Migrate(ctx))
+	e.t.Cleanup(func() { testenv.DropTable(e.t, db, b.Dialect, table) })
+	return db, store
+}
+
+func twoServicesShareATopic(t *testing.T, e *env) {
+	const m = 20
+	otherDB, otherStore := e.otherDatabase()
+	billing := e.startSharingService("billing", e.db, e.store)
+	shipping := e.startSharingService("shipping", otherDB, otherStore)
+	services := []*sharingService{billing, shipping}
+
+	ctx := e.ctx()
+	billingID, err := billing.store.Identity(ctx)
+	require.NoError(t, err)
+	shippingID, err := shipping.store.Identity(ctx)
+	require.NoError(t, err)
+	require.NotEqual(t, billingID, shippingID, "two tables of the same name in two databases have two identities")
+
+	waitAll := func(uuids []string) {
+		for _, s := range services {
+			for k, d := range s.svc.handledByEach([]string{s.name}, uuids) {
+				s.seen[k] = d
+			}
+		}
+	}
+	// One service publishes, then the other: record ids of both tables
+	// start at 1, so the second service's ids are the first one's, which
+	// the first one has completed already. Only the table identity keeps a
+	// service from skipping the other's messages as its own duplicates.
+	msgs, first := newMessages("billing-first", m)
+	billing.own = append(billing.own, first...)
+	publish(t, billing.tracked, e.topic, msgs)
+	waitAll(first)
+	requireRecords(t, recordsIn(t, shipping.db, shipping.store.Table()), map[string]bool{})
+
+	msgs, second := newMessages("shipping-second", m)
+	shipping.own = append(shipping.own, second...)
+	publish(t, shipping.tracked, e.topic, msgs)
+	waitAll(second)
+
+	// Then both at once.
+	both, errs := []string{}, make(chan error, len(services))
+	for _, s := range services {
+		msgs, uuids := newMessages(s.name+"-both", m)
+		s.own = append(s.own, uuids...)
+		both = append(both, uuids...)
+		go func() { errs <- s.tracked.Publish(e.topic, msgs...) }()
+	}
+	for range services {
+		require.NoError(t, <-errs)
+	}
+	waitAll(both)
+	for _, s := range services {
+		s.svc.stop()
+	}
+
+	all := append(append(append([]string{}, first...), second...), both...)
+	for i, s := range services {
+		other := services[1-i]
+		for _, u := range all {
+			assert.Equal(t, 1, s.svc.runsOf(s.name, u), "%s ran for %s", s.name, u)
+		}
+		assert.Equal(t, len(all), s.svc.totalRuns(), "%s ran for no message twice", s.name)
+		assert.Equal(t, len(s.own), s.obs.get("handled", s.name), "%s completed each of its own records", s.name)
+		assert.Equal(t, len(other.own), s.obs.get("not-owned", s.name), "%s ran each of the other's messages untracked", s.name)
+		for _, what := range []string{"duplicate", "unknown", "failed"} {
+			assert.Zero(t, s.obs.get(what, s.name), "%s: %s", s.name, what)
+		}
+		assert.Empty(t, s.logger.Entries("error"), "%s logged errors", s.name)
+		t.Logf("%s: service %s handled %d messages (%d own, tracked; %d of the other's, untracked), %d copies skipped",
+			e.backend.Name, s.name, countRuns(s.svc, s.name, all), len(s.own), len(other.own), s.obs.get("duplicate", s.name))
+
+		// Its table holds its own records only, each completed by its own
+		// handler: the other service's handler is not the one that
+		// completed any of them.
+		rows := recordsIn(t, s.db, s.store.Table())
+		requireRecords(t, rows, completedAll(s.own...))
+		pending, err := s.store.PendingAfter(ctx, e.topic, 0, len(all)+1)
+		require.NoError(t, err)
+		assert.Empty(t, pending, "%s: pending records", s.name)
+		requireCompletedBy(t, s.store, e.topic, rows, s.name, other.name)
+	}
+	assertTrackedOnlyOwn(t, e.topic, services, all)
+	assertIDsCollide(t, billing, shipping)
+}
+
+// assertTrackedOnlyOwn checks what each handler was given: its own
+// messages tracked, with their record, and the other's untracked, carrying
+// the other table's identity.
+func assertTrackedOnlyOwn(t *testing.T, topic string, services []*sharingService, all []string) {
+	t.Helper()
+	for _, s := range services {
+		own := map[string]bool{}
+		for _, u := range s.own {
+			own[u] = true
+		}
+		ownID, err := s.store.Identity(context.Background())
+		require.NoError(t, err)
+		for _, u := range all {
+			d := s.seen[runKey{s.name, u}]
+			if own[u] {
+				assert.True(t, d.Tracked, "%s handles its own %s tracked", s.name, u)
+				assert.Equal(t, outbox.RecordRef{Name: topic, ID: d.Record.ID, Consumer: s.name}, d.Record)
+				assert.Equal(t, ownID, d.Received.Get(outbox.MetadataStore))
+			} else {
+				assert.False(t, d.Tracked, "%s handles the other's %s untracked", s.name, u)
+				assert.NotEqual(t, ownID, d.Received.Get(outbox.MetadataStore))
+				assert.NotEmpty(t, d.Received.Get(outbox.MetadataID), "the other's message carries its record id")
+			}
+		}
+	}
+}
+
+// assertIDsCollide makes sure the scenario proved something: the two
+// tables hold records with the same ids.
+func assertIDsCollide(t *testing.T, a, b *sharingService) {
+	t.Helper()
+	ids := map[int64]bool{}
+	for _, r := range recordsIn(t, a.db, a.store.Table()) {
+		ids[r.ID] = true
+	}
+	var shared []string
+	for _, r := range recordsIn(t, b.db, b.store.Table()) {
+		if ids[r.ID] {
+			shared = append(shared, fmt.Sprint(r.ID))
+		}
+	}
+	assert.NotEmpty(t, shared, "the two tables share no record id")
+	t.Logf("record ids in both tables: %s", strings.Join(shared, ","))
+}
