@@ -31,6 +31,53 @@ type RecordInfo struct {
 	// it was last sent (by the publish that saved it, or a resend).
 	Age       time.Duration
 	SinceSent time.Duration
+	// Deliveries are the per-consumer deliveries of a record saved with
+	// consumers, in consumer order; nil for a record with one receiver.
+	Deliveries []DeliveryInfo
+}
+
+// DeliveryInfo is one consumer's delivery of a record, as operators see it.
+type DeliveryInfo struct {
+	Consumer  string
+	State     State
+	Attempts  int
+	LastError string
+}
+
+// addDeliveries fills in the deliveries of the records.
+func (s *Store) addDeliveries(ctx context.Context, db *sqlx.DB, d Dialect, infos []RecordInfo) error {
+	at := make(map[int64]int, len(infos))
+	for i, r := range infos {
+		at[r.ID] = i
+	}
+	for start := 0; start < len(infos); start += stampChunk {
+		chunk := infos[start:min(start+stampChunk, len(infos))]
+		args := make([]any, len(chunk))
+		for i, r := range chunk {
+			args[i] = r.ID
+		}
+		rows, err := db.QueryContext(ctx, s.q.listDeliveriesByRecord+idList(d, 1, len(chunk))+" ORDER BY record_id, consumer", args...)
+		if err != nil {
+			return s.fail("list deliveries", err)
+		}
+		for rows.Next() {
+			var id int64
+			var di DeliveryInfo
+			var state string
+			if err := rows.Scan(&id, &di.Consumer, &state, &di.Attempts, &di.LastError); err != nil {
+				rows.Close()
+				return s.fail("list deliveries", err)
+			}
+			di.State = State(state)
+			r := &infos[at[id]]
+			r.Deliveries = append(r.Deliveries, di)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return s.fail("list deliveries", err)
+		}
+	}
+	return nil
 }
 
 // stateCond is the WHERE condition of a state.
@@ -102,7 +149,11 @@ func (s *Store) List(ctx context.Context, st State, afterID int64, limit int) ([
 	if err != nil {
 		return nil, s.fail("list", err)
 	}
-	return s.scanInfos(rows)
+	infos, err := s.scanInfos(rows)
+	if err != nil {
+		return nil, err
+	}
+	return infos, s.addDeliveries(ctx, db, d, infos)
 }
 
 // Get returns one record, or an error wrapping [ErrRecordNotFound].
@@ -121,6 +172,9 @@ func (s *Store) Get(ctx context.Context, id int64) (RecordInfo, error) {
 	}
 	if len(infos) == 0 {
 		return RecordInfo{}, &TableError{Table: s.table, Op: "get", Err: fmt.Errorf("record %d: %w", id, ErrRecordNotFound)}
+	}
+	if err := s.addDeliveries(ctx, db, d, infos); err != nil {
+		return RecordInfo{}, err
 	}
 	return infos[0], nil
 }

@@ -15,6 +15,8 @@ type attachment struct {
 	// dialect is nil until a dialect that probes ([serverProber]) has
 	// probed db; dialects that do not probe are bound at once.
 	dialect Dialect
+	// identity is the table's identity, once read through db.
+	identity string
 }
 
 // Attach sets (or replaces) the connection pool. It is safe to call while the
@@ -80,6 +82,6 @@ func (s *Store) probe(ctx context.Context, a *attachment) (Dialect, error) {
 	if err != nil {
 		return nil, s.fail("probe server", err)
 	}
-	s.att.Store(&attachment{db: a.db, dialect: d})
+	s.att.Store(&attachment{db: a.db, dialect: d, identity: a.identity})
 	return d, nil
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jmoiron/sqlx"
@@ -21,34 +22,51 @@ var (
 )
 
 // RecordFailure implements [outbox.FailureRecorder]: it counts a failed
-// handling of a pending record, keeps the error text (at most
-// [MaxErrorLength] bytes) and, when maxAttempts > 0 and the count reaches
-// it, abandons the record: abandoned_at (and, on a marking table,
-// processed_at) is set from the database clock and the row is kept. It is
-// called only when a handler fails.
-func (s *Store) RecordFailure(ctx context.Context, id int64, reason string, maxAttempts int) (attempts int, abandoned bool, err error) {
+// handling of a pending delivery (the consumer's own row, for a record with
+// consumers), keeps the error text (at most [MaxErrorLength] bytes) and
+// makes the delivery due again retryIn later by the database clock. When
+// maxAttempts > 0 and the count reaches it, it abandons the delivery
+// instead: abandoned_at is set from the database clock and the row is
+// kept; a record without consumers is abandoned with it (and, on a marking
+// table, its processed_at set), one with consumers once none of its
+// deliveries is pending. It is called only when a handler fails.
+func (s *Store) RecordFailure(ctx context.Context, d outbox.Delivery, reason string, maxAttempts int, retryIn time.Duration) (attempts int, abandoned bool, err error) {
+	if retryIn < 0 {
+		return 0, false, fmt.Errorf("%w: retryIn %v is negative", ErrInvalidConfig, retryIn)
+	}
 	reason = cutUTF8(reason, MaxErrorLength)
-	err = s.inTx(ctx, "record failure", func(tx *sqlx.Tx, d Dialect) error {
-		o := opsOf(d)
-		p := d.placeholder
-		sel := fmt.Sprintf("SELECT attempts FROM %s WHERE id = %s AND %s%s", d.quote(s.table), p(1), s.pendingCond(), o.lockRows(false))
-		switch err := tx.QueryRowContext(ctx, sel, id).Scan(&attempts); {
+	err = s.inTx(ctx, "record failure", func(tx *sqlx.Tx, dia Dialect) error {
+		var consumers int
+		switch err := tx.QueryRowContext(ctx, s.q.failureRecord, d.ID).Scan(&consumers, &attempts); {
 		case errors.Is(err, sql.ErrNoRows):
 			return outbox.ErrNotPending
 		case err != nil:
 			return s.fail("record failure", err)
 		}
-		attempts++
-		abandoned = maxAttempts > 0 && attempts >= maxAttempts
-		set := fmt.Sprintf("attempts = %s, last_error = %s", p(1), p(2))
-		if abandoned {
-			set += ", abandoned_at = " + d.clock()
-			if s.mode == Mark {
-				set += ", processed_at = " + d.clock()
+		if consumers > 0 {
+			switch err := tx.QueryRowContext(ctx, s.q.failureDelivery, d.ID, d.Consumer).Scan(&attempts); {
+			case errors.Is(err, sql.ErrNoRows):
+				return outbox.ErrNotPending
+			case err != nil:
+				return s.fail("record failure", err)
 			}
 		}
-		upd := fmt.Sprintf("UPDATE %s SET %s WHERE id = %s", d.quote(s.table), set, p(3))
-		if _, err := tx.ExecContext(ctx, upd, attempts, reason, id); err != nil {
+		attempts++
+		abandoned = maxAttempts > 0 && attempts >= maxAttempts
+		var err error
+		switch {
+		case consumers == 0 && abandoned:
+			_, err = tx.ExecContext(ctx, s.q.abandonFailed, attempts, reason, d.ID)
+		case consumers == 0:
+			_, err = tx.ExecContext(ctx, s.q.failRecord, attempts, reason, dia.leaseArg(retryIn), d.ID)
+		case abandoned:
+			if _, err = tx.ExecContext(ctx, s.q.abandonDelivery, attempts, reason, d.ID, d.Consumer); err == nil {
+				return s.rollUp(ctx, tx, d.ID, "record failure")
+			}
+		default:
+			_, err = tx.ExecContext(ctx, s.q.failDelivery, attempts, reason, dia.leaseArg(retryIn), d.ID, d.Consumer)
+		}
+		if err != nil {
 			return s.fail("record failure", err)
 		}
 		return nil
@@ -60,15 +78,14 @@ func (s *Store) RecordFailure(ctx context.Context, id int64, reason string, maxA
 }
 
 // ResubmitAbandoned implements [outbox.Resubmitter]: it makes an abandoned
-// record pending again, with its attempts reset to zero and its send time
-// set to now, and returns it for sending. The last error is kept.
+// record pending again, with its attempts, and those of its abandoned
+// deliveries, reset to zero, due at once, and its send time set to now,
+// and returns it for sending. Deliveries other consumers completed stay
+// completed. The last errors are kept.
 func (s *Store) ResubmitAbandoned(ctx context.Context, id int64) (outbox.Record, error) {
 	var rec outbox.Record
-	err := s.inTx(ctx, "resubmit", func(tx *sqlx.Tx, d Dialect) error {
-		p := d.placeholder
-		t := d.quote(s.table)
-		sel := fmt.Sprintf("SELECT id, topic, uuid, payload, metadata FROM %s WHERE id = %s AND abandoned_at IS NOT NULL%s", t, p(1), opsOf(d).lockRows(false))
-		rows, err := tx.QueryContext(ctx, sel, id)
+	err := s.inTx(ctx, "resubmit", func(tx *sqlx.Tx, _ Dialect) error {
+		rows, err := tx.QueryContext(ctx, s.q.resubmitSelect, id)
 		if err != nil {
 			return s.fail("resubmit", err)
 		}
@@ -80,11 +97,10 @@ func (s *Store) ResubmitAbandoned(ctx context.Context, id int64) (outbox.Record,
 			return fmt.Errorf("record %d: %w", id, outbox.ErrNotAbandoned)
 		}
 		rec = recs[0]
-		set := "abandoned_at = NULL, attempts = 0, last_sent_at = " + d.clock()
-		if s.mode == Mark {
-			set += ", processed_at = NULL"
+		if _, err := tx.ExecContext(ctx, s.q.resubmitRecord, id); err != nil {
+			return s.fail("resubmit", err)
 		}
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET %s WHERE id = %s", t, set, p(1)), id); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q.resubmitDeliveries, id); err != nil {
 			return s.fail("resubmit", err)
 		}
 		return nil

@@ -105,10 +105,14 @@ func (s *Store) insertBatch(ctx context.Context, batch []*call[[]outbox.Record])
 	}
 }
 
-// completeBatch completes the ids of every call with one statement. A record
-// completed by it satisfies the first call for its id; every other call, for
-// an id that was not pending or for the same id again, gets ErrNotPending.
-func (s *Store) completeBatch(ctx context.Context, batch []*call[int64]) {
+// completeBatch completes the records without consumers of every call with
+// one statement per consumer (a marking table records who completed each;
+// a deleting table needs one statement in all). A record completed by it
+// satisfies the first call for its id. Every other call, for a record with
+// consumers, one that was not pending or the same id again, runs the single
+// path for delivery rows, which completes the consumer's delivery or
+// reports ErrNotPending.
+func (s *Store) completeBatch(ctx context.Context, batch []*call[outbox.Delivery]) {
 	db, err := s.pool()
 	if err != nil {
 		for _, c := range batch {
@@ -116,27 +120,42 @@ func (s *Store) completeBatch(ctx context.Context, batch []*call[int64]) {
 		}
 		return
 	}
-	ids := make([]int64, len(batch))
-	for i, c := range batch {
-		ids[i] = c.arg
-	}
-	done, err := s.dialect.completeMany(ctx, db, s.q, ids)
-	if err != nil {
-		err = s.fail("complete", err)
-		for _, c := range batch {
-			c.err = err
-		}
-		return
-	}
-	completed := make(map[int64]bool, len(done))
-	for _, id := range done {
-		completed[id] = true
-	}
+	groups := map[string][]*call[outbox.Delivery]{}
+	var order []string
 	for _, c := range batch {
-		if completed[c.arg] {
-			delete(completed, c.arg)
+		key := ""
+		if s.q.mark {
+			key = c.arg.Consumer
+		}
+		if _, ok := groups[key]; !ok {
+			order = append(order, key)
+		}
+		groups[key] = append(groups[key], c)
+	}
+	for _, consumer := range order {
+		group := groups[consumer]
+		ids := make([]int64, len(group))
+		for i, c := range group {
+			ids[i] = c.arg.ID
+		}
+		done, err := s.dialect.completeMany(ctx, db, s.q, consumer, ids)
+		if err != nil {
+			err = s.fail("complete", err)
+			for _, c := range group {
+				c.err = err
+			}
 			continue
 		}
-		c.err = outbox.ErrNotPending
+		completed := make(map[int64]bool, len(done))
+		for _, id := range done {
+			completed[id] = true
+		}
+		for _, c := range group {
+			if completed[c.arg.ID] {
+				delete(completed, c.arg.ID)
+				continue
+			}
+			c.err = s.completeDeliveryNow(c.ctx, db, c.arg)
+		}
 	}
 }

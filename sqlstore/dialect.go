@@ -33,9 +33,10 @@ type Dialect interface {
 	// each caller of a combined completion learns whether its own record was
 	// pending; without it the store completes one id per statement.
 	batchComplete(mode Completion) bool
-	// completeMany completes the records of ids with one statement and
-	// returns the ids it completed, those that were pending, in any order.
-	completeMany(ctx context.Context, db *sqlx.DB, q *queries, ids []int64) ([]int64, error)
+	// completeMany completes the records without consumers of ids for the
+	// consumer with one statement and returns the ids it completed, those
+	// that were pending, in any order.
+	completeMany(ctx context.Context, db *sqlx.DB, q *queries, consumer string, ids []int64) ([]int64, error)
 	// completeManyQuery is completeMany's statement for the quoted table,
 	// when the dialect has one of fixed text; "" when it lists the ids.
 	completeManyQuery(table string, mode Completion) string
@@ -49,6 +50,11 @@ type Dialect interface {
 	migrationLock() string
 	// versionTableDDL creates the schema version table if it is missing.
 	versionTableDDL() string
+	// versionIdentityColumn counts the identity columns of the schema
+	// version table (0 in one created before identities); addVersionIdentity
+	// adds the column.
+	versionIdentityColumn() string
+	addVersionIdentity() string
 	// convertError turns a driver error into the package's sentinels.
 	convertError(err error) error
 	// leaseUntil is the database clock plus the lease passed as the nth
@@ -109,57 +115,15 @@ type rerunTolerant interface {
 	alreadyApplied(err error) bool
 }
 
-// queries are built once per store from the validated, quoted table name.
-type queries struct {
-	table        string // quoted
-	insertValues string // INSERT ... VALUES prefix, for dialects that append rows
-	insertOne    string // one row, RETURNING id
-	insertBatch  string // fixed-text batch insert, if the dialect has one
-	checkPending string
-	complete     string
-	completeMany string // fixed-text completion of many ids, if the dialect has one
-	completeIn   string // completion prefix ending in "id IN (", for dialects that list the ids
-	pendingAfter string
-	// claim and release take and give up a delivery lease (Config.Lease).
-	claim   string
-	release string
-}
-
-func buildQueries(d Dialect, table string, mode Completion) *queries {
-	t := d.quote(table)
-	p := d.placeholder
-	q := &queries{table: t}
-	q.insertValues = fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata) VALUES ", t)
-	q.insertOne = fmt.Sprintf("%s(%s, %s, %s, %s) RETURNING id", q.insertValues, p(1), p(2), p(3), p(4))
-	q.insertBatch = d.insertQuery(t)
-	// Abandoned records are kept but no longer pending.
-	pending := " AND abandoned_at IS NULL"
-	if mode == Mark {
-		pending = " AND processed_at IS NULL"
-		q.complete = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE id = %s AND processed_at IS NULL", t, d.clock(), p(1))
-		q.completeIn = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE processed_at IS NULL AND id IN (", t, d.clock())
-	} else {
-		q.complete = fmt.Sprintf("DELETE FROM %s WHERE id = %s", t, p(1))
-		q.completeIn = fmt.Sprintf("DELETE FROM %s WHERE id IN (", t)
-	}
-	q.completeMany = d.completeManyQuery(t, mode)
-	q.checkPending = fmt.Sprintf("SELECT 1 FROM %s WHERE id = %s%s", t, p(1), pending)
-	q.claim = fmt.Sprintf("UPDATE %s SET lease_until = %s WHERE id = %s%s AND (lease_until IS NULL OR lease_until < %s)",
-		t, d.leaseUntil(1), p(2), pending, d.clock())
-	q.release = fmt.Sprintf("UPDATE %s SET lease_until = NULL WHERE id = %s", t, p(1))
-	q.pendingAfter = fmt.Sprintf("SELECT id, uuid, payload, metadata FROM %s WHERE topic = %s AND id > %s%s ORDER BY id LIMIT %s",
-		t, p(1), p(2), pending, p(3))
-	return q
-}
-
-// completeInQuery lists n ids after the completion prefix and returns the
-// ids completed, for dialects that have RETURNING but no array parameter.
-func completeInQuery(d Dialect, q *queries, n int) string {
+// completeInQuery lists n ids after the completion prefix, from placeholder
+// first on, and returns the ids completed, for dialects that have RETURNING
+// but no array parameter.
+func completeInQuery(d Dialect, q *queries, first, n int) string {
 	var b strings.Builder
 	b.Grow(len(q.completeIn) + n*4 + 14)
 	b.WriteString(q.completeIn)
-	for i := 1; i <= n; i++ {
-		if i > 1 {
+	for i := first; i < first+n; i++ {
+		if i > first {
 			b.WriteByte(',')
 		}
 		b.WriteString(d.placeholder(i))

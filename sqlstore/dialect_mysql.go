@@ -331,8 +331,20 @@ func (mysql) versionTableDDL() string {
 	return "CREATE TABLE IF NOT EXISTS `" + VersionTable + "` (\n" +
 		"    table_name VARCHAR(64) NOT NULL PRIMARY KEY,\n" +
 		"    version INT NOT NULL,\n" +
-		"    completion VARCHAR(16) NOT NULL\n" +
+		"    completion VARCHAR(16) NOT NULL,\n" +
+		"    table_identity VARCHAR(64) NULL DEFAULT NULL\n" +
 		") ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
+}
+
+func (mysql) versionIdentityColumn() string {
+	return "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = '" + VersionTable + "' AND column_name = 'table_identity'"
+}
+
+// addVersionIdentity runs under the migration lock; a rerun after a
+// concurrent add is refused as a duplicate column, which alreadyApplied
+// accepts.
+func (mysql) addVersionIdentity() string {
+	return "ALTER TABLE `" + VersionTable + "` ADD COLUMN table_identity VARCHAR(64) NULL DEFAULT NULL"
 }
 
 // Server error numbers, the same on MySQL and MariaDB.
@@ -369,12 +381,6 @@ func (mysql) lockRows(skipLocked bool) string {
 	return " FOR UPDATE"
 }
 
-// purgeQuery uses DELETE … ORDER BY … LIMIT: MySQL refuses a LIMIT in a
-// subquery of IN, and a delete that reads its own table.
-func (d mysql) purgeQuery(table string) string {
-	return fmt.Sprintf("DELETE FROM %s WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT ?", table, d.ago(1))
-}
-
 func (mysql) ageMicros(ts string) string {
 	return "TIMESTAMPDIFF(MICROSECOND, " + ts + ", UTC_TIMESTAMP(6))"
 }
@@ -400,7 +406,7 @@ func (mysql) alreadyApplied(err error) bool {
 // was pending. Completions run one statement per id.
 func (mysql) batchComplete(Completion) bool { return false }
 
-func (mysql) completeMany(context.Context, *sqlx.DB, *queries, []int64) ([]int64, error) {
+func (mysql) completeMany(context.Context, *sqlx.DB, *queries, string, []int64) ([]int64, error) {
 	return nil, errors.New("sqlstore: the MySQL dialect has no combined completion")
 }
 

@@ -68,15 +68,21 @@ func (postgres) batchComplete(Completion) bool { return true }
 
 // completeManyQuery passes the ids as one array, so the text is the same
 // for any number of ids and the statement is prepared once per connection.
+// Only records without consumers complete this way; a marking table
+// records the consumer that completed them.
 func (postgres) completeManyQuery(table string, mode Completion) string {
 	if mode == Mark {
-		return fmt.Sprintf("UPDATE %s SET processed_at = now() WHERE id = ANY($1::bigint[]) AND processed_at IS NULL RETURNING id", table)
+		return fmt.Sprintf("UPDATE %s SET processed_at = now(), completed_by = $2 WHERE id = ANY($1::bigint[]) AND processed_at IS NULL AND consumers = 0 RETURNING id", table)
 	}
-	return fmt.Sprintf("DELETE FROM %s WHERE id = ANY($1::bigint[]) RETURNING id", table)
+	return fmt.Sprintf("DELETE FROM %s WHERE id = ANY($1::bigint[]) AND consumers = 0 AND abandoned_at IS NULL RETURNING id", table)
 }
 
-func (postgres) completeMany(ctx context.Context, db *sqlx.DB, q *queries, ids []int64) ([]int64, error) {
-	rows, err := db.QueryContext(ctx, q.completeMany, ids)
+func (postgres) completeMany(ctx context.Context, db *sqlx.DB, q *queries, consumer string, ids []int64) ([]int64, error) {
+	args := []any{ids}
+	if q.mark {
+		args = append(args, consumer)
+	}
+	rows, err := db.QueryContext(ctx, q.completeMany, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -99,8 +105,19 @@ func (postgres) versionTableDDL() string {
 	return `CREATE TABLE IF NOT EXISTS "` + VersionTable + `" (
     table_name TEXT PRIMARY KEY,
     version INTEGER NOT NULL,
-    completion TEXT NOT NULL
+    completion TEXT NOT NULL,
+    table_identity TEXT
 )`
+}
+
+// versionIdentityColumn finds the table as the statements do, through the
+// search path.
+func (postgres) versionIdentityColumn() string {
+	return `SELECT COUNT(*) FROM pg_attribute WHERE attrelid = to_regclass('"` + VersionTable + `"') AND attname = 'table_identity' AND NOT attisdropped`
+}
+
+func (postgres) addVersionIdentity() string {
+	return `ALTER TABLE "` + VersionTable + `" ADD COLUMN IF NOT EXISTS table_identity TEXT`
 }
 
 func (postgres) convertError(err error) error {
@@ -155,12 +172,6 @@ func (postgres) lockRows(skipLocked bool) string {
 		return " FOR UPDATE SKIP LOCKED"
 	}
 	return " FOR UPDATE"
-}
-
-// purgeQuery deletes one bounded batch; SKIP LOCKED lets two cleaners take
-// different rows instead of queueing behind each other.
-func (d postgres) purgeQuery(table string) string {
-	return purgeBySubquery(d, table)
 }
 
 func (postgres) ageMicros(ts string) string {

@@ -87,15 +87,18 @@ func (sqlite) batchComplete(Completion) bool { return true }
 
 func (sqlite) completeManyQuery(string, Completion) string { return "" }
 
-func (d sqlite) completeMany(ctx context.Context, db *sqlx.DB, q *queries, ids []int64) ([]int64, error) {
+func (d sqlite) completeMany(ctx context.Context, db *sqlx.DB, q *queries, consumer string, ids []int64) ([]int64, error) {
 	done := make([]int64, 0, len(ids))
-	for start := 0; start < len(ids); start += sqliteMaxVars {
-		chunk := ids[start:min(start+sqliteMaxVars, len(ids))]
-		args := make([]any, len(chunk))
-		for i, id := range chunk {
-			args[i] = id
+	for start := 0; start < len(ids); start += sqliteMaxVars - 1 {
+		chunk := ids[start:min(start+sqliteMaxVars-1, len(ids))]
+		args := make([]any, 0, len(chunk)+1)
+		if q.mark {
+			args = append(args, consumer)
 		}
-		rows, err := db.QueryContext(ctx, completeInQuery(d, q, len(chunk)), args...)
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		rows, err := db.QueryContext(ctx, completeInQuery(d, q, len(args)-len(chunk)+1, len(chunk)), args...)
 		if err != nil {
 			return nil, err
 		}
@@ -130,8 +133,17 @@ func (sqlite) versionTableDDL() string {
 	return `CREATE TABLE IF NOT EXISTS "` + VersionTable + `" (
     table_name TEXT PRIMARY KEY,
     version INTEGER NOT NULL,
-    completion TEXT NOT NULL
+    completion TEXT NOT NULL,
+    table_identity TEXT
 )`
+}
+
+func (sqlite) versionIdentityColumn() string {
+	return `SELECT COUNT(*) FROM pragma_table_info('` + VersionTable + `') WHERE name = 'table_identity'`
+}
+
+func (sqlite) addVersionIdentity() string {
+	return `ALTER TABLE "` + VersionTable + `" ADD COLUMN table_identity TEXT`
 }
 
 func (sqlite) convertError(err error) error {
@@ -156,8 +168,6 @@ func (sqlite) ago(int) string {
 // lockRows is empty: SQLite locks the whole database for a writer, and the
 // operations that use it are meant for a single node.
 func (sqlite) lockRows(bool) string { return "" }
-
-func (d sqlite) purgeQuery(table string) string { return purgeBySubquery(d, table) }
 
 func (sqlite) ageMicros(ts string) string {
 	return "CAST((julianday('now') - julianday(" + ts + ")) * 86400000000 AS INTEGER)"

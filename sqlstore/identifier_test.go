@@ -3,6 +3,8 @@ package sqlstore
 import (
 	"errors"
 	"testing"
+
+	"github.com/wmoutbox/outbox"
 )
 
 func TestValidateTable(t *testing.T) {
@@ -36,7 +38,7 @@ func TestNewRefusesBadConfigBeforeSQL(t *testing.T) {
 	if err != nil || s.Table() != DefaultTable {
 		t.Errorf("default table: %v %q", err, s.Table())
 	}
-	if err := s.CheckPending(t.Context(), 1); !errors.Is(err, ErrNoDB) {
+	if err := s.CheckPending(t.Context(), outbox.Delivery{ID: 1, Topic: "orders"}); !errors.Is(err, ErrNoDB) {
 		t.Errorf("no db attached: %v", err)
 	}
 }

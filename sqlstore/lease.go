@@ -9,28 +9,39 @@ import (
 
 var _ outbox.Releaser = (*Store)(nil)
 
-// claim takes the delivery lease of a pending record with one conditional
-// UPDATE on the database clock, so that of two concurrent claims exactly one
-// changes the row. A miss costs a second query, to tell a record that is not
-// pending (ack the copy) from one leased by another delivery (nack it).
-func (s *Store) claim(ctx context.Context, db *sqlx.DB, id int64) error {
-	n, err := s.exec(ctx, db, "claim", s.q.claim, s.dialect.leaseArg(s.lease), id)
+// claim takes the delivery lease with a conditional UPDATE on the database
+// clock, recording d.Lease as its owner, so that of two concurrent claims
+// exactly one changes the row. A record without consumers is claimed in one
+// round trip. Otherwise the record's state is read, which tells a copy to
+// acknowledge or refuse from one to run, and a record with consumers has
+// the consumer's own delivery row claimed: two consumers hold leases on one
+// record at once, two copies for one consumer do not.
+func (s *Store) claim(ctx context.Context, db *sqlx.DB, d outbox.Delivery) error {
+	lease := s.dialect.leaseArg(s.lease)
+	n, err := s.exec(ctx, db, "claim", s.q.claimRecord, lease, d.Lease, d.ID, d.Topic)
+	if err != nil || n == 1 {
+		return err
+	}
+	st, found, err := s.readState(ctx, db, d)
 	if err != nil {
 		return err
 	}
-	if n == 1 {
-		return nil
-	}
-	if err := s.checkPending(ctx, db, id); err != nil {
+	if err := s.decide(st, found, d); err != nil {
 		return err
+	}
+	if st.consumers > 0 {
+		n, err := s.exec(ctx, db, "claim", s.q.claimDelivery, lease, d.Lease, d.ID, d.Consumer)
+		if err != nil || n == 1 {
+			return err
+		}
 	}
 	return outbox.ErrLeased
 }
 
-// Release implements [outbox.Releaser]: it ends the lease of a record whose
-// handler failed, so that its redelivery can claim it at once. Without a
-// [Config.Lease] it does nothing.
-func (s *Store) Release(ctx context.Context, id int64) error {
+// Release implements [outbox.Releaser]: it ends the lease of a delivery
+// whose handler failed, when d.Lease still holds it, so that its redelivery
+// can claim it at once. Without a [Config.Lease] it does nothing.
+func (s *Store) Release(ctx context.Context, d outbox.Delivery) error {
 	if s.lease == 0 {
 		return nil
 	}
@@ -38,6 +49,10 @@ func (s *Store) Release(ctx context.Context, id int64) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.exec(ctx, db, "release", s.q.release, id)
+	n, err := s.exec(ctx, db, "release", s.q.releaseRecord, d.ID, d.Lease)
+	if err != nil || n == 1 {
+		return err
+	}
+	_, err = s.exec(ctx, db, "release", s.q.releaseDelivery, d.ID, d.Consumer, d.Lease)
 	return err
 }

@@ -89,6 +89,16 @@ func (t templateData) Table() string { return t.d.quote(t.table) }
 
 func (t templateData) Index(suffix string) string { return t.d.quote(t.table + "_" + suffix) }
 
+// ConsumersTable is the table of the per-consumer deliveries.
+func (t templateData) ConsumersTable() string { return t.d.quote(consumersTable(t.table)) }
+
+// ConsumersIndex names an index or key of the consumers table, kept short
+// so that it fits the identifier limit whatever the table (see
+// validateTable).
+func (t templateData) ConsumersIndex(suffix string) string {
+	return t.d.quote(t.table + "_c_" + suffix)
+}
+
 // statements splits a rendered migration at semicolons that end a line.
 func statements(sqlText string) []string {
 	var out []string
@@ -108,7 +118,13 @@ func statements(sqlText string) []string {
 // together. MySQL commits each DDL statement on its own, so there a failed
 // migration may leave part of its work done; every migration is written so
 // that running it again completes it.
-func (s *Store) Migrate(ctx context.Context) error {
+func (s *Store) Migrate(ctx context.Context) error { return s.MigrateTo(ctx, 0) }
+
+// MigrateTo is [Store.Migrate] up to the given schema version and no
+// further; 0 means the current one ([SchemaVersion]). It lets an upgrade be
+// staged, and tests build the tables of earlier releases. A table at a
+// later version is left alone. Tables get their identity at version 4.
+func (s *Store) MigrateTo(ctx context.Context, version int) error {
 	db, d, err := s.bound(ctx)
 	if err != nil {
 		return err
@@ -117,8 +133,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, d.versionTableDDL()); err != nil {
-		return s.fail("create schema version table", err)
+	if version < 0 || version > len(ms) {
+		return fmt.Errorf("%w: schema version %d does not exist (1 to %d)", ErrInvalidConfig, version, len(ms))
+	}
+	target := len(ms)
+	if version > 0 {
+		target = version
 	}
 	conn, err := db.Connx(ctx)
 	if err != nil {
@@ -137,11 +157,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 			}
 		}()
 	}
-	return s.migrate(ctx, conn, d, ms)
+	return s.migrate(ctx, conn, d, ms, target)
 }
 
 // migrate runs the migrations the table lacks, in a transaction on conn.
-func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []migration) error {
+func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []migration, target int) error {
 	tx, err := conn.BeginTxx(ctx, nil)
 	if err != nil {
 		return s.fail("migrate", err)
@@ -151,6 +171,9 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 		if _, err := tx.ExecContext(ctx, lock); err != nil {
 			return s.fail("lock migrations", err)
 		}
+	}
+	if err := s.prepareVersionTable(ctx, tx, d); err != nil {
+		return err
 	}
 	version, mode, err := s.readVersion(ctx, tx)
 	if err != nil {
@@ -163,7 +186,10 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 		return &TableError{Table: s.table, Op: "migrate", Err: fmt.Errorf("%w: table is at version %d, newer than this code's %d", ErrSchemaVersion, version, len(ms))}
 	}
 	data := templateData{d: d, table: s.table, Mark: s.mode == Mark}
-	for _, m := range ms[version:] {
+	if version >= target && target < len(ms) {
+		return tx.Commit() // at or past the version asked for
+	}
+	for _, m := range ms[version:target] {
 		var b strings.Builder
 		if err := m.tmpl.Execute(&b, data); err != nil {
 			return fmt.Errorf("sqlstore: render migration %s: %w", m.name, err)
@@ -177,8 +203,16 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 			}
 		}
 	}
-	if version < len(ms) {
-		if err := s.writeVersion(ctx, tx, version, len(ms)); err != nil {
+	identity, err := s.readIdentity(ctx, tx)
+	if err != nil {
+		return err
+	}
+	hasIdentity := identity != ""
+	if identity == "" && target >= identityVersion {
+		identity = newIdentity()
+	}
+	if version < target || identity != "" && !hasIdentity {
+		if err := s.writeVersion(ctx, tx, version, target, identity); err != nil {
 			return err
 		}
 	}
@@ -194,11 +228,9 @@ type querier interface {
 }
 
 func (s *Store) readVersion(ctx context.Context, q querier) (int, string, error) {
-	p := s.dialect.placeholder
 	var version int
 	var mode string
-	err := q.QueryRowContext(ctx, fmt.Sprintf("SELECT version, completion FROM %s WHERE table_name = %s",
-		s.dialect.quote(VersionTable), p(1)), s.table).Scan(&version, &mode)
+	err := q.QueryRowContext(ctx, s.q.readVersion, s.table).Scan(&version, &mode)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", nil
 	}
@@ -208,15 +240,19 @@ func (s *Store) readVersion(ctx context.Context, q querier) (int, string, error)
 	return version, mode, nil
 }
 
-func (s *Store) writeVersion(ctx context.Context, q querier, from, to int) error {
+// writeVersion records the version the table is at, and its identity, in
+// one statement: on MySQL, where the migration's DDL committed on its own,
+// the version and the identity still appear together.
+func (s *Store) writeVersion(ctx context.Context, q querier, from, to int, identity string) error {
+	id := sql.NullString{String: identity, Valid: identity != ""}
 	p := s.dialect.placeholder
 	vt := s.dialect.quote(VersionTable)
 	var err error
 	if from == 0 {
-		_, err = q.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s (table_name, version, completion) VALUES (%s, %s, %s)", vt, p(1), p(2), p(3)),
-			s.table, to, s.mode.String())
+		_, err = q.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s (table_name, version, completion, table_identity) VALUES (%s, %s, %s, %s)", vt, p(1), p(2), p(3), p(4)),
+			s.table, to, s.mode.String(), id)
 	} else {
-		_, err = q.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET version = %s WHERE table_name = %s", vt, p(1), p(2)), to, s.table)
+		_, err = q.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET version = %s, table_identity = %s WHERE table_name = %s", vt, p(1), p(2), p(3)), to, id, s.table)
 	}
 	if err != nil {
 		return s.fail("write schema version", err)
@@ -252,5 +288,13 @@ func (s *Store) Verify(ctx context.Context) error {
 	case version > want:
 		return &TableError{Table: s.table, Op: "verify", Err: fmt.Errorf("%w: table is at version %d, newer than this code's %d; upgrade the code", ErrSchemaVersion, version, want)}
 	}
+	identity, err := s.readIdentity(ctx, db)
+	if err != nil {
+		return err
+	}
+	if identity == "" {
+		return &TableError{Table: s.table, Op: "verify", Err: fmt.Errorf("%w: table has no identity; run Store.Migrate", ErrSchemaVersion)}
+	}
+	s.cacheIdentity(db, identity)
 	return nil
 }

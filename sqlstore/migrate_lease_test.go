@@ -35,8 +35,10 @@ func TestMigrateAddsTheLeaseToAFirstReleaseTable(t *testing.T) {
 			require.NoError(t, leased.Migrate(testCtx(t)))
 			require.NoError(t, leased.Verify(testCtx(t)))
 
-			require.NoError(t, leased.CheckPending(testCtx(t), recs[0].ID))
-			assert.ErrorIs(t, leased.CheckPending(testCtx(t), recs[0].ID), outbox.ErrLeased)
+			first, second := delivery(recs[0].ID), delivery(recs[0].ID)
+			first.Lease, second.Lease = "first", "second"
+			require.NoError(t, leased.CheckPending(testCtx(t), first))
+			assert.ErrorIs(t, leased.CheckPending(testCtx(t), second), outbox.ErrLeased)
 		})
 	}
 }

@@ -19,10 +19,6 @@ type opsDialect interface {
 	// lockRows is the row-locking clause of a SELECT in a transaction, ""
 	// where the database locks more coarsely (SQLite).
 	lockRows(skipLocked bool) string
-	// purgeQuery deletes up to a limit of completed, not abandoned records
-	// whose processed_at is older than an age; its arguments are the age
-	// in microseconds and the limit.
-	purgeQuery(table string) string
 	// ageMicros is the microseconds from the timestamp expression ts to
 	// the database clock.
 	ageMicros(ts string) string
@@ -45,22 +41,6 @@ func (s *Store) pendingCond() string {
 		return "processed_at IS NULL"
 	}
 	return "abandoned_at IS NULL"
-}
-
-// purgeBySubquery is the batch delete for databases that take a LIMIT in an
-// IN subquery on the same table.
-func purgeBySubquery(d Dialect, table string) string {
-	o := opsOf(d)
-	return fmt.Sprintf("DELETE FROM %s WHERE id IN (SELECT id FROM %s WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT %s%s)",
-		table, table, o.ago(1), d.placeholder(2), subqueryLock(d))
-}
-
-// subqueryLock is SKIP LOCKED where a subquery may carry it (PostgreSQL).
-func subqueryLock(d Dialect) string {
-	if d.Name() == "postgres" {
-		return opsOf(d).lockRows(true)
-	}
-	return ""
 }
 
 // micros is a duration as the integer argument of [opsDialect.ago].

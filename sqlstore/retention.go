@@ -5,17 +5,21 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/wmoutbox/outbox"
 )
 
 var _ outbox.Purger = (*Store)(nil)
 
-// PurgeCompleted implements [outbox.Purger]: one DELETE of at most limit
-// completed records whose processed_at is older than olderThan by the
-// database clock, oldest first. Abandoned records are kept. Each call is
-// one short statement, so a large backlog is purged in bounded batches that
-// never hold locks for long. A deleting table keeps no completed records,
-// so there it deletes nothing.
+// PurgeCompleted implements [outbox.Purger]: one short transaction deletes
+// at most limit completed records whose processed_at is older than
+// olderThan by the database clock, oldest first, with the delivery rows of
+// those that had consumers. Abandoned records are kept. On PostgreSQL and
+// MySQL/MariaDB it skips rows another purge holds (FOR UPDATE SKIP LOCKED),
+// so that two cleaners take different rows instead of queueing behind each
+// other. A large backlog is purged in bounded batches that never hold
+// locks for long. A deleting table keeps no completed records, so there it
+// deletes nothing.
 func (s *Store) PurgeCompleted(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
 	if olderThan < 0 || limit < 1 {
 		return 0, fmt.Errorf("%w: purging needs a non-negative age and a positive limit (got %v, %d)", ErrInvalidConfig, olderThan, limit)
@@ -23,17 +27,52 @@ func (s *Store) PurgeCompleted(ctx context.Context, olderThan time.Duration, lim
 	if s.mode != Mark {
 		return 0, nil
 	}
-	db, d, err := s.bound(ctx)
-	if err != nil {
-		return 0, err
+	var purged int
+	err := s.inTx(ctx, "purge", func(tx *sqlx.Tx, d Dialect) error {
+		rows, err := tx.QueryContext(ctx, s.q.purgeSelect, micros(olderThan), limit)
+		if err != nil {
+			return s.fail("purge", err)
+		}
+		var ids, withConsumers []int64
+		for rows.Next() {
+			var id int64
+			var consumers int
+			if err := rows.Scan(&id, &consumers); err != nil {
+				rows.Close()
+				return s.fail("purge", err)
+			}
+			ids = append(ids, id)
+			if consumers > 0 {
+				withConsumers = append(withConsumers, id)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return s.fail("purge", err)
+		}
+		if err := s.deleteIDs(ctx, tx, d, s.q.purgeDeliveries, withConsumers); err != nil {
+			return err
+		}
+		if err := s.deleteIDs(ctx, tx, d, s.q.purgeRecords, ids); err != nil {
+			return err
+		}
+		purged = len(ids)
+		return nil
+	})
+	return purged, err
+}
+
+// deleteIDs runs a statement prefix ending in "IN " for ids, in chunks.
+func (s *Store) deleteIDs(ctx context.Context, tx *sqlx.Tx, d Dialect, prefix string, ids []int64) error {
+	for start := 0; start < len(ids); start += stampChunk {
+		chunk := ids[start:min(start+stampChunk, len(ids))]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		if _, err := tx.ExecContext(ctx, prefix+idList(d, 1, len(chunk)), args...); err != nil {
+			return s.fail("purge", err)
+		}
 	}
-	res, err := db.ExecContext(ctx, opsOf(d).purgeQuery(d.quote(s.table)), micros(olderThan), limit)
-	if err != nil {
-		return 0, s.fail("purge", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, s.fail("purge", err)
-	}
-	return int(n), nil
+	return nil
 }

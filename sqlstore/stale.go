@@ -13,7 +13,9 @@ var _ outbox.StaleClaimer = (*Store)(nil)
 
 // ClaimStale implements [outbox.StaleClaimer]. A record's last send is
 // last_sent_at, or created_at when it was only ever sent by the publish that
-// saved it (the insert stamps nothing more). The claim reads and restamps the
+// saved it (the insert stamps nothing more). A record waiting for the retry
+// of a failed handling (due_at in the future) is passed over; one with
+// consumers is claimed when the delivery of one of them is due. The claim reads and restamps the
 // records in one transaction; on PostgreSQL and MySQL/MariaDB it skips rows
 // another claim holds (FOR UPDATE SKIP LOCKED), so concurrent instances never
 // claim the same record. SQLite serializes writers and is meant for a
@@ -24,12 +26,7 @@ func (s *Store) ClaimStale(ctx context.Context, topic string, olderThan time.Dur
 	}
 	var recs []outbox.Record
 	err := s.inTx(ctx, "claim stale", func(tx *sqlx.Tx, d Dialect) error {
-		o := opsOf(d)
-		p := d.placeholder
-		t := d.quote(s.table)
-		sel := fmt.Sprintf("SELECT id, topic, uuid, payload, metadata FROM %s WHERE topic = %s AND %s AND COALESCE(last_sent_at, created_at) < %s ORDER BY id LIMIT %s%s",
-			t, p(1), s.pendingCond(), o.ago(2), p(3), o.lockRows(true))
-		rows, err := tx.QueryContext(ctx, sel, topic, micros(olderThan), limit)
+		rows, err := tx.QueryContext(ctx, s.q.claimStale, topic, micros(olderThan), limit)
 		if err != nil {
 			return s.fail("claim stale", err)
 		}
@@ -40,8 +37,7 @@ func (s *Store) ClaimStale(ctx context.Context, topic string, olderThan time.Dur
 		for i, r := range recs {
 			args[i] = r.ID
 		}
-		upd := fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN %s", t, d.clock(), idList(d, 1, len(recs)))
-		if _, err := tx.ExecContext(ctx, upd, args...); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q.stamp+idList(d, 1, len(recs)), args...); err != nil {
 			return s.fail("claim stale", err)
 		}
 		return nil
@@ -71,8 +67,7 @@ func (s *Store) StampSent(ctx context.Context, ids []int64) error {
 		for i, id := range chunk {
 			args[i] = id
 		}
-		q := fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN %s", d.quote(s.table), d.clock(), idList(d, 1, len(chunk)))
-		if _, err := db.ExecContext(ctx, q, args...); err != nil {
+		if _, err := db.ExecContext(ctx, s.q.stamp+idList(d, 1, len(chunk)), args...); err != nil {
 			return s.fail("stamp sent", err)
 		}
 	}

@@ -1,9 +1,10 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
-	"fmt"
+	"slices"
 	"time"
 
 	"github.com/wmoutbox/outbox"
@@ -12,40 +13,43 @@ import (
 var _ outbox.StatusReader = (*Store)(nil)
 
 // PendingStatus implements [outbox.StatusReader]. It reads the pending
-// records only, through the pending index.
+// records, and the pending deliveries, only, through the pending indexes.
 func (s *Store) PendingStatus(ctx context.Context) ([]outbox.NameStatus, error) {
-	db, d, err := s.bound(ctx)
-	if err != nil {
-		return nil, err
-	}
-	q := fmt.Sprintf("SELECT topic, COUNT(*), %s FROM %s WHERE %s GROUP BY topic ORDER BY topic",
-		opsOf(d).ageMicros("MIN(created_at)"), d.quote(s.table), s.pendingCond())
-	return s.readStatus(ctx, db, q, false)
+	return s.readStatus(ctx, s.q.pendingStatus, s.q.consumerPendingStatus, false)
 }
 
-// Status implements [outbox.StatusReader]. It reads the whole table.
+// Status implements [outbox.StatusReader]. It reads the whole table, and
+// the whole consumers table. The per-consumer Completed counts the
+// deliveries the table keeps: on a deleting table, those of records that
+// other consumers have still to complete.
 func (s *Store) Status(ctx context.Context) ([]outbox.NameStatus, error) {
-	db, d, err := s.bound(ctx)
-	if err != nil {
-		return nil, err
-	}
-	pending := s.pendingCond()
-	completed := "0"
-	if s.mode == Mark {
-		completed = "SUM(CASE WHEN processed_at IS NOT NULL AND abandoned_at IS NULL THEN 1 ELSE 0 END)"
-	}
-	q := fmt.Sprintf(`SELECT topic, SUM(CASE WHEN %s THEN 1 ELSE 0 END), %s,
-SUM(CASE WHEN abandoned_at IS NOT NULL THEN 1 ELSE 0 END), %s
-FROM %s GROUP BY topic ORDER BY topic`,
-		pending, opsOf(d).ageMicros("MIN(CASE WHEN "+pending+" THEN created_at END)"), completed, d.quote(s.table))
-	return s.readStatus(ctx, db, q, true)
+	return s.readStatus(ctx, s.q.status, s.q.consumerStatus, true)
 }
 
 type statusQuerier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-func (s *Store) readStatus(ctx context.Context, db statusQuerier, q string, full bool) ([]outbox.NameStatus, error) {
+func (s *Store) readStatus(ctx context.Context, names, consumers string, full bool) ([]outbox.NameStatus, error) {
+	db, err := s.pool()
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.readNames(ctx, db, names, full)
+	if err != nil {
+		return nil, err
+	}
+	byName, err := s.readConsumers(ctx, db, consumers, full)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].Consumers = byName[out[i].Name]
+	}
+	return out, nil
+}
+
+func (s *Store) readNames(ctx context.Context, db statusQuerier, q string, full bool) ([]outbox.NameStatus, error) {
 	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
 		return nil, s.fail("status", err)
@@ -62,13 +66,49 @@ func (s *Store) readStatus(ctx context.Context, db statusQuerier, q string, full
 		if err := rows.Scan(dest...); err != nil {
 			return nil, s.fail("status", err)
 		}
-		if age.Valid && age.Int64 > 0 {
-			st.OldestPending = time.Duration(age.Int64) * time.Microsecond
-		}
+		st.OldestPending = ageOf(age)
 		out = append(out, st)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.fail("status", err)
 	}
 	return out, nil
+}
+
+// readConsumers reads the per-consumer counts, by name, in consumer order.
+func (s *Store) readConsumers(ctx context.Context, db statusQuerier, q string, full bool) (map[string][]outbox.ConsumerStatus, error) {
+	rows, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return nil, s.fail("status", err)
+	}
+	defer rows.Close()
+	out := map[string][]outbox.ConsumerStatus{}
+	for rows.Next() {
+		var name string
+		var st outbox.ConsumerStatus
+		var age sql.NullInt64
+		dest := []any{&name, &st.Consumer, &st.Pending, &age}
+		if full {
+			dest = append(dest, &st.Abandoned, &st.Completed)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, s.fail("status", err)
+		}
+		st.OldestPending = ageOf(age)
+		out[name] = append(out[name], st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("status", err)
+	}
+	for _, sts := range out {
+		slices.SortFunc(sts, func(a, b outbox.ConsumerStatus) int { return cmp.Compare(a.Consumer, b.Consumer) })
+	}
+	return out, nil
+}
+
+func ageOf(micros sql.NullInt64) time.Duration {
+	if micros.Valid && micros.Int64 > 0 {
+		return time.Duration(micros.Int64) * time.Microsecond
+	}
+	return 0
 }

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -83,7 +82,7 @@ type Store struct {
 	coalescing Coalescing
 	// inserts and completes combine concurrent calls; nil when disabled.
 	inserts   *coalescer[[]outbox.Record]
-	completes *coalescer[int64]
+	completes *coalescer[outbox.Delivery]
 }
 
 var _ outbox.Store = (*Store)(nil)
@@ -144,13 +143,14 @@ func (s *Store) Insert(ctx context.Context, records []outbox.Record) error {
 }
 
 // insertNow saves records with one statement (several for MySQL batches
-// larger than a packet).
+// larger than a packet), and, when some declare consumers, their deliveries
+// in the same transaction.
 func (s *Store) insertNow(ctx context.Context, records []outbox.Record) error {
 	db, d, err := s.bound(ctx)
 	if err != nil {
 		return err
 	}
-	if err := d.insert(ctx, db, s.q, records); err != nil {
+	if err := s.insertWith(ctx, db, d, records); err != nil {
 		if errors.Is(err, ErrInvalidRecord) || errors.Is(err, ErrRecordTooLarge) {
 			return err
 		}
@@ -159,62 +159,72 @@ func (s *Store) insertNow(ctx context.Context, records []outbox.Record) error {
 	return nil
 }
 
-// CheckPending implements [outbox.Store]. With a [Config.Lease] it claims
-// the record, returning [outbox.ErrLeased] while another delivery holds it;
+// insertWith saves records through db, the pool or a caller's
+// transaction. Records without consumers cost the one statement they always
+// did; records with consumers add their deliveries, all in one transaction.
+func (s *Store) insertWith(ctx context.Context, db dbtx, d Dialect, records []outbox.Record) error {
+	if !declaresConsumers(records) {
+		return d.insert(ctx, db, s.q, records)
+	}
+	return inTx(ctx, db, func(tx dbtx) error {
+		if err := d.insert(ctx, tx, s.q, records); err != nil {
+			return err
+		}
+		return s.insertDeliveries(ctx, tx, records)
+	})
+}
+
+// CheckPending implements [outbox.Store] with one query in the common case:
+// it reads the record and the consumer's delivery row together and decides
+// from them. With a [Config.Lease] it claims the record, or the consumer's
+// delivery, returning [outbox.ErrLeased] while another delivery holds it;
 // see claim.
-func (s *Store) CheckPending(ctx context.Context, id int64) error {
+func (s *Store) CheckPending(ctx context.Context, d outbox.Delivery) error {
 	db, err := s.pool()
 	if err != nil {
 		return err
 	}
 	if s.lease > 0 {
-		return s.claim(ctx, db, id)
+		return s.claim(ctx, db, d)
 	}
-	return s.checkPending(ctx, db, id)
-}
-
-// checkPending reads whether the record is pending.
-func (s *Store) checkPending(ctx context.Context, db *sqlx.DB, id int64) error {
-	var one int
-	switch err := db.QueryRowContext(ctx, s.q.checkPending, id).Scan(&one); {
-	case errors.Is(err, sql.ErrNoRows):
-		return outbox.ErrNotPending
-	case err != nil:
-		return s.fail("check pending", err)
-	}
-	return nil
+	return s.checkPending(ctx, db, d)
 }
 
 // Complete implements [outbox.Store]. Concurrent calls are combined into one
 // statement as [Coalescing] says; each gets its own outcome.
-func (s *Store) Complete(ctx context.Context, id int64) error {
+func (s *Store) Complete(ctx context.Context, d outbox.Delivery) error {
 	if _, err := s.pool(); err != nil {
 		return err
 	}
 	if s.completes == nil {
-		return s.completeNow(ctx, id)
+		return s.completeNow(ctx, d)
 	}
-	return s.completes.do(ctx, id, 1)
+	return s.completes.do(ctx, d, 1)
 }
 
-// completeNow completes one record with one statement.
-func (s *Store) completeNow(ctx context.Context, id int64) error {
+// completeNow completes one delivery: a record without consumers with one
+// statement, a consumer's delivery otherwise (see completeDelivery).
+func (s *Store) completeNow(ctx context.Context, d outbox.Delivery) error {
 	db, err := s.pool()
 	if err != nil {
 		return err
 	}
-	res, err := db.ExecContext(ctx, s.q.complete, id)
+	n, err := s.exec(ctx, db, "complete", s.q.complete, s.completeArgs(d)...)
 	if err != nil {
-		return s.fail("complete", err)
+		return err
 	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return s.fail("complete", err)
+	if n == 1 {
+		return nil
 	}
-	if n == 0 {
-		return outbox.ErrNotPending
+	return s.completeDeliveryNow(ctx, db, d)
+}
+
+// completeArgs are the arguments of q.complete.
+func (s *Store) completeArgs(d outbox.Delivery) []any {
+	if s.q.mark {
+		return []any{d.Consumer, d.ID}
 	}
-	return nil
+	return []any{d.ID}
 }
 
 // PendingAfter implements [outbox.Store]. Each record's metadata is a map of

@@ -32,7 +32,7 @@ func (s *Store) InsertTx(ctx context.Context, tx outbox.Tx, records []outbox.Rec
 			return err
 		}
 	}
-	if err := d.insert(ctx, tx, s.q, records); err != nil {
+	if err := s.insertWith(ctx, tx, d, records); err != nil {
 		if errors.Is(err, ErrInvalidRecord) {
 			return err
 		}
@@ -42,15 +42,17 @@ func (s *Store) InsertTx(ctx context.Context, tx outbox.Tx, records []outbox.Rec
 }
 
 // CompleteTx implements [outbox.TxCompleter] with the store's own
-// completion statement (UPDATE … SET processed_at, or DELETE) run through the
-// caller's transaction tx. The statement locks the row, which is what a
-// SELECT … FOR UPDATE would do, and completes it in the same round trip:
+// statements run through the caller's transaction tx. A record without
+// consumers is completed by one statement (UPDATE … SET processed_at, or
+// DELETE) that locks its row, which is what a SELECT … FOR UPDATE would do,
+// and completes it in the same round trip; a consumer's delivery is
+// completed as Complete does, after a write that locks the record's row:
 //
 //   - PostgreSQL and MySQL/MariaDB (InnoDB) lock the row until tx ends. A
-//     concurrent CompleteTx of the same record waits; when the first
+//     concurrent CompleteTx of the same delivery waits; when the first
 //     transaction commits, it re-reads the row, matches nothing and returns
 //     [outbox.ErrNotPending]; when the first rolls back, it completes the
-//     record itself. Under REPEATABLE READ or SERIALIZABLE, PostgreSQL
+//     delivery itself. Under REPEATABLE READ or SERIALIZABLE, PostgreSQL
 //     reports the concurrent completion as a serialization failure instead,
 //     which the handler returns, and the redelivery finds the record
 //     completed.
@@ -60,18 +62,18 @@ func (s *Store) InsertTx(ctx context.Context, tx outbox.Tx, records []outbox.Rec
 //     DSN). Run CompleteTx as the first statement of the transaction, or
 //     open the pool with _txlock=immediate: a deferred transaction that read
 //     before it writes cannot wait for the lock and fails with SQLITE_BUSY.
-func (s *Store) CompleteTx(ctx context.Context, tx outbox.Tx, id int64) error {
+func (s *Store) CompleteTx(ctx context.Context, tx outbox.Tx, d outbox.Delivery) error {
 	if tx == nil {
 		return fmt.Errorf("%w: transaction is nil", ErrInvalidConfig)
 	}
-	n, err := s.exec(ctx, tx, "complete in transaction", s.q.complete, id)
+	n, err := s.exec(ctx, tx, "complete in transaction", s.q.complete, s.completeArgs(d)...)
 	if err != nil {
 		return err
 	}
-	if n == 0 {
-		return outbox.ErrNotPending
+	if n == 1 {
+		return nil
 	}
-	return nil
+	return s.completeDelivery(ctx, tx, d, "complete in transaction")
 }
 
 // exec runs a statement and returns the number of rows it changed.

@@ -100,9 +100,10 @@ func (c *cli) list(ctx context.Context, s *sqlstore.Store) error {
 		}
 		return c.printJSON(out)
 	}
-	return c.printTable("ID\tNAME\tUUID\tSTATE\tATTEMPTS\tAGE\tLAST SENT\tLAST ERROR", func(w io.Writer) {
+	return c.printTable("ID\tNAME\tUUID\tSTATE\tATTEMPTS\tAGE\tLAST SENT\tCONSUMERS\tLAST ERROR", func(w io.Writer) {
 		for _, r := range infos {
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\n", r.ID, r.Topic, r.UUID, r.State, r.Attempts, age(r.Age), age(r.SinceSent), oneLine(r.LastError, 60))
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s\n", r.ID, r.Topic, r.UUID, r.State, r.Attempts, age(r.Age), age(r.SinceSent),
+				deliveriesLine(r.Deliveries), oneLine(r.LastError, 60))
 		}
 	})
 }
@@ -126,6 +127,13 @@ func (c *cli) show(ctx context.Context, s *sqlstore.Store) error {
 	}
 	fmt.Fprintf(c.out, "id:         %d\nname:       %s\nuuid:       %s\nstate:      %s\nattempts:   %d\nage:        %s\nlast sent:  %s ago\nlast error: %s\nmetadata:   %v\npayload:    %s\n",
 		r.ID, r.Topic, r.UUID, r.State, r.Attempts, age(r.Age), age(r.SinceSent), r.LastError, map[string]string(r.Metadata), j.Payload)
+	for _, d := range r.Deliveries {
+		fmt.Fprintf(c.out, "consumer:   %s: %s, %d attempt(s)", d.Consumer, d.State, d.Attempts)
+		if d.LastError != "" {
+			fmt.Fprintf(c.out, ", last error: %s", oneLine(d.LastError, 200))
+		}
+		fmt.Fprintln(c.out)
+	}
 	return nil
 }
 

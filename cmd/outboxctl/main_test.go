@@ -47,8 +47,8 @@ func newFixture(t *testing.T, b testenv.Backend) *fixture {
 		recs[i] = outbox.Record{Topic: "orders", UUID: fmt.Sprintf("uuid-%d", i), Payload: []byte(fmt.Sprintf(`{"n":%d}`, i)), Metadata: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
 	}
 	require.NoError(t, store.Insert(ctx, recs))
-	require.NoError(t, store.Complete(ctx, recs[0].ID))
-	_, _, err := store.RecordFailure(ctx, recs[1].ID, "payment service said no", 1)
+	require.NoError(t, store.Complete(ctx, delivery(recs[0].ID)))
+	_, _, err := store.RecordFailure(ctx, delivery(recs[1].ID), "payment service said no", 1, 0)
 	require.NoError(t, err)
 	return &fixture{dsn: dsn, store: store, recs: recs}
 }
@@ -125,7 +125,7 @@ func TestOutboxctl(t *testing.T) {
 
 			code, _, errOut = f.ctl(t, "resubmit", strconv.FormatInt(f.recs[1].ID, 10))
 			require.Zero(t, code, errOut)
-			require.NoError(t, f.store.CheckPending(t.Context(), f.recs[1].ID))
+			require.NoError(t, f.store.CheckPending(t.Context(), delivery(f.recs[1].ID)))
 			code, _, errOut = f.ctl(t, "resubmit", strconv.FormatInt(f.recs[1].ID, 10))
 			assert.Equal(t, 1, code)
 			assert.Contains(t, errOut, "not abandoned")
@@ -169,4 +169,9 @@ func TestOutboxctlMistakes(t *testing.T) {
 	code, _, stderr := f.ctl(t, "-table", "no_such_table", "status")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "no_such_table")
+}
+
+// delivery is the delivery of record id of "orders" to one handler.
+func delivery(id int64) outbox.Delivery {
+	return outbox.Delivery{ID: id, Topic: "orders", Consumer: "handler"}
 }

@@ -25,11 +25,23 @@ type recordJSON struct {
 	Metadata        map[string]string `json:"metadata,omitempty"`
 	Payload         string            `json:"payload,omitempty"`
 	PayloadIsBase64 bool              `json:"payload_base64,omitempty"`
+	Deliveries      []deliveryJSON    `json:"deliveries,omitempty"`
+}
+
+// deliveryJSON is one consumer's delivery of a record, as --json prints it.
+type deliveryJSON struct {
+	Consumer  string `json:"consumer"`
+	State     string `json:"state"`
+	Attempts  int    `json:"attempts"`
+	LastError string `json:"last_error,omitempty"`
 }
 
 func toJSON(r sqlstore.RecordInfo, full bool) recordJSON {
 	j := recordJSON{ID: r.ID, Name: r.Topic, UUID: r.UUID, State: string(r.State), Attempts: r.Attempts, LastError: r.LastError,
 		AgeSeconds: r.Age.Seconds(), LastSentSecsAgo: r.SinceSent.Seconds()}
+	for _, d := range r.Deliveries {
+		j.Deliveries = append(j.Deliveries, deliveryJSON{Consumer: d.Consumer, State: string(d.State), Attempts: d.Attempts, LastError: d.LastError})
+	}
 	if full {
 		j.Metadata = r.Metadata
 		if utf8.Valid(r.Payload) {
@@ -39,6 +51,22 @@ func toJSON(r sqlstore.RecordInfo, full bool) recordJSON {
 		}
 	}
 	return j
+}
+
+// deliveriesLine summarizes the per-consumer deliveries of a record for a
+// table row: "billing=completed shipping=pending(2)"; "-" when it has none.
+func deliveriesLine(ds []sqlstore.DeliveryInfo) string {
+	if len(ds) == 0 {
+		return "-"
+	}
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = d.Consumer + "=" + string(d.State)
+		if d.Attempts > 0 {
+			parts[i] += fmt.Sprintf("(%d)", d.Attempts)
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 // age prints a duration rounded for people.

@@ -86,6 +86,7 @@ func (d *database) newStore(ctx context.Context, co sqlstore.Coalescing) (*sqlst
 // identifier, validated by sqlstore.New.
 func (d *database) drop(ctx context.Context, s *sqlstore.Store) {
 	_, _ = d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+s.Table())
+	_, _ = d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+s.Table()+"_consumers")
 	_, _ = d.db.ExecContext(ctx, d.db.Rebind("DELETE FROM "+sqlstore.VersionTable+" WHERE table_name = ?"), s.Table())
 }
 

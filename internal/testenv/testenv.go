@@ -192,10 +192,12 @@ func NewStore(tb testing.TB, b Backend, db *sqlx.DB, mode sqlstore.Completion) *
 	return s
 }
 
-// DropTable removes a test table and its schema version row.
+// DropTable removes a test table, its consumers table and its schema
+// version row.
 func DropTable(tb testing.TB, db *sqlx.DB, d sqlstore.Dialect, table string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table) // table names here are generated identifiers
+	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table+"_consumers")
 	_, _ = db.ExecContext(ctx, db.Rebind("DELETE FROM "+sqlstore.VersionTable+" WHERE table_name = ?"), table)
 }

@@ -20,14 +20,14 @@ func (s *suite) testCheckPending(t *testing.T) {
 		store := s.store(t, mode)
 		recs := insert(t, store, records("orders", 3))
 		pending, completed, deleted := recs[0].ID, recs[1].ID, recs[2].ID
-		require.NoError(t, store.Complete(ctx(t), completed))
+		require.NoError(t, store.Complete(ctx(t), dlv(completed)))
 		_, err := store.DB().ExecContext(ctx(t), store.DB().Rebind("DELETE FROM "+store.Table()+" WHERE id = ?"), deleted)
 		require.NoError(t, err)
 
-		assert.NoError(t, store.CheckPending(ctx(t), pending), "pending")
-		assert.ErrorIs(t, store.CheckPending(ctx(t), completed), outbox.ErrNotPending, "completed")
-		assert.ErrorIs(t, store.CheckPending(ctx(t), deleted), outbox.ErrNotPending, "deleted")
-		assert.ErrorIs(t, store.CheckPending(ctx(t), neverID), outbox.ErrNotPending, "never existed")
+		assert.NoError(t, store.CheckPending(ctx(t), dlv(pending)), "pending")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(completed)), outbox.ErrNotPending, "completed")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(deleted)), notStored(mode), "deleted")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(neverID)), notStored(mode), "never existed")
 	})
 }
 
@@ -39,7 +39,7 @@ func (s *suite) testComplete(t *testing.T) {
 		db := store.DB()
 		var before, after, processed string
 		require.NoError(t, db.GetContext(ctx(t), &before, s.f.Now))
-		require.NoError(t, store.Complete(ctx(t), id))
+		require.NoError(t, store.Complete(ctx(t), dlv(id)))
 		require.NoError(t, db.GetContext(ctx(t), &after, s.f.Now))
 		require.NoError(t, db.GetContext(ctx(t), &processed, db.Rebind(s.f.ProcessedAt(store.Table())), id))
 		assert.True(t, before <= processed && processed <= after,
@@ -51,7 +51,7 @@ func (s *suite) testComplete(t *testing.T) {
 		t.Parallel()
 		store := s.store(t, sqlstore.Delete)
 		recs := insert(t, store, records("orders", 2))
-		require.NoError(t, store.Complete(ctx(t), recs[0].ID))
+		require.NoError(t, store.Complete(ctx(t), dlv(recs[0].ID)))
 		rows := rowIDs(t, store)
 		assert.Equal(t, map[string]int64{recs[1].UUID: recs[1].ID}, rows, "only the completed row is gone")
 	})
@@ -60,13 +60,13 @@ func (s *suite) testComplete(t *testing.T) {
 		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
 			store := s.store(t, mode)
 			recs := insert(t, store, records("orders", 2))
-			require.NoError(t, store.Complete(ctx(t), recs[0].ID))
+			require.NoError(t, store.Complete(ctx(t), dlv(recs[0].ID)))
 			first := s.processedAt(t, store, recs[0].ID)
 
-			assert.ErrorIs(t, store.Complete(ctx(t), recs[0].ID), outbox.ErrNotPending)
-			assert.ErrorIs(t, store.Complete(ctx(t), neverID), outbox.ErrNotPending, "never existed")
+			assert.ErrorIs(t, store.Complete(ctx(t), dlv(recs[0].ID)), outbox.ErrNotPending)
+			assert.ErrorIs(t, store.Complete(ctx(t), dlv(neverID)), outbox.ErrNotPending, "never existed")
 			assert.Equal(t, first, s.processedAt(t, store, recs[0].ID), "the first completion stands")
-			assert.NoError(t, store.CheckPending(ctx(t), recs[1].ID), "other records are untouched")
+			assert.NoError(t, store.CheckPending(ctx(t), dlv(recs[1].ID)), "other records are untouched")
 		})
 	})
 
@@ -81,7 +81,7 @@ func (s *suite) testComplete(t *testing.T) {
 			for i := range racers {
 				wg.Go(func() {
 					<-start
-					errs[i] = store.Complete(ctx(t), id)
+					errs[i] = store.Complete(ctx(t), dlv(id))
 				})
 			}
 			close(start)
@@ -96,7 +96,7 @@ func (s *suite) testComplete(t *testing.T) {
 				}
 			}
 			assert.Equal(t, 1, won, "exactly one completion wins")
-			assert.ErrorIs(t, store.CheckPending(ctx(t), id), outbox.ErrNotPending)
+			assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(id)), outbox.ErrNotPending)
 		})
 	})
 }

@@ -88,7 +88,7 @@ func (s *suite) testInsert(t *testing.T) {
 			require.ErrorIs(t, err, sqlstore.ErrTableMissing)
 			assert.Contains(t, err.Error(), store.Table())
 			assert.Contains(t, err.Error(), "Store.Migrate")
-			err = store.CheckPending(ctx(t), 1)
+			err = store.CheckPending(ctx(t), dlv(1))
 			require.ErrorIs(t, err, sqlstore.ErrTableMissing, "a missing table is not a record that is not pending")
 			assert.Contains(t, err.Error(), store.Table())
 		})

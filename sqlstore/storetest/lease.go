@@ -28,17 +28,20 @@ func (s *suite) testLease(t *testing.T) {
 		recs := insert(t, store, records("orders", 2))
 		id := recs[0].ID
 
-		require.NoError(t, store.CheckPending(ctx(t), id), "the first delivery claims the record")
-		assert.ErrorIs(t, store.CheckPending(ctx(t), id), outbox.ErrLeased, "a second delivery finds it leased")
-		assert.NoError(t, store.CheckPending(ctx(t), recs[1].ID), "the lease is per record")
+		first, second, third := withLease(dlv(id), "first"), withLease(dlv(id), "second"), withLease(dlv(id), "third")
+		require.NoError(t, store.CheckPending(ctx(t), first), "the first delivery claims the record")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), second), outbox.ErrLeased, "a second delivery finds it leased")
+		assert.NoError(t, store.CheckPending(ctx(t), withLease(dlv(recs[1].ID), "other")), "the lease is per record")
 
-		require.NoError(t, store.Release(ctx(t), id))
-		require.NoError(t, store.CheckPending(ctx(t), id), "a released record can be claimed again")
+		require.NoError(t, store.Release(ctx(t), second), "releasing with another token is harmless")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), third), outbox.ErrLeased, "and does not release the claim")
+		require.NoError(t, store.Release(ctx(t), first))
+		require.NoError(t, store.CheckPending(ctx(t), second), "a released record can be claimed again")
 
-		require.NoError(t, store.Complete(ctx(t), id), "the lease holder completes")
-		assert.ErrorIs(t, store.CheckPending(ctx(t), id), outbox.ErrNotPending, "a completed record is not pending, leased or not")
-		assert.ErrorIs(t, store.CheckPending(ctx(t), neverID), outbox.ErrNotPending)
-		require.NoError(t, store.Release(ctx(t), id), "releasing a completed record is harmless")
+		require.NoError(t, store.Complete(ctx(t), second), "the lease holder completes")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), third), outbox.ErrNotPending, "a completed record is not pending, leased or not")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), withLease(dlv(neverID), "never")), notStored(mode))
+		require.NoError(t, store.Release(ctx(t), second), "releasing a completed record is harmless")
 	})
 
 	t.Run("ExpiresByTheDatabaseClock", func(t *testing.T) {
@@ -49,13 +52,13 @@ func (s *suite) testLease(t *testing.T) {
 			db := store.DB()
 			var claimedAt string
 			require.NoError(t, db.GetContext(ctx(t), &claimedAt, s.f.Now))
-			require.NoError(t, store.CheckPending(ctx(t), id), "a delivery claims the record and then crashes")
-			require.ErrorIs(t, store.CheckPending(ctx(t), id), outbox.ErrLeased)
+			require.NoError(t, store.CheckPending(ctx(t), withLease(dlv(id), "crashed")), "a delivery claims the record and then crashes")
+			require.ErrorIs(t, store.CheckPending(ctx(t), withLease(dlv(id), "copy")), outbox.ErrLeased)
 
 			// Polls the claim: the lease runs out by the database clock.
 			var err error
 			require.Eventually(t, func() bool {
-				err = store.CheckPending(ctx(t), id)
+				err = store.CheckPending(ctx(t), withLease(dlv(id), "copy"))
 				return err == nil
 			}, 20*time.Second, 20*time.Millisecond, "the lease never ran out: %v", err)
 			var reclaimedAt string
@@ -73,8 +76,24 @@ func (s *suite) testLease(t *testing.T) {
 		t.Parallel()
 		store := s.store(t, sqlstore.Mark)
 		id := insert(t, store, records("orders", 1))[0].ID
-		require.NoError(t, store.CheckPending(ctx(t), id))
-		require.NoError(t, store.CheckPending(ctx(t), id), "without a lease copies are not refused")
-		require.NoError(t, store.Release(ctx(t), id))
+		require.NoError(t, store.CheckPending(ctx(t), dlv(id)))
+		require.NoError(t, store.CheckPending(ctx(t), dlv(id)), "without a lease copies are not refused")
+		require.NoError(t, store.Release(ctx(t), dlv(id)))
 	})
+}
+
+// withLease is d with a lease token of its own.
+func withLease(d outbox.Delivery, token string) outbox.Delivery {
+	d.Lease = token
+	return d
+}
+
+// notStored is what CheckPending reports for an id the table does not
+// hold: a marking table keeps completed records, so the record is unknown;
+// a deleting table cannot tell it from a completed one.
+func notStored(mode sqlstore.Completion) error {
+	if mode == sqlstore.Mark {
+		return outbox.ErrUnknownRecord
+	}
+	return outbox.ErrNotPending
 }

@@ -49,23 +49,23 @@ func (s *suite) testAttempts(t *testing.T) {
 			id := recs[0].ID
 
 			for want := 1; want <= 2; want++ {
-				n, abandoned, err := store.RecordFailure(ctx(t), id, "boom", 3)
+				n, abandoned, err := store.RecordFailure(ctx(t), dlv(id), "boom", 3, 0)
 				require.NoError(t, err)
 				assert.Equal(t, want, n)
 				assert.False(t, abandoned)
-				require.NoError(t, store.CheckPending(ctx(t), id), "a failed record stays pending")
+				require.NoError(t, store.CheckPending(ctx(t), dlv(id)), "a failed record stays pending")
 			}
-			n, abandoned, err := store.RecordFailure(ctx(t), id, "last boom", 3)
+			n, abandoned, err := store.RecordFailure(ctx(t), dlv(id), "last boom", 3, 0)
 			require.NoError(t, err)
 			assert.Equal(t, 3, n)
 			assert.True(t, abandoned, "the third failure of three abandons")
 
-			assert.ErrorIs(t, store.CheckPending(ctx(t), id), outbox.ErrNotPending, "an abandoned record is not pending")
+			assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(id)), outbox.ErrNotPending, "an abandoned record is not pending")
 			pending, err := store.PendingAfter(ctx(t), "orders", 0, 10)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{recs[1].ID}, claimedIDs(pending), "replay skips the abandoned record")
 			assert.Equal(t, 2, rowCount(t, store), "the abandoned record is kept")
-			_, _, err = store.RecordFailure(ctx(t), id, "again", 3)
+			_, _, err = store.RecordFailure(ctx(t), dlv(id), "again", 3, 0)
 			assert.ErrorIs(t, err, outbox.ErrNotPending)
 
 			var lastError string
@@ -79,8 +79,8 @@ func (s *suite) testAttempts(t *testing.T) {
 			assert.Equal(t, recs[0].UUID, got.UUID)
 			assert.Equal(t, recs[0].Payload, got.Payload)
 			assert.Equal(t, "orders", got.Topic)
-			require.NoError(t, store.CheckPending(ctx(t), id), "a resubmitted record is pending again")
-			n, abandoned, err = store.RecordFailure(ctx(t), id, "after resubmit", 3)
+			require.NoError(t, store.CheckPending(ctx(t), dlv(id)), "a resubmitted record is pending again")
+			n, abandoned, err = store.RecordFailure(ctx(t), dlv(id), "after resubmit", 3, 0)
 			require.NoError(t, err)
 			assert.Equal(t, 1, n, "resubmitting resets the attempts")
 			assert.False(t, abandoned)
@@ -92,11 +92,11 @@ func (s *suite) testAttempts(t *testing.T) {
 		store := s.store(t, sqlstore.Mark)
 		id := insert(t, store, records("orders", 1))[0].ID
 		for range 5 {
-			_, abandoned, err := store.RecordFailure(ctx(t), id, "boom", 0)
+			_, abandoned, err := store.RecordFailure(ctx(t), dlv(id), "boom", 0, 0)
 			require.NoError(t, err)
 			require.False(t, abandoned)
 		}
-		require.NoError(t, store.CheckPending(ctx(t), id))
+		require.NoError(t, store.CheckPending(ctx(t), dlv(id)))
 	})
 
 	t.Run("ErrorTextIsBounded", func(t *testing.T) {
@@ -104,7 +104,7 @@ func (s *suite) testAttempts(t *testing.T) {
 		store := s.store(t, sqlstore.Mark)
 		id := insert(t, store, records("orders", 1))[0].ID
 		long := strings.Repeat("é", sqlstore.MaxErrorLength) // two bytes each
-		_, _, err := store.RecordFailure(ctx(t), id, long, 0)
+		_, _, err := store.RecordFailure(ctx(t), dlv(id), long, 0, 0)
 		require.NoError(t, err)
 		var kept string
 		require.NoError(t, store.DB().GetContext(ctx(t), &kept, store.DB().Rebind("SELECT last_error FROM "+store.Table()+" WHERE id = ?"), id))
@@ -116,8 +116,8 @@ func (s *suite) testAttempts(t *testing.T) {
 		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
 			store := s.store(t, mode)
 			id := insert(t, store, records("orders", 1))[0].ID
-			require.NoError(t, store.Complete(ctx(t), id))
-			_, _, err := store.RecordFailure(ctx(t), id, "late", 1)
+			require.NoError(t, store.Complete(ctx(t), dlv(id)))
+			_, _, err := store.RecordFailure(ctx(t), dlv(id), "late", 1, 0)
 			assert.ErrorIs(t, err, outbox.ErrNotPending)
 		})
 	})
@@ -145,7 +145,7 @@ func (s *suite) testClaimStale(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, []int64{b}, claimedIDs(got), "a claimed record counts as sent now")
 
-			require.NoError(t, store.Complete(ctx(t), b))
+			require.NoError(t, store.Complete(ctx(t), dlv(b)))
 			backdate(t, store, "created_at")
 			backdate(t, store, "last_sent_at")
 			got, err = store.ClaimStale(ctx(t), "orders", time.Hour, 10)
@@ -212,9 +212,9 @@ func (s *suite) testPurge(t *testing.T) {
 		store := s.store(t, sqlstore.Mark)
 		recs := insert(t, store, records("orders", 5))
 		for _, r := range recs[:3] {
-			require.NoError(t, store.Complete(ctx(t), r.ID))
+			require.NoError(t, store.Complete(ctx(t), dlv(r.ID)))
 		}
-		_, abandoned, err := store.RecordFailure(ctx(t), recs[3].ID, "poison", 1)
+		_, abandoned, err := store.RecordFailure(ctx(t), dlv(recs[3].ID), "poison", 1, 0)
 		require.NoError(t, err)
 		require.True(t, abandoned)
 
@@ -260,8 +260,8 @@ func (s *suite) testStatus(t *testing.T) {
 
 		orders := insert(t, store, records("orders", 4))
 		insert(t, store, records("refunds", 1))
-		require.NoError(t, store.Complete(ctx(t), orders[0].ID))
-		_, _, err = store.RecordFailure(ctx(t), orders[1].ID, "poison", 1)
+		require.NoError(t, store.Complete(ctx(t), dlv(orders[0].ID)))
+		_, _, err = store.RecordFailure(ctx(t), dlv(orders[1].ID), "poison", 1, 0)
 		require.NoError(t, err)
 		backdate(t, store, "created_at", orders[2].ID)
 

@@ -20,7 +20,7 @@ func (s *suite) testPendingAfter(t *testing.T) {
 			for range rows / batch {
 				for i, r := range insert(t, store, records("orders", batch)) {
 					if i%7 == 3 {
-						require.NoError(t, store.Complete(ctx(t), r.ID))
+						require.NoError(t, store.Complete(ctx(t), dlv(r.ID)))
 						continue
 					}
 					want[r.ID] = true

@@ -37,7 +37,7 @@ func (s *suite) testSchema(t *testing.T) {
 			require.NoError(t, store.Migrate(ctx(t)))
 			require.NoError(t, store.Migrate(ctx(t)))
 			require.NoError(t, store.Verify(ctx(t)))
-			assert.NoError(t, store.CheckPending(ctx(t), rec.ID), "migrating again keeps the records")
+			assert.NoError(t, store.CheckPending(ctx(t), dlv(rec.ID)), "migrating again keeps the records")
 			assert.Equal(t, s.version(t, store), schemaVersion(t, store))
 		})
 	})

@@ -79,6 +79,15 @@ func Run(t *testing.T, f Features, newStore NewStore) {
 	t.Run("Purge", s.testPurge)
 	t.Run("Status", s.testStatus)
 	t.Run("Admin", s.testAdmin)
+	t.Run("Identity", s.testIdentity)
+	t.Run("UpgradeFromVersion3", s.testUpgrade)
+	t.Run("Topic", s.testTopic)
+	t.Run("OneReceiver", s.testOneReceiver)
+	t.Run("Consumers", s.testConsumers)
+	t.Run("ConsumerLease", s.testConsumerLease)
+	t.Run("ConsumerAttempts", s.testConsumerAttempts)
+	t.Run("Retry", s.testRetry)
+	t.Run("ConsumerStatus", s.testConsumerStatus)
 }
 
 type suite struct {
@@ -169,4 +178,13 @@ func rowCount(t *testing.T, store *sqlstore.Store) int {
 	var n int
 	require.NoError(t, store.DB().GetContext(ctx(t), &n, "SELECT COUNT(*) FROM "+store.Table()))
 	return n
+}
+
+// consumer is the handler name the tests of records without consumers
+// complete them as.
+const consumer = "handler"
+
+// dlv is the delivery of record id of topic "orders" to consumer.
+func dlv(id int64) outbox.Delivery {
+	return outbox.Delivery{ID: id, Topic: "orders", Consumer: consumer}
 }

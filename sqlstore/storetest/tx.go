@@ -43,21 +43,21 @@ func (s *suite) testCompleteTx(t *testing.T) {
 
 		tx, err := store.DB().BeginTxx(ctx(t), nil)
 		require.NoError(t, err)
-		require.NoError(t, store.CompleteTx(ctx(t), tx, committed))
+		require.NoError(t, store.CompleteTx(ctx(t), tx, dlv(committed)))
 		require.NoError(t, tx.Commit())
-		assert.ErrorIs(t, store.CheckPending(ctx(t), committed), outbox.ErrNotPending, "completed at commit")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(committed)), outbox.ErrNotPending, "completed at commit")
 
 		tx, err = store.DB().BeginTxx(ctx(t), nil)
 		require.NoError(t, err)
-		require.NoError(t, store.CompleteTx(ctx(t), tx, rolledBack))
+		require.NoError(t, store.CompleteTx(ctx(t), tx, dlv(rolledBack)))
 		require.NoError(t, tx.Rollback())
-		assert.NoError(t, store.CheckPending(ctx(t), rolledBack), "a rolled-back completion leaves the record pending")
+		assert.NoError(t, store.CheckPending(ctx(t), dlv(rolledBack)), "a rolled-back completion leaves the record pending")
 
 		tx, err = store.DB().BeginTxx(ctx(t), nil)
 		require.NoError(t, err)
 		defer tx.Rollback() //nolint:errcheck // test cleanup
-		assert.ErrorIs(t, store.CompleteTx(ctx(t), tx, committed), outbox.ErrNotPending, "already completed")
-		assert.ErrorIs(t, store.CompleteTx(ctx(t), tx, neverID), outbox.ErrNotPending, "never existed")
+		assert.ErrorIs(t, store.CompleteTx(ctx(t), tx, dlv(committed)), outbox.ErrNotPending, "already completed")
+		assert.ErrorIs(t, store.CompleteTx(ctx(t), tx, dlv(neverID)), outbox.ErrNotPending, "never existed")
 	})
 
 	t.Run("ConcurrentCopyWaitsAndFindsItCompleted", func(t *testing.T) {
@@ -67,7 +67,7 @@ func (s *suite) testCompleteTx(t *testing.T) {
 
 			first, err := store.DB().BeginTxx(ctx(t), nil)
 			require.NoError(t, err)
-			require.NoError(t, store.CompleteTx(ctx(t), first, id))
+			require.NoError(t, store.CompleteTx(ctx(t), first, dlv(id)))
 
 			second := make(chan error, 1)
 			go func() {
@@ -80,7 +80,7 @@ func (s *suite) testCompleteTx(t *testing.T) {
 					return
 				}
 				defer tx.Rollback() //nolint:errcheck // only read
-				second <- store.CompleteTx(ctx(t), tx, id)
+				second <- store.CompleteTx(ctx(t), tx, dlv(id))
 			}()
 			select {
 			case err := <-second:

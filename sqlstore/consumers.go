@@ -1,0 +1,271 @@
+package sqlstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jmoiron/sqlx"
+	"github.com/wmoutbox/outbox"
+)
+
+// A record saved with consumers has one delivery row per consumer in the
+// table <table>_consumers, and its own row counts them (consumers > 0). The
+// record stays pending until none of its deliveries is: then it is
+// completed (marked, or deleted with its delivery rows) when every delivery
+// was completed, and abandoned when one was abandoned.
+//
+// Every write to the deliveries of a record first writes the record's row
+// (lockRecord, or a SELECT … FOR UPDATE of it), so that writers of one
+// record serialize on it, in the same order, on every database; the one
+// that leaves no delivery pending sees every other's completion and rolls
+// the record up.
+
+// deliveryChunk bounds the rows of one statement that lists them, well
+// within every database's limit on bound parameters.
+const deliveryChunk = 500
+
+// declaresConsumers reports whether a record of the batch has consumers.
+func declaresConsumers(records []outbox.Record) bool {
+	for _, r := range records {
+		if len(r.Consumers) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// distinctConsumers returns the consumers of r once each, in order.
+func distinctConsumers(r outbox.Record) []string {
+	out := make([]string, 0, len(r.Consumers))
+	for _, c := range r.Consumers {
+		dup := false
+		for _, o := range out {
+			if o == c {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// insertDeliveries saves one pending delivery per consumer of the records,
+// whose ids are set, and records how many each has, through tx.
+func (s *Store) insertDeliveries(ctx context.Context, tx dbtx, records []outbox.Record) error {
+	d := s.dialect
+	byCount := map[int][]int64{}
+	var b strings.Builder
+	args := make([]any, 0, 2*deliveryChunk)
+	flush := func() error {
+		if len(args) == 0 {
+			return nil
+		}
+		_, err := tx.ExecContext(ctx, b.String(), args...)
+		b.Reset()
+		args = args[:0]
+		return err
+	}
+	for _, r := range records {
+		cs := distinctConsumers(r)
+		if len(cs) == 0 {
+			continue
+		}
+		byCount[len(cs)] = append(byCount[len(cs)], r.ID)
+		for _, c := range cs {
+			if len(args) == 0 {
+				b.WriteString(s.q.insertDeliveries)
+			} else {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "(%s, %s)", d.placeholder(len(args)+1), d.placeholder(len(args)+2))
+			args = append(args, r.ID, c)
+			if len(args) == 2*deliveryChunk {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	for n, ids := range byCount {
+		for start := 0; start < len(ids); start += stampChunk {
+			chunk := ids[start:min(start+stampChunk, len(ids))]
+			a := make([]any, 0, len(chunk)+1)
+			a = append(a, n)
+			for _, id := range chunk {
+				a = append(a, id)
+			}
+			if _, err := tx.ExecContext(ctx, s.q.setConsumers+idList(d, 2, len(chunk)), a...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// recordState is what q.state reads: the record's row and the delivery
+// row of one consumer.
+type recordState struct {
+	topic       string
+	consumers   int
+	completed   bool // a marking table's processed_at is set
+	completedBy string
+	abandoned   bool
+	wait        sql.NullInt64 // microseconds until due, when not due
+	// The consumer's delivery row, when the record has one.
+	hasDelivery        bool
+	deliveryCompleted  bool
+	deliveryAbandoned  bool
+	deliveryWaitMicros sql.NullInt64
+}
+
+// readState reads the record of d and its delivery row for d's consumer;
+// false when there is no record with the id.
+func (s *Store) readState(ctx context.Context, db dbtx, d outbox.Delivery) (recordState, bool, error) {
+	var st recordState
+	var completed, abandoned, has, dCompleted, dAbandoned int
+	err := db.QueryRowContext(ctx, s.q.state, d.Consumer, d.ID).Scan(&st.topic, &st.consumers, &completed, &st.completedBy, &abandoned, &st.wait,
+		&has, &dCompleted, &dAbandoned, &st.deliveryWaitMicros)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return st, false, nil
+	case err != nil:
+		return st, false, s.fail("check pending", err)
+	}
+	st.completed, st.abandoned = completed == 1, abandoned == 1
+	st.hasDelivery, st.deliveryCompleted, st.deliveryAbandoned = has == 1, dCompleted == 1, dAbandoned == 1
+	return st, true, nil
+}
+
+// checkPending reads whether the record is pending for d's consumer.
+func (s *Store) checkPending(ctx context.Context, db *sqlx.DB, d outbox.Delivery) error {
+	st, found, err := s.readState(ctx, db, d)
+	if err != nil {
+		return err
+	}
+	return s.decide(st, found, d)
+}
+
+// decide is CheckPending's verdict on a record's state; see
+// [outbox.Store.CheckPending].
+func (s *Store) decide(st recordState, found bool, d outbox.Delivery) error {
+	switch {
+	case !found && !s.q.mark:
+		// A deleting table keeps no completed records.
+		return outbox.ErrNotPending
+	case !found || st.topic != d.Topic:
+		return fmt.Errorf("sqlstore: table %q has no record %d of topic %q: %w", s.table, d.ID, d.Topic, outbox.ErrUnknownRecord)
+	case st.consumers > 0:
+		switch {
+		case !st.hasDelivery:
+			return fmt.Errorf("sqlstore: record %d of table %q has no delivery for consumer %q: %w", d.ID, s.table, d.Consumer, outbox.ErrNoDelivery)
+		case st.deliveryCompleted || st.deliveryAbandoned:
+			return outbox.ErrNotPending
+		}
+		return notDue(d.ID, st.deliveryWaitMicros)
+	case st.abandoned:
+		return outbox.ErrNotPending
+	case st.completed:
+		if d.Consumer == "" || st.completedBy == "" || st.completedBy == d.Consumer {
+			return outbox.ErrNotPending
+		}
+		return &outbox.ConsumerConflictError{ID: d.ID, Consumer: d.Consumer, CompletedBy: st.completedBy}
+	}
+	return notDue(d.ID, st.wait)
+}
+
+// notDue is nil when the delivery is due, a [*outbox.NotDueError]
+// otherwise.
+func notDue(id int64, waitMicros sql.NullInt64) error {
+	if !waitMicros.Valid {
+		return nil
+	}
+	return &outbox.NotDueError{ID: id, Wait: max(time.Duration(waitMicros.Int64)*time.Microsecond, time.Microsecond)}
+}
+
+// completeDeliveryNow completes the delivery of a record with consumers in
+// a transaction of its own; ErrNotPending when there is none pending.
+func (s *Store) completeDeliveryNow(ctx context.Context, db *sqlx.DB, d outbox.Delivery) error {
+	return s.txOn(ctx, db, "complete", func(tx dbtx) error { return s.completeDelivery(ctx, tx, d, "complete") })
+}
+
+// completeDelivery locks the record of d, completes d's delivery and rolls
+// the record up, through tx.
+func (s *Store) completeDelivery(ctx context.Context, tx dbtx, d outbox.Delivery, op string) error {
+	if _, err := tx.ExecContext(ctx, s.q.lockRecord, d.ID); err != nil {
+		return s.fail(op, err)
+	}
+	n, err := s.exec(ctx, tx, op, s.q.completeDelivery, d.ID, d.Consumer)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return outbox.ErrNotPending
+	}
+	return s.rollUp(ctx, tx, d.ID, op)
+}
+
+// rollUp completes or abandons the record once none of its deliveries is
+// pending. The caller holds the record's lock.
+func (s *Store) rollUp(ctx context.Context, tx dbtx, id int64, op string) error {
+	rows, err := tx.QueryContext(ctx, s.q.deliveries, id)
+	if err != nil {
+		return s.fail(op, err)
+	}
+	defer rows.Close()
+	pending, abandoned := 0, 0
+	for rows.Next() {
+		var p, a int
+		if err := rows.Scan(&p, &a); err != nil {
+			return s.fail(op, err)
+		}
+		pending += p
+		abandoned += a
+	}
+	if err := rows.Err(); err != nil {
+		return s.fail(op, err)
+	}
+	rows.Close()
+	switch {
+	case pending > 0:
+		return nil
+	case abandoned > 0:
+		_, err = tx.ExecContext(ctx, s.q.abandonRecord, id)
+	case s.q.mark:
+		_, err = tx.ExecContext(ctx, s.q.finishRecord, id)
+	default:
+		if _, err = tx.ExecContext(ctx, s.q.dropDeliveries, id); err == nil {
+			_, err = tx.ExecContext(ctx, s.q.finishRecord, id)
+		}
+	}
+	if err != nil {
+		return s.fail(op, err)
+	}
+	return nil
+}
+
+// txOn runs fn in a transaction of its own on db, committing when fn
+// returns nil.
+func (s *Store) txOn(ctx context.Context, db *sqlx.DB, op string, fn func(tx dbtx) error) error {
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		return s.fail(op, err)
+	}
+	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return s.fail(op, err)
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package sqlstore
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/jmoiron/sqlx"
+)
+
+// identityVersion is the schema version that gave tables an identity.
+const identityVersion = 4
+
+// newIdentity returns a random table identity: 32 hex characters.
+func newIdentity() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails on supported platforms
+	return hex.EncodeToString(b[:])
+}
+
+// Identity implements [outbox.Store]: the identity Migrate gave the table,
+// kept with its schema version in [VersionTable]. It is read once per
+// attached pool; afterwards it costs one atomic load. Before the table is
+// migrated it returns an error wrapping [ErrTableMissing] or
+// [ErrSchemaVersion] that says to run [Store.Migrate].
+func (s *Store) Identity(ctx context.Context) (string, error) {
+	if a := s.att.Load(); a != nil && a.identity != "" {
+		return a.identity, nil
+	}
+	db, _, err := s.bound(ctx)
+	if err != nil {
+		return "", err
+	}
+	version, _, err := s.readVersion(ctx, db)
+	switch {
+	case errors.Is(err, ErrTableMissing) || (err == nil && version == 0):
+		return "", &TableError{Table: s.table, Op: "read identity", Err: ErrTableMissing}
+	case err != nil:
+		return "", err
+	case version < identityVersion:
+		return "", &TableError{Table: s.table, Op: "read identity", Err: fmt.Errorf("%w: table is at version %d, which has no identity; run Store.Migrate", ErrSchemaVersion, version)}
+	}
+	identity, err := s.readIdentity(ctx, db)
+	if err != nil {
+		return "", err
+	}
+	if identity == "" {
+		return "", &TableError{Table: s.table, Op: "read identity", Err: fmt.Errorf("%w: table has no identity; run Store.Migrate", ErrSchemaVersion)}
+	}
+	s.cacheIdentity(db, identity)
+	return identity, nil
+}
+
+// readIdentity reads the table's identity, "" when it has none yet.
+func (s *Store) readIdentity(ctx context.Context, q querier) (string, error) {
+	var identity sql.NullString
+	err := q.QueryRowContext(ctx, s.q.readIdentity, s.table).Scan(&identity)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return "", s.fail("read identity", err)
+	}
+	return identity.String, nil
+}
+
+// cacheIdentity keeps the identity with the attachment of db, unless
+// another pool was attached meanwhile.
+func (s *Store) cacheIdentity(db *sqlx.DB, identity string) {
+	for {
+		a := s.att.Load()
+		if a == nil || a.db != db || a.identity == identity {
+			return
+		}
+		b := *a
+		b.identity = identity
+		if s.att.CompareAndSwap(a, &b) {
+			return
+		}
+	}
+}
+
+// prepareVersionTable creates the schema version table, or adds the
+// identity column to one created before identities existed. It runs under
+// the migration lock, so two processes never add the column at once.
+func (s *Store) prepareVersionTable(ctx context.Context, tx *sqlx.Tx, d Dialect) error {
+	if _, err := tx.ExecContext(ctx, d.versionTableDDL()); err != nil {
+		return s.fail("create schema version table", err)
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, d.versionIdentityColumn()).Scan(&n); err != nil {
+		return s.fail("read schema version table", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, d.addVersionIdentity()); err != nil {
+		if r, ok := d.(rerunTolerant); ok && r.alreadyApplied(err) {
+			return nil
+		}
+		return s.fail("add identity to schema version table", err)
+	}
+	return nil
+}

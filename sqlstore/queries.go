@@ -1,0 +1,220 @@
+package sqlstore
+
+import "fmt"
+
+// queries are the store's statements, built once per store from the
+// validated, quoted table names; the store methods only execute them.
+// Statements whose text depends on a number of ids (IN lists) start from a
+// prefix kept here.
+type queries struct {
+	table     string // quoted
+	consumers string // quoted <table>_consumers
+	mark      bool   // the table keeps completed records (Mark)
+
+	insertValues string // INSERT ... VALUES prefix, for dialects that append rows
+	insertOne    string // one row, RETURNING id
+	insertBatch  string // fixed-text batch insert, if the dialect has one
+	// insertDeliveries is the VALUES prefix of the delivery rows of
+	// records saved with consumers; setConsumers the prefix, ending in
+	// "id IN ", that records their count.
+	insertDeliveries string
+	setConsumers     string
+
+	// state reads, in one round trip, what CheckPending decides from: the
+	// record and the delivery row of one consumer.
+	state string
+	// claimRecord and claimDelivery take a delivery lease (Config.Lease)
+	// of a record without consumers, or of one consumer's delivery.
+	claimRecord   string
+	claimDelivery string
+	// releaseRecord and releaseDelivery give a lease up, only with the
+	// token that took it.
+	releaseRecord   string
+	releaseDelivery string
+
+	// complete completes a record without consumers (the single path);
+	// completeMany, or completeIn followed by the ids, many of them.
+	complete     string
+	completeMany string
+	completeIn   string
+	// lockRecord writes the row of a record with consumers without
+	// changing it, so that concurrent completions of its deliveries
+	// serialize on it on every database; completeDelivery completes one
+	// delivery; deliveries reads the state of every delivery of a record;
+	// finishRecord, dropDeliveries and abandonRecord roll the record up
+	// once none of its deliveries is pending.
+	lockRecord       string
+	completeDelivery string
+	deliveries       string
+	finishRecord     string
+	dropDeliveries   string
+	abandonRecord    string
+
+	// Failures: read and count a failed handling, of the record or of one
+	// consumer's delivery.
+	failureRecord   string
+	failRecord      string
+	abandonFailed   string
+	failureDelivery string
+	failDelivery    string
+	abandonDelivery string
+
+	resubmitSelect     string
+	resubmitRecord     string
+	resubmitDeliveries string
+
+	pendingAfter string
+	claimStale   string
+	// stamp is the prefix, ending in "id IN ", of a send time update.
+	stamp string
+
+	// purgeSelect picks a batch of completed records; purgeDeliveries and
+	// purgeRecords are prefixes ending in "IN ".
+	purgeSelect     string
+	purgeDeliveries string
+	purgeRecords    string
+
+	pendingStatus          string
+	status                 string
+	consumerPendingStatus  string
+	consumerStatus         string
+	listDeliveriesByRecord string // prefix ending in "record_id IN "
+
+	readVersion  string
+	readIdentity string
+}
+
+func buildQueries(d Dialect, table string, mode Completion) *queries {
+	o := opsOf(d)
+	t := d.quote(table)
+	tc := d.quote(consumersTable(table))
+	p := d.placeholder
+	clock := d.clock()
+	q := &queries{table: t, consumers: tc, mark: mode == Mark}
+
+	q.insertValues = fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata) VALUES ", t)
+	q.insertOne = fmt.Sprintf("%s(%s, %s, %s, %s) RETURNING id", q.insertValues, p(1), p(2), p(3), p(4))
+	q.insertBatch = d.insertQuery(t)
+	q.insertDeliveries = fmt.Sprintf("INSERT INTO %s (record_id, consumer) VALUES ", tc)
+	q.setConsumers = fmt.Sprintf("UPDATE %s SET consumers = %s WHERE id IN ", t, p(1))
+
+	// A record is pending while it is neither completed (on a marking
+	// table) nor abandoned; abandoning marks it processed too. A delivery
+	// row is pending while it is neither.
+	pending := "abandoned_at IS NULL"
+	if q.mark {
+		pending = "processed_at IS NULL"
+	}
+	const deliveryPending = "processed_at IS NULL AND abandoned_at IS NULL"
+	due := func(col string) string { return fmt.Sprintf("(%s IS NULL OR %s <= %s)", col, col, clock) }
+	wait := func(col string) string {
+		return fmt.Sprintf("CASE WHEN %s > %s THEN 0 - %s END", col, clock, o.ageMicros(col))
+	}
+	free := fmt.Sprintf("(lease_until IS NULL OR lease_until < %s)", clock)
+
+	recordDone, completedBy := "0", "''"
+	if q.mark {
+		recordDone, completedBy = "CASE WHEN r.processed_at IS NULL THEN 0 ELSE 1 END", "COALESCE(r.completed_by, '')"
+	}
+	q.state = fmt.Sprintf(`SELECT r.topic, r.consumers, %s, %s, CASE WHEN r.abandoned_at IS NULL THEN 0 ELSE 1 END, %s,
+    CASE WHEN c.record_id IS NULL THEN 0 ELSE 1 END, CASE WHEN c.processed_at IS NULL THEN 0 ELSE 1 END,
+    CASE WHEN c.abandoned_at IS NULL THEN 0 ELSE 1 END, %s
+FROM %s r LEFT JOIN %s c ON c.record_id = r.id AND c.consumer = %s
+WHERE r.id = %s`, recordDone, completedBy, wait("r.due_at"), wait("c.due_at"), t, tc, p(1), p(2))
+
+	q.claimRecord = fmt.Sprintf("UPDATE %s SET lease_until = %s, lease_owner = %s WHERE id = %s AND topic = %s AND consumers = 0 AND %s AND %s AND %s",
+		t, d.leaseUntil(1), p(2), p(3), p(4), pending, due("due_at"), free)
+	// The topic was checked by the state query that comes first.
+	q.claimDelivery = fmt.Sprintf("UPDATE %s SET lease_until = %s, lease_owner = %s WHERE record_id = %s AND consumer = %s AND %s AND %s AND %s",
+		tc, d.leaseUntil(1), p(2), p(3), p(4), deliveryPending, due("due_at"), free)
+	q.releaseRecord = fmt.Sprintf("UPDATE %s SET lease_until = NULL, lease_owner = NULL WHERE id = %s AND lease_owner = %s", t, p(1), p(2))
+	q.releaseDelivery = fmt.Sprintf("UPDATE %s SET lease_until = NULL, lease_owner = NULL WHERE record_id = %s AND consumer = %s AND lease_owner = %s",
+		tc, p(1), p(2), p(3))
+
+	if q.mark {
+		q.complete = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s WHERE id = %s AND processed_at IS NULL AND consumers = 0",
+			t, clock, p(1), p(2))
+		q.completeIn = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s WHERE processed_at IS NULL AND consumers = 0 AND id IN (",
+			t, clock, p(1))
+		q.finishRecord = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE id = %s", t, clock, p(1))
+		q.abandonRecord = fmt.Sprintf("UPDATE %s SET abandoned_at = %s, processed_at = %s WHERE id = %s", t, clock, clock, p(1))
+	} else {
+		q.complete = fmt.Sprintf("DELETE FROM %s WHERE id = %s AND consumers = 0 AND abandoned_at IS NULL", t, p(1))
+		q.completeIn = fmt.Sprintf("DELETE FROM %s WHERE consumers = 0 AND abandoned_at IS NULL AND id IN (", t)
+		q.finishRecord = fmt.Sprintf("DELETE FROM %s WHERE id = %s", t, p(1))
+		q.abandonRecord = fmt.Sprintf("UPDATE %s SET abandoned_at = %s WHERE id = %s", t, clock, p(1))
+	}
+	q.completeMany = d.completeManyQuery(t, mode)
+	q.lockRecord = fmt.Sprintf("UPDATE %s SET consumers = consumers WHERE id = %s AND consumers > 0", t, p(1))
+	q.completeDelivery = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE record_id = %s AND consumer = %s AND %s",
+		tc, clock, p(1), p(2), deliveryPending)
+	q.deliveries = fmt.Sprintf("SELECT CASE WHEN %s THEN 1 ELSE 0 END, CASE WHEN abandoned_at IS NULL THEN 0 ELSE 1 END FROM %s WHERE record_id = %s%s",
+		deliveryPending, tc, p(1), o.lockRows(false))
+	q.dropDeliveries = fmt.Sprintf("DELETE FROM %s WHERE record_id = %s", tc, p(1))
+
+	abandonSet := "abandoned_at = " + clock
+	if q.mark {
+		abandonSet += ", processed_at = " + clock
+	}
+	q.failureRecord = fmt.Sprintf("SELECT consumers, attempts FROM %s WHERE id = %s AND %s%s", t, p(1), pending, o.lockRows(false))
+	q.failRecord = fmt.Sprintf("UPDATE %s SET attempts = %s, last_error = %s, due_at = %s WHERE id = %s", t, p(1), p(2), d.leaseUntil(3), p(4))
+	q.abandonFailed = fmt.Sprintf("UPDATE %s SET attempts = %s, last_error = %s, %s WHERE id = %s", t, p(1), p(2), abandonSet, p(3))
+	q.failureDelivery = fmt.Sprintf("SELECT attempts FROM %s WHERE record_id = %s AND consumer = %s AND %s%s", tc, p(1), p(2), deliveryPending, o.lockRows(false))
+	q.failDelivery = fmt.Sprintf("UPDATE %s SET attempts = %s, last_error = %s, due_at = %s WHERE record_id = %s AND consumer = %s",
+		tc, p(1), p(2), d.leaseUntil(3), p(4), p(5))
+	q.abandonDelivery = fmt.Sprintf("UPDATE %s SET attempts = %s, last_error = %s, abandoned_at = %s WHERE record_id = %s AND consumer = %s",
+		tc, p(1), p(2), clock, p(3), p(4))
+
+	q.resubmitSelect = fmt.Sprintf("SELECT id, topic, uuid, payload, metadata FROM %s WHERE id = %s AND abandoned_at IS NOT NULL%s", t, p(1), o.lockRows(false))
+	revive := "abandoned_at = NULL, attempts = 0, due_at = NULL, lease_until = NULL, lease_owner = NULL"
+	recordRevive := revive + ", last_sent_at = " + clock
+	if q.mark {
+		recordRevive += ", processed_at = NULL"
+	}
+	q.resubmitRecord = fmt.Sprintf("UPDATE %s SET %s WHERE id = %s", t, recordRevive, p(1))
+	q.resubmitDeliveries = fmt.Sprintf("UPDATE %s SET %s WHERE record_id = %s AND abandoned_at IS NOT NULL", tc, revive, p(1))
+
+	q.pendingAfter = fmt.Sprintf("SELECT id, uuid, payload, metadata FROM %s WHERE topic = %s AND id > %s AND %s ORDER BY id LIMIT %s",
+		t, p(1), p(2), pending, p(3))
+	const cPending = "c.processed_at IS NULL AND c.abandoned_at IS NULL"
+	// A record with consumers is due when one of its pending deliveries
+	// is.
+	q.claimStale = fmt.Sprintf(`SELECT id, topic, uuid, payload, metadata FROM %s r
+WHERE topic = %s AND %s AND COALESCE(last_sent_at, created_at) < %s
+  AND ((consumers = 0 AND %s) OR (consumers > 0 AND EXISTS (SELECT 1 FROM %s c WHERE c.record_id = r.id AND %s AND %s)))
+ORDER BY id LIMIT %s%s`,
+		t, p(1), pending, o.ago(2), due("due_at"), tc, cPending, due("c.due_at"), p(3), o.lockRows(true))
+	q.stamp = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN ", t, clock)
+
+	q.purgeSelect = fmt.Sprintf("SELECT id, consumers FROM %s WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT %s%s",
+		t, o.ago(1), p(2), o.lockRows(true))
+	q.purgeDeliveries = fmt.Sprintf("DELETE FROM %s WHERE record_id IN ", tc)
+	q.purgeRecords = fmt.Sprintf("DELETE FROM %s WHERE id IN ", t)
+
+	completed := "0"
+	if q.mark {
+		completed = "SUM(CASE WHEN processed_at IS NOT NULL AND abandoned_at IS NULL THEN 1 ELSE 0 END)"
+	}
+	q.pendingStatus = fmt.Sprintf("SELECT topic, COUNT(*), %s FROM %s WHERE %s GROUP BY topic ORDER BY topic",
+		o.ageMicros("MIN(created_at)"), t, pending)
+	q.status = fmt.Sprintf(`SELECT topic, SUM(CASE WHEN %s THEN 1 ELSE 0 END), %s,
+SUM(CASE WHEN abandoned_at IS NOT NULL THEN 1 ELSE 0 END), %s
+FROM %s GROUP BY topic ORDER BY topic`,
+		pending, o.ageMicros("MIN(CASE WHEN "+pending+" THEN created_at END)"), completed, t)
+	q.consumerPendingStatus = fmt.Sprintf(`SELECT r.topic, c.consumer, COUNT(*), %s
+FROM %s c JOIN %s r ON r.id = c.record_id WHERE %s GROUP BY r.topic, c.consumer`,
+		o.ageMicros("MIN(r.created_at)"), tc, t, cPending)
+	q.consumerStatus = fmt.Sprintf(`SELECT r.topic, c.consumer, SUM(CASE WHEN %s THEN 1 ELSE 0 END), %s,
+SUM(CASE WHEN c.abandoned_at IS NOT NULL THEN 1 ELSE 0 END), SUM(CASE WHEN c.processed_at IS NOT NULL THEN 1 ELSE 0 END)
+FROM %s c JOIN %s r ON r.id = c.record_id GROUP BY r.topic, c.consumer`,
+		cPending, o.ageMicros("MIN(CASE WHEN "+cPending+" THEN r.created_at END)"), tc, t)
+	q.listDeliveriesByRecord = fmt.Sprintf(`SELECT record_id, consumer,
+    CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' WHEN processed_at IS NOT NULL THEN 'completed' ELSE 'pending' END,
+    attempts, COALESCE(last_error, '')
+FROM %s WHERE record_id IN `, tc)
+
+	vt := d.quote(VersionTable)
+	q.readVersion = fmt.Sprintf("SELECT version, completion FROM %s WHERE table_name = %s", vt, p(1))
+	q.readIdentity = fmt.Sprintf("SELECT table_identity FROM %s WHERE table_name = %s", vt, p(1))
+	return q
+}

@@ -1,0 +1,517 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// twoConsumers are the consumers the per-consumer tests declare.
+var twoConsumers = []string{"billing", "shipping"}
+
+// withConsumers builds n records of "orders" that declare consumers.
+func withConsumers(n int, consumers ...string) []outbox.Record {
+	recs := records("orders", n)
+	for i := range recs {
+		recs[i].Consumers = consumers
+	}
+	return recs
+}
+
+// deliveryRows counts the delivery rows of a record, straight from the
+// consumers table.
+func deliveryRows(t *testing.T, store *sqlstore.Store, id int64) int {
+	t.Helper()
+	var n int
+	require.NoError(t, store.DB().GetContext(ctx(t), &n,
+		store.DB().Rebind("SELECT COUNT(*) FROM "+store.Table()+"_consumers WHERE record_id = ?"), id))
+	return n
+}
+
+// pendingIDs are the ids PendingAfter returns for "orders".
+func pendingIDs(t *testing.T, store *sqlstore.Store) []int64 {
+	t.Helper()
+	recs, err := store.PendingAfter(ctx(t), "orders", 0, 1000)
+	require.NoError(t, err)
+	return claimedIDs(recs)
+}
+
+// assertCompleted checks that a record is complete: not pending, marked or
+// deleted with its delivery rows.
+func (s *suite) assertCompleted(t *testing.T, store *sqlstore.Store, id int64) {
+	t.Helper()
+	assert.NotContains(t, pendingIDs(t, store), id, "record %d is complete", id)
+	if store.Completion() == sqlstore.Delete {
+		s.processedAt(t, store, id) // asserts the row is gone
+		assert.Zero(t, deliveryRows(t, store, id), "a deleting table deletes the delivery rows with the record")
+		return
+	}
+	assert.NotEmpty(t, s.processedAt(t, store, id))
+}
+
+func (s *suite) testTopic(t *testing.T) {
+	forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		store := s.store(t, mode)
+		one := insert(t, store, records("orders", 1))[0]
+		many := insert(t, store, withConsumers(1, twoConsumers...))[0]
+		for _, d := range []outbox.Delivery{
+			{ID: one.ID, Topic: "payments", Consumer: consumer},
+			{ID: many.ID, Topic: "payments", Consumer: "billing"},
+		} {
+			err := store.CheckPending(ctx(t), d)
+			assert.ErrorIs(t, err, outbox.ErrUnknownRecord, "record %d is not a record of %q", d.ID, d.Topic)
+		}
+		assert.NoError(t, store.CheckPending(ctx(t), dlv(one.ID)))
+		assert.NoError(t, store.CheckPending(ctx(t), consumerDlv(many.ID, "billing")))
+	})
+}
+
+func (s *suite) testOneReceiver(t *testing.T) {
+	t.Run("ACopyForAnotherConsumerIsAConflict", func(t *testing.T) {
+		t.Parallel()
+		store := s.store(t, sqlstore.Mark)
+		id := insert(t, store, records("orders", 1))[0].ID
+		require.NoError(t, store.Complete(ctx(t), consumerDlv(id, "billing")))
+
+		err := store.CheckPending(ctx(t), consumerDlv(id, "shipping"))
+		var conflict *outbox.ConsumerConflictError
+		require.ErrorAs(t, err, &conflict)
+		assert.Equal(t, outbox.ConsumerConflictError{ID: id, Consumer: "shipping", CompletedBy: "billing"}, *conflict)
+		assert.ErrorIs(t, err, outbox.ErrCompletedByOther)
+		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(id, "billing")), outbox.ErrNotPending, "the consumer that completed it")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(id, "")), outbox.ErrNotPending, "outside a router there is no consumer to tell")
+		assert.ErrorIs(t, store.Complete(ctx(t), consumerDlv(id, "shipping")), outbox.ErrNotPending, "the first completion stands")
+	})
+
+	t.Run("RecordsCompletedWithoutAConsumerAreNotConflicts", func(t *testing.T) {
+		t.Parallel()
+		store := s.store(t, sqlstore.Mark)
+		id := insert(t, store, records("orders", 1))[0].ID
+		require.NoError(t, store.Complete(ctx(t), consumerDlv(id, "")))
+		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(id, "shipping")), outbox.ErrNotPending)
+	})
+
+	t.Run("DeletingTableForgetsWhoCompleted", func(t *testing.T) {
+		t.Parallel()
+		store := s.store(t, sqlstore.Delete)
+		id := insert(t, store, records("orders", 1))[0].ID
+		require.NoError(t, store.Complete(ctx(t), consumerDlv(id, "billing")))
+		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(id, "shipping")), outbox.ErrNotPending)
+	})
+}
+
+func (s *suite) testConsumers(t *testing.T) {
+	t.Run("EachConsumerCompletesItsOwnDelivery", func(t *testing.T) {
+		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+			store := s.store(t, mode)
+			recs := insert(t, store, withConsumers(2, twoConsumers...))
+			id, other := recs[0].ID, recs[1].ID
+			assert.Equal(t, 2, deliveryRows(t, store, id), "one delivery per consumer")
+
+			billing, shipping := consumerDlv(id, "billing"), consumerDlv(id, "shipping")
+			require.NoError(t, store.CheckPending(ctx(t), billing))
+			require.NoError(t, store.CheckPending(ctx(t), shipping))
+			require.NoError(t, store.Complete(ctx(t), billing))
+			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), outbox.ErrNotPending, "billing's copy is a duplicate for billing")
+			assert.ErrorIs(t, store.Complete(ctx(t), billing), outbox.ErrNotPending)
+			require.NoError(t, store.CheckPending(ctx(t), shipping), "and still pending for shipping")
+			assert.Equal(t, []int64{id, other}, pendingIDs(t, store), "the record stays pending until every consumer completed it")
+
+			require.NoError(t, store.Complete(ctx(t), shipping))
+			s.assertCompleted(t, store, id)
+			assert.ErrorIs(t, store.CheckPending(ctx(t), shipping), outbox.ErrNotPending)
+			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), outbox.ErrNotPending)
+			assert.Equal(t, []int64{other}, pendingIDs(t, store))
+			require.NoError(t, store.CheckPending(ctx(t), consumerDlv(other, "billing")), "other records are untouched")
+		})
+	})
+
+	t.Run("AConsumerNotDeclaredHasNoDelivery", func(t *testing.T) {
+		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+			store := s.store(t, mode)
+			id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
+			for _, c := range []string{"audit", ""} {
+				err := store.CheckPending(ctx(t), consumerDlv(id, c))
+				assert.ErrorIs(t, err, outbox.ErrNoDelivery, "consumer %q", c)
+				assert.ErrorIs(t, store.Complete(ctx(t), consumerDlv(id, c)), outbox.ErrNotPending, "consumer %q completes nothing", c)
+			}
+			assert.Equal(t, []int64{id}, pendingIDs(t, store))
+		})
+	})
+
+	t.Run("DuplicateConsumersAreOneDelivery", func(t *testing.T) {
+		t.Parallel()
+		store := s.store(t, sqlstore.Mark)
+		id := insert(t, store, withConsumers(1, "billing", "billing", "shipping"))[0].ID
+		assert.Equal(t, 2, deliveryRows(t, store, id))
+		require.NoError(t, store.Complete(ctx(t), consumerDlv(id, "billing")))
+		require.NoError(t, store.Complete(ctx(t), consumerDlv(id, "shipping")))
+		s.assertCompleted(t, store, id)
+	})
+
+	t.Run("MixedBatchesKeepTheirOrderAndDeliveries", func(t *testing.T) {
+		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+			store := s.store(t, mode)
+			recs := records("orders", 6)
+			for i := range recs {
+				if i%2 == 1 {
+					recs[i].Consumers = twoConsumers
+				}
+			}
+			insert(t, store, recs)
+			ids := rowIDs(t, store)
+			for i, r := range recs {
+				require.Equal(t, ids[r.UUID], r.ID)
+				if i > 0 {
+					require.Greater(t, r.ID, recs[i-1].ID)
+				}
+				want := 0
+				if i%2 == 1 {
+					want = 2
+				}
+				assert.Equal(t, want, deliveryRows(t, store, r.ID), "record #%d", i)
+			}
+			require.NoError(t, store.Complete(ctx(t), dlv(recs[0].ID)))
+			assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(recs[1].ID, consumer)), outbox.ErrNoDelivery)
+		})
+	})
+
+	t.Run("InsertTxSavesDeliveriesWithTheTransaction", func(t *testing.T) {
+		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+			store := s.store(t, mode)
+			tx, err := store.DB().BeginTxx(ctx(t), nil)
+			require.NoError(t, err)
+			committed := withConsumers(2, twoConsumers...)
+			require.NoError(t, store.InsertTx(ctx(t), tx, committed))
+			require.NoError(t, tx.Commit())
+
+			tx, err = store.DB().BeginTxx(ctx(t), nil)
+			require.NoError(t, err)
+			rolledBack := withConsumers(1, twoConsumers...)
+			require.NoError(t, store.InsertTx(ctx(t), tx, rolledBack))
+			require.NoError(t, tx.Rollback())
+
+			for _, r := range committed {
+				assert.Equal(t, 2, deliveryRows(t, store, r.ID))
+				require.NoError(t, store.CheckPending(ctx(t), consumerDlv(r.ID, "shipping")))
+			}
+			assert.Zero(t, deliveryRows(t, store, rolledBack[0].ID))
+			assert.Equal(t, 2, rowCount(t, store))
+		})
+	})
+
+	t.Run("ConcurrentConsumersCompleteTheRecordExactlyWhenAllHave", func(t *testing.T) {
+		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+			store := s.store(t, mode)
+			const consumers, rounds = 6, 25
+			names := make([]string, consumers)
+			for i := range names {
+				names[i] = fmt.Sprintf("consumer%d", i)
+			}
+			recs := insert(t, store, withConsumers(rounds, names...))
+			for _, r := range recs {
+				start := make(chan struct{})
+				errs := make([]error, consumers)
+				var wg sync.WaitGroup
+				for i, name := range names {
+					wg.Go(func() {
+						<-start
+						errs[i] = store.Complete(ctx(t), consumerDlv(r.ID, name))
+					})
+				}
+				close(start)
+				wg.Wait()
+				for i, err := range errs {
+					require.NoError(t, err, "consumer %s of record %d", names[i], r.ID)
+				}
+			}
+			assert.Empty(t, pendingIDs(t, store), "no record is left pending once every delivery is complete")
+			for _, r := range recs {
+				s.assertCompleted(t, store, r.ID)
+			}
+		})
+	})
+
+	t.Run("CompleteTxPerConsumer", func(t *testing.T) {
+		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+			store := s.store(t, mode)
+			id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
+			billing, shipping := consumerDlv(id, "billing"), consumerDlv(id, "shipping")
+
+			tx, err := store.DB().BeginTxx(ctx(t), nil)
+			require.NoError(t, err)
+			require.NoError(t, store.CompleteTx(ctx(t), tx, billing))
+			require.NoError(t, tx.Rollback())
+			require.NoError(t, store.CheckPending(ctx(t), billing), "a rolled-back completion leaves the delivery pending")
+
+			tx, err = store.DB().BeginTxx(ctx(t), nil)
+			require.NoError(t, err)
+			require.NoError(t, store.CompleteTx(ctx(t), tx, billing))
+			require.NoError(t, tx.Commit())
+			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), outbox.ErrNotPending, "completed at commit")
+			require.NoError(t, store.CheckPending(ctx(t), shipping))
+			assert.Equal(t, []int64{id}, pendingIDs(t, store))
+
+			// A second copy for shipping waits for the first transaction's
+			// lock and then finds the delivery completed.
+			first, err := store.DB().BeginTxx(ctx(t), nil)
+			require.NoError(t, err)
+			require.NoError(t, store.CompleteTx(ctx(t), first, shipping))
+			second := make(chan error, 1)
+			go func() {
+				tx, err := store.DB().BeginTxx(ctx(t), nil)
+				if err != nil {
+					second <- err
+					return
+				}
+				defer tx.Rollback() //nolint:errcheck // only read
+				second <- store.CompleteTx(ctx(t), tx, shipping)
+			}()
+			select {
+			case err := <-second:
+				t.Fatalf("the second completion returned (%v) while the first transaction held the record", err)
+			case <-time.After(100 * time.Millisecond):
+			}
+			require.NoError(t, first.Commit())
+			assert.ErrorIs(t, <-second, outbox.ErrNotPending)
+			s.assertCompleted(t, store, id)
+		})
+	})
+
+	t.Run("PurgeDeletesTheDeliveryRows", func(t *testing.T) {
+		t.Parallel()
+		store := s.store(t, sqlstore.Mark)
+		recs := insert(t, store, withConsumers(2, twoConsumers...))
+		for _, c := range twoConsumers {
+			require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[0].ID, c)))
+		}
+		require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[1].ID, "billing")))
+		assert.Equal(t, 2, deliveryRows(t, store, recs[0].ID), "a marking table keeps the deliveries of a completed record")
+		backdate(t, store, "processed_at", recs[0].ID)
+		n, err := store.PurgeCompleted(ctx(t), time.Hour, 10)
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+		assert.Zero(t, deliveryRows(t, store, recs[0].ID), "purged with their record")
+		assert.Equal(t, 2, deliveryRows(t, store, recs[1].ID), "a pending record keeps its deliveries")
+		assert.Equal(t, 1, rowCount(t, store))
+	})
+}
+
+func (s *suite) testConsumerLease(t *testing.T) {
+	forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		store := s.leased(t, mode, time.Hour)
+		id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
+		billing := withLease(consumerDlv(id, "billing"), "billing-1")
+		shipping := withLease(consumerDlv(id, "shipping"), "shipping-1")
+		billingCopy := withLease(consumerDlv(id, "billing"), "billing-2")
+
+		require.NoError(t, store.CheckPending(ctx(t), billing), "billing claims its delivery")
+		require.NoError(t, store.CheckPending(ctx(t), shipping), "shipping holds a lease on the same record at the same time")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), billingCopy), outbox.ErrLeased, "a second copy for billing is refused")
+
+		require.NoError(t, store.Release(ctx(t), billingCopy), "releasing with another token is harmless")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), billingCopy), outbox.ErrLeased, "and does not release billing's claim")
+		require.NoError(t, store.Release(ctx(t), billing))
+		require.NoError(t, store.CheckPending(ctx(t), billingCopy), "the released delivery is claimed again")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), withLease(shipping, "shipping-2")), outbox.ErrLeased, "shipping's claim is its own")
+
+		require.NoError(t, store.Complete(ctx(t), billingCopy))
+		assert.ErrorIs(t, store.CheckPending(ctx(t), billing), outbox.ErrNotPending)
+		assert.ErrorIs(t, store.CheckPending(ctx(t), withLease(consumerDlv(id, "audit"), "audit-1")), outbox.ErrNoDelivery)
+		assert.ErrorIs(t, store.CheckPending(ctx(t), outbox.Delivery{ID: id, Topic: "payments", Consumer: "shipping", Lease: "x"}), outbox.ErrUnknownRecord)
+		require.NoError(t, store.Complete(ctx(t), shipping))
+		s.assertCompleted(t, store, id)
+	})
+}
+
+func (s *suite) testConsumerAttempts(t *testing.T) {
+	t.Run("AbandonOneDeliveryThenRequeue", func(t *testing.T) {
+		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+			store := s.store(t, mode)
+			id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
+			billing, shipping := consumerDlv(id, "billing"), consumerDlv(id, "shipping")
+
+			n, abandoned, err := store.RecordFailure(ctx(t), billing, "boom", 2, 0)
+			require.NoError(t, err)
+			assert.Equal(t, 1, n)
+			assert.False(t, abandoned)
+			n, abandoned, err = store.RecordFailure(ctx(t), shipping, "other boom", 2, 0)
+			require.NoError(t, err)
+			assert.Equal(t, 1, n, "each consumer counts its own attempts")
+			n, abandoned, err = store.RecordFailure(ctx(t), billing, "last boom", 2, 0)
+			require.NoError(t, err)
+			assert.Equal(t, 2, n)
+			assert.True(t, abandoned, "billing's delivery is abandoned")
+
+			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), outbox.ErrNotPending)
+			require.NoError(t, store.CheckPending(ctx(t), shipping), "shipping's delivery is still pending")
+			assert.Equal(t, []int64{id}, pendingIDs(t, store), "the record is pending while a delivery is")
+			_, err = store.ResubmitAbandoned(ctx(t), id)
+			assert.ErrorIs(t, err, outbox.ErrNotAbandoned, "a record with a pending delivery is not abandoned")
+			_, _, err = store.RecordFailure(ctx(t), billing, "again", 2, 0)
+			assert.ErrorIs(t, err, outbox.ErrNotPending)
+
+			require.NoError(t, store.Complete(ctx(t), shipping))
+			assert.Empty(t, pendingIDs(t, store), "with no delivery pending and one abandoned, the record is abandoned")
+			abandonedRecs, err := store.List(ctx(t), sqlstore.Abandoned, 0, 10)
+			require.NoError(t, err)
+			require.Len(t, abandonedRecs, 1)
+			info := abandonedRecs[0]
+			assert.Equal(t, id, info.ID)
+			assert.Equal(t, []sqlstore.DeliveryInfo{
+				{Consumer: "billing", State: sqlstore.Abandoned, Attempts: 2, LastError: "last boom"},
+				{Consumer: "shipping", State: sqlstore.Completed, Attempts: 1, LastError: "other boom"},
+			}, info.Deliveries, "the admin view shows each delivery")
+
+			got, err := store.ResubmitAbandoned(ctx(t), id)
+			require.NoError(t, err)
+			assert.Equal(t, id, got.ID)
+			assert.Equal(t, []int64{id}, pendingIDs(t, store))
+			require.NoError(t, store.CheckPending(ctx(t), billing), "the abandoned delivery is pending again")
+			assert.ErrorIs(t, store.CheckPending(ctx(t), shipping), outbox.ErrNotPending, "the completed delivery stays completed")
+			n, abandoned, err = store.RecordFailure(ctx(t), billing, "after requeue", 2, 0)
+			require.NoError(t, err)
+			assert.Equal(t, 1, n, "requeueing resets the attempts")
+			assert.False(t, abandoned)
+			require.NoError(t, store.Complete(ctx(t), billing))
+			s.assertCompleted(t, store, id)
+		})
+	})
+
+	t.Run("AllAbandonedAbandonsTheRecord", func(t *testing.T) {
+		t.Parallel()
+		store := s.store(t, sqlstore.Delete)
+		id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
+		for _, c := range twoConsumers {
+			_, abandoned, err := store.RecordFailure(ctx(t), consumerDlv(id, c), "poison", 1, 0)
+			require.NoError(t, err)
+			require.True(t, abandoned)
+		}
+		assert.Empty(t, pendingIDs(t, store))
+		got, err := store.Get(ctx(t), id)
+		require.NoError(t, err)
+		assert.Equal(t, sqlstore.Abandoned, got.State, "a deleting table keeps the abandoned record")
+	})
+}
+
+func (s *suite) testRetry(t *testing.T) {
+	t.Run("OneReceiver", func(t *testing.T) {
+		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+			store := s.store(t, mode)
+			recs := insert(t, store, records("orders", 2))
+			id := recs[0].ID
+			backdate(t, store, "created_at")
+
+			_, _, err := store.RecordFailure(ctx(t), dlv(id), "boom", 0, untilDue)
+			require.NoError(t, err)
+			assertNotDue(t, store.CheckPending(ctx(t), dlv(id)), id)
+			claimed, err := store.ClaimStale(ctx(t), "orders", time.Minute, 10)
+			require.NoError(t, err)
+			assert.Equal(t, []int64{recs[1].ID}, claimedIDs(claimed), "a record that is not due is passed over")
+			assert.Equal(t, []int64{id, recs[1].ID}, pendingIDs(t, store), "a record that is not due is still pending")
+
+			backdate(t, store, "due_at", id)
+			require.NoError(t, store.CheckPending(ctx(t), dlv(id)), "due again")
+			backdate(t, store, "last_sent_at")
+			claimed, err = store.ClaimStale(ctx(t), "orders", time.Minute, 10)
+			require.NoError(t, err)
+			assert.Equal(t, []int64{id, recs[1].ID}, claimedIDs(claimed))
+
+			_, _, err = store.RecordFailure(ctx(t), dlv(id), "boom", 0, 0)
+			require.NoError(t, err)
+			require.NoError(t, store.CheckPending(ctx(t), dlv(id)), "no delay makes it due at once")
+		})
+	})
+
+	t.Run("PerConsumer", func(t *testing.T) {
+		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+			store := s.store(t, mode)
+			id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
+			billing, shipping := consumerDlv(id, "billing"), consumerDlv(id, "shipping")
+			backdate(t, store, "created_at")
+
+			_, _, err := store.RecordFailure(ctx(t), billing, "boom", 0, untilDue)
+			require.NoError(t, err)
+			assertNotDue(t, store.CheckPending(ctx(t), billing), id)
+			require.NoError(t, store.CheckPending(ctx(t), shipping), "the other consumer's delivery is due")
+			claimed, err := store.ClaimStale(ctx(t), "orders", time.Minute, 10)
+			require.NoError(t, err)
+			assert.Equal(t, []int64{id}, claimedIDs(claimed), "a record is due while one of its pending deliveries is")
+
+			require.NoError(t, store.Complete(ctx(t), shipping))
+			backdate(t, store, "last_sent_at")
+			claimed, err = store.ClaimStale(ctx(t), "orders", time.Minute, 10)
+			require.NoError(t, err)
+			assert.Empty(t, claimed, "its only pending delivery is not due")
+
+			_, err = store.DB().ExecContext(ctx(t), store.DB().Rebind("UPDATE "+store.Table()+"_consumers SET due_at = ? WHERE record_id = ?"), longAgo, id)
+			require.NoError(t, err)
+			require.NoError(t, store.CheckPending(ctx(t), billing))
+			claimed, err = store.ClaimStale(ctx(t), "orders", time.Minute, 10)
+			require.NoError(t, err)
+			assert.Equal(t, []int64{id}, claimedIDs(claimed))
+		})
+	})
+}
+
+// assertNotDue checks that err says record id is due in about untilDue.
+func assertNotDue(t *testing.T, err error, id int64) {
+	t.Helper()
+	var notDue *outbox.NotDueError
+	require.ErrorAs(t, err, &notDue)
+	assert.ErrorIs(t, err, outbox.ErrNotDue)
+	assert.Equal(t, id, notDue.ID)
+	assert.InDelta(t, untilDue.Seconds(), notDue.Wait.Seconds(), 60, "waits about %v by the database clock, got %v", untilDue, notDue.Wait)
+}
+
+func (s *suite) testConsumerStatus(t *testing.T) {
+	forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		store := s.store(t, mode)
+		recs := insert(t, store, withConsumers(3, twoConsumers...))
+		insert(t, store, records("refunds", 1))
+		require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[0].ID, "billing")))
+		require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[0].ID, "shipping")))
+		require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[1].ID, "billing")))
+		_, _, err := store.RecordFailure(ctx(t), consumerDlv(recs[2].ID, "shipping"), "poison", 1, 0)
+		require.NoError(t, err)
+		backdate(t, store, "created_at", recs[2].ID)
+
+		// The completed record's deliveries are gone on a deleting table.
+		billingCompleted := map[sqlstore.Completion]int64{sqlstore.Mark: 2, sqlstore.Delete: 1}[mode]
+		shippingCompleted := map[sqlstore.Completion]int64{sqlstore.Mark: 1, sqlstore.Delete: 0}[mode]
+		full, err := store.Status(ctx(t))
+		require.NoError(t, err)
+		require.Len(t, full, 2)
+		orders := full[0]
+		assert.Equal(t, "orders", orders.Name)
+		assert.Equal(t, int64(2), orders.Pending, "a record is pending while one of its deliveries is")
+		require.Len(t, orders.Consumers, 2)
+		assert.Equal(t, outbox.ConsumerStatus{Consumer: "billing", Pending: 1, OldestPending: orders.Consumers[0].OldestPending, Completed: billingCompleted}, orders.Consumers[0])
+		assert.Equal(t, outbox.ConsumerStatus{Consumer: "shipping", Pending: 1, OldestPending: orders.Consumers[1].OldestPending, Abandoned: 1, Completed: shippingCompleted}, orders.Consumers[1])
+		assert.Greater(t, orders.Consumers[0].OldestPending, 20*365*24*time.Hour, "billing's oldest pending record is the backdated one")
+		assert.Less(t, orders.Consumers[1].OldestPending, time.Hour, "shipping's backdated delivery is abandoned")
+		assert.Nil(t, full[1].Consumers, "a name without consumers has no breakdown")
+
+		pending, err := store.PendingStatus(ctx(t))
+		require.NoError(t, err)
+		require.Len(t, pending, 2)
+		require.Len(t, pending[0].Consumers, 2)
+		assert.Equal(t, outbox.ConsumerStatus{Consumer: "billing", Pending: 1, OldestPending: orders.Consumers[0].OldestPending}, withoutAge(pending[0].Consumers[0], orders.Consumers[0].OldestPending))
+		assert.Equal(t, outbox.ConsumerStatus{Consumer: "shipping", Pending: 1, OldestPending: orders.Consumers[1].OldestPending}, withoutAge(pending[0].Consumers[1], orders.Consumers[1].OldestPending))
+	})
+}
+
+// withoutAge replaces an age read later than want, within a minute, by want.
+func withoutAge(st outbox.ConsumerStatus, want time.Duration) outbox.ConsumerStatus {
+	if d := st.OldestPending - want; d >= 0 && d < time.Minute {
+		st.OldestPending = want
+	}
+	return st
+}
