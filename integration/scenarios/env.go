@@ -31,6 +31,8 @@ type env struct {
 	topic   string // tracked
 	plain   string // untracked
 	group   string
+	// groups are the further groups that connectAs opened.
+	groups map[string]bool
 }
 
 func newEnv(t *testing.T, b Backend) *env {
@@ -40,9 +42,10 @@ func newEnv(t *testing.T, b Backend) *env {
 	suffix := randomHex(t, 5)
 	e := &env{
 		t: t, backend: b, db: db, store: store,
-		topic: "orders_" + suffix,
-		plain: "plain_" + suffix,
-		group: "svc_" + suffix,
+		topic:  "orders_" + suffix,
+		plain:  "plain_" + suffix,
+		group:  "svc_" + suffix,
+		groups: map[string]bool{},
 	}
 	if b.Remove != nil {
 		// Registered before any Connect, so it runs after their closes.
@@ -147,7 +150,8 @@ func (e *env) recordID(uuid string) int64 {
 // the service's own group does.
 func (e *env) connectAs(consumer string) (message.Publisher, message.Subscriber) {
 	group := e.group + "_" + consumer
-	if e.backend.Remove != nil {
+	if e.backend.Remove != nil && !e.groups[group] {
+		e.groups[group] = true
 		// Registered before the Connect, so it runs after its closes.
 		e.t.Cleanup(func() { e.backend.Remove(e.t, e.topic, group) })
 	}

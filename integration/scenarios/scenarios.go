@@ -36,6 +36,7 @@ func Run(t *testing.T, b Backend) {
 		{"TwoConsumersEachHandleEveryMessage", twoConsumersEachHandleEveryMessage},
 		{"TwoUndeclaredHandlersLoseNothing", twoUndeclaredHandlersLoseNothing},
 		{"TwoServicesShareATopic", twoServicesShareATopic},
+		{"DeclaredConsumerDownIsServedByReplay", consumerDownIsServedByReplay},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()

@@ -52,9 +52,11 @@ type service struct {
 	t          *testing.T
 	router     *message.Router
 	deliveries chan delivery
-	stopping   chan struct{}
-	done       chan struct{} // closed when Run returned runErr
-	runErr     error
+	// history is what waitEach read from deliveries.
+	history  []delivery
+	stopping chan struct{}
+	done     chan struct{} // closed when Run returned runErr
+	runErr   error
 
 	mu   sync.Mutex
 	runs map[runKey]int // handler runs by handler and message UUID
@@ -212,6 +214,22 @@ func (s *service) handledOnce(uuids ...string) map[string]delivery {
 // further runs, are left to the run counts.
 func (s *service) handledByEach(handlers, uuids []string) map[runKey]delivery {
 	s.t.Helper()
+	return s.waitEach("handle", handlers, uuids, func(d delivery) bool { return d.Ran && d.Err == nil })
+}
+
+// skippedByEach waits until every handler acked a copy of every message
+// without running.
+func (s *service) skippedByEach(handlers, uuids []string) map[runKey]delivery {
+	s.t.Helper()
+	return s.waitEach("skip", handlers, uuids, func(d delivery) bool { return !d.Ran && d.Err == nil })
+}
+
+// waitEach waits until every handler had a delivery of every message that
+// matches, and returns the first of each. It looks at the deliveries that
+// earlier waits read too, so that waits for different handlers can follow
+// one another.
+func (s *service) waitEach(what string, handlers, uuids []string, match func(delivery) bool) map[runKey]delivery {
+	s.t.Helper()
 	want := map[runKey]bool{}
 	for _, h := range handlers {
 		for _, u := range uuids {
@@ -219,15 +237,22 @@ func (s *service) handledByEach(handlers, uuids []string) map[runKey]delivery {
 		}
 	}
 	got := map[runKey]delivery{}
+	take := func(d delivery) {
+		k := runKey{d.Handler, d.UUID}
+		if _, seen := got[k]; want[k] && !seen && match(d) {
+			got[k] = d
+		}
+	}
+	for _, d := range s.history {
+		take(d)
+	}
 	timeout := time.NewTimer(waitTimeout)
 	defer timeout.Stop()
 	for len(got) < len(want) {
 		select {
 		case d := <-s.deliveries:
-			k := runKey{d.Handler, d.UUID}
-			if _, seen := got[k]; want[k] && !seen && d.Ran && d.Err == nil {
-				got[k] = d
-			}
+			s.history = append(s.history, d)
+			take(d)
 		case <-s.done:
 			s.t.Fatalf("router stopped while waiting for deliveries: %v", s.runErr)
 		case <-timeout.C:
@@ -237,7 +262,7 @@ func (s *service) handledByEach(handlers, uuids []string) map[runKey]delivery {
 					missing[k.handler]++
 				}
 			}
-			s.t.Fatalf("within %v, these handlers did not handle this many of the %d messages: %v", waitTimeout, len(uuids), missing)
+			s.t.Fatalf("within %v, these handlers did not %s this many of the %d messages: %v", waitTimeout, what, len(uuids), missing)
 		}
 	}
 	return got
