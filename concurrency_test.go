@@ -137,9 +137,7 @@ func TestTwoInstancesReplayTogether(t *testing.T) {
 		late := &recordingHandler{}
 		mw := b.middleware(t)(late.handle)
 		for _, id := range ids {
-			msg := message.NewMessage(watermill.NewUUID(), nil)
-			msg.Metadata.Set(outbox.MetadataID, fmt.Sprint(id))
-			msg.Metadata.Set(outbox.MetadataName, b.topic)
+			msg := b.ownMetadata(t, message.NewMessage(watermill.NewUUID(), nil), fmt.Sprint(id))
 			_, err := mw(msg)
 			require.NoError(t, err)
 		}

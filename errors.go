@@ -11,11 +11,12 @@ var (
 	// it was completed, deleted or never existed.
 	ErrNotPending = errors.New("outbox: record is not pending")
 
-	// ErrInvalidMetadata is wrapped by the errors returned for a delivered
-	// message whose outbox metadata cannot be read (for example a record id
-	// that is not a positive integer). The handler is not run and the message
-	// is nacked; put Watermill's PoisonQueue middleware inside the outbox
-	// middleware to divert such messages.
+	// ErrInvalidMetadata is wrapped by the error logged for a delivered
+	// message of this service's table whose record id cannot be read (not
+	// a positive decimal integer). Nacking it would bring it back without
+	// end, and it has no record to complete, so the middleware logs the
+	// error and runs the handler once, untracked, in every middleware
+	// order.
 	ErrInvalidMetadata = errors.New("outbox: invalid outbox metadata")
 
 	// ErrInvalidConfig is wrapped by every configuration error.

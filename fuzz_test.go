@@ -1,7 +1,6 @@
 package outbox_test
 
 import (
-	"errors"
 	"strconv"
 	"testing"
 
@@ -12,22 +11,31 @@ import (
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-// FuzzMiddlewareMetadata feeds arbitrary outbox metadata to the middleware on
-// a real SQLite store holding one pending record. Whatever the input, the
-// outcome is one of the documented ones and never a panic:
+// FuzzMiddlewareMetadata feeds arbitrary outbox metadata (id, name and
+// table identity) to the middleware on a real SQLite store that tracks two
+// topics, each holding one pending record. Outside a router the topic is the
+// message's name. Whatever the input, the outcome is one of the documented
+// ones, never a panic, and never the completion of another topic's record:
 //
 //   - no id: the handler runs;
-//   - an unknown name: the handler runs untracked;
-//   - a malformed id: ErrInvalidMetadata, handler not run;
-//   - an id with no pending record: ack, handler not run;
-//   - the pending record's id: the handler runs and the record completes.
+//   - a name not tracked here, or another table's identity: the handler
+//     runs untracked and no record changes;
+//   - a malformed id: the handler runs once, untracked, and no record changes;
+//   - the pending record of the name: the handler runs and that record
+//     completes;
+//   - any other id (the other topic's record, or none): ack, handler not run.
 func FuzzMiddlewareMetadata(f *testing.F) {
 	backend := testenv.Backends()[1]
 	b := &bundle{backend: backend, db: backend.Open(f), logger: &testenv.CaptureLogger{}}
 	b.store = testenv.NewStore(f, backend, b.db, sqlstore.Mark)
 	b.topic = "orders"
+	const other = "refunds"
 	var err error
-	if b.reg, err = outbox.NewRegistry(outbox.Tracked{Name: b.topic, Store: b.store}); err != nil {
+	if b.reg, err = outbox.NewRegistry(outbox.Tracked{Name: b.topic, Store: b.store}, outbox.Tracked{Name: other, Store: b.store}); err != nil {
+		f.Fatal(err)
+	}
+	own, err := b.store.Identity(f.Context())
+	if err != nil {
 		f.Fatal(err)
 	}
 	mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{}, nil)
@@ -40,57 +48,77 @@ func FuzzMiddlewareMetadata(f *testing.F) {
 		{"abc", "orders"}, {"99999999999999999999999", "orders"}, {"9223372036854775807", "orders"},
 		{"1 OR 1=1", "orders"}, {"1; DROP TABLE x; --", "orders"}, {"０１", "orders"}, {"\x00", "orders"},
 		{"1", "unknown"}, {"1", "orders' OR '1'='1"}, {"2", ""}, {" 1", "orders"}, {"1e3", "orders"}, {"0x10", "orders"},
+		{"2", "refunds"}, {"3", "refunds"},
 	} {
-		f.Add(seed.id, seed.name, true)
-		f.Add(seed.id, seed.name, false)
+		for _, identity := range []string{"", own, "0123456789abcdef0123456789abcdef", "' OR 1=1 --"} {
+			f.Add(seed.id, seed.name, identity, true)
+		}
+		f.Add(seed.id, seed.name, own, false)
 	}
 
-	f.Fuzz(func(t *testing.T, id, name string, withID bool) {
-		// One fresh pending record per input, so the "pending" branch is
-		// reachable whenever the input spells its id.
-		rec := []outbox.Record{{Topic: b.topic, UUID: "fuzz"}}
-		if err := b.store.Insert(t.Context(), rec); err != nil {
-			t.Fatal(err)
+	f.Fuzz(func(t *testing.T, id, name, identity string, withID bool) {
+		// One fresh pending record per topic and input, so the "pending"
+		// branch is reachable whenever the input spells its id.
+		recs := []outbox.Record{{Topic: b.topic, UUID: "fuzz"}, {Topic: other, UUID: "fuzz"}}
+		for i := range recs {
+			if err := b.store.Insert(t.Context(), recs[i:i+1]); err != nil {
+				t.Fatal(err)
+			}
 		}
-		pendingID := strconv.FormatInt(rec[0].ID, 10)
-		// Only this input's record may be pending while it runs.
-		defer func() { _ = b.store.Complete(t.Context(), b.delivery(rec[0].ID)) }()
+		ids := map[string]int64{b.topic: recs[0].ID, other: recs[1].ID}
+		// Only this input's records may be pending while it runs.
+		defer func() {
+			for topic, rid := range ids {
+				_ = b.store.Complete(t.Context(), outbox.Delivery{ID: rid, Topic: topic})
+			}
+		}()
 
 		msg := message.NewMessage("fuzz", nil)
 		if withID {
 			msg.Metadata.Set(outbox.MetadataID, id)
 		}
 		msg.Metadata.Set(outbox.MetadataName, name)
+		msg.Metadata.Set(outbox.MetadataStore, identity)
 		ran := false
 		_, err := mw(func(*message.Message) ([]*message.Message, error) { ran = true; return nil, nil })(msg)
-
-		switch {
-		case !withID:
-			if err != nil || !ran {
-				t.Fatalf("no id: err %v ran %v", err, ran)
+		if err != nil {
+			t.Fatalf("id %q name %q identity %q: a message with outbox metadata is never nacked without a database failure: %v", id, name, identity, err)
+		}
+		pending := func(topic string) bool {
+			return b.store.CheckPending(t.Context(), outbox.Delivery{ID: ids[topic], Topic: topic}) == nil
+		}
+		completedOwn := false
+		switch _, tracked := ids[name]; {
+		case !withID || !tracked || identity != own:
+			if !ran {
+				t.Fatalf("id %q name %q identity %q: not this service's, the handler must run", id, name, identity)
 			}
-		case name != b.topic:
-			if err != nil || !ran {
-				t.Fatalf("unknown name %q: err %v ran %v", name, err, ran)
+		case !canonicalID(id):
+			if !ran {
+				t.Fatalf("malformed id %q: the handler must run once, untracked", id)
 			}
-		case id == pendingID:
-			if err != nil || !ran {
-				t.Fatalf("pending record %s: err %v ran %v", id, err, ran)
+		case id == strconv.FormatInt(ids[name], 10):
+			if !ran {
+				t.Fatalf("pending record %s of %q: the handler must run", id, name)
 			}
-			if err := b.store.CheckPending(t.Context(), b.delivery(rec[0].ID)); !errors.Is(err, outbox.ErrNotPending) {
-				t.Fatalf("record %s not completed: %v", id, err)
+			if pending(name) {
+				t.Fatalf("record %s of %q not completed", id, name)
 			}
-		case err != nil:
-			if !errors.Is(err, outbox.ErrInvalidMetadata) || ran {
-				t.Fatalf("id %q: err %v ran %v", id, err, ran)
-			}
-			if n, perr := strconv.ParseInt(id, 10, 64); perr == nil && n > 0 && strconv.FormatInt(n, 10) == id {
-				t.Fatalf("canonical id %q refused: %v", id, err)
-			}
+			completedOwn = true
 		default:
 			if ran {
-				t.Fatalf("id %q of no pending record ran the handler", id)
+				t.Fatalf("id %q of no pending record of %q ran the handler", id, name)
+			}
+		}
+		for topic := range ids {
+			if (topic != name || !completedOwn) && !pending(topic) {
+				t.Fatalf("id %q name %q identity %q completed the record of %q", id, name, identity, topic)
 			}
 		}
 	})
+}
+
+func canonicalID(id string) bool {
+	n, err := strconv.ParseInt(id, 10, 64)
+	return err == nil && n > 0 && strconv.FormatInt(n, 10) == id
 }

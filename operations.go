@@ -24,10 +24,10 @@ type FailureRecorder interface {
 	// pending.
 	//
 	// Unless it abandons, it also makes the delivery due again only after
-	// retryIn, by the database clock: until then CheckPending reports a
-	// [*NotDueError] and ClaimStale passes the record over. Zero makes it
-	// due at once.
-	RecordFailure(ctx context.Context, d Delivery, reason string, maxAttempts int, retryIn time.Duration) (attempts int, abandoned bool, err error)
+	// retryIn(attempts), by the database clock: until then CheckPending
+	// reports a [*NotDueError] and ClaimStale passes the record over. A
+	// zero delay (or a nil retryIn) makes it due at once.
+	RecordFailure(ctx context.Context, d Delivery, reason string, maxAttempts int, retryIn func(attempts int) time.Duration) (attempts int, abandoned bool, err error)
 }
 
 // Resubmitter is implemented by a [Store] whose abandoned records can be

@@ -55,6 +55,7 @@ type Registry struct {
 	byName  map[string]*tracked
 	names   []string
 	obs     atomic.Pointer[observerBox]
+	offOnce sync.Once
 }
 
 // NewRegistry builds a registry of the tracked names. Names must be non-empty

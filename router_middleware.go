@@ -41,6 +41,13 @@ type MiddlewareConfig struct {
 	// successful handling costs nothing extra. Defaults to 0, which never
 	// abandons.
 	MaxAttempts int
+	// Backoff spaces the attempts of a failing delivery, on a store that
+	// implements [FailureRecorder]: the delivery is due again only after a
+	// growing delay, kept in the database, and a copy that arrives earlier
+	// is held until then and nacked without running the handler. Defaults
+	// to [Backoff]'s defaults (500 ms doubling up to 1 minute, 20%
+	// jitter).
+	Backoff Backoff
 	// OnAbandon, when set, is called with the message and the
 	// [*AbandonedError] after a record is abandoned, before the middleware
 	// returns; for example to publish the message somewhere else. Defaults
@@ -58,6 +65,7 @@ func (c *MiddlewareConfig) setDefaults() {
 	if c.LeasedNackDelay == 0 {
 		c.LeasedNackDelay = 50 * time.Millisecond
 	}
+	c.Backoff.setDefaults()
 }
 
 // Validate reports a configuration error, if any.
@@ -74,7 +82,7 @@ func (c MiddlewareConfig) Validate() error {
 	if c.MaxAttempts < 0 {
 		return fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalidConfig, c.MaxAttempts)
 	}
-	return nil
+	return c.Backoff.Validate()
 }
 
 // NewMiddleware returns the router middleware that completes the records of
@@ -120,9 +128,17 @@ func (c MiddlewareConfig) Validate() error {
 // the fix, and runs untracked, so that it never skips a message the first
 // one completed.
 //
+// # Bounded
+//
+// No message makes the consumer spin: a failed handler makes the delivery
+// due again only after [MiddlewareConfig.Backoff], and an early copy is held
+// and nacked; a panic in the handler counts as a failed attempt (and goes
+// on up to a Recoverer, or abandons after MaxAttempts); a malformed
+// [MetadataID] is logged as an error and the handler runs once, untracked;
+// the check has a deadline ([MiddlewareConfig.FetchTimeout]).
+//
 // A failed completion is logged; the handler's outcome stands and the record
-// stays pending for the next replay. A malformed [MetadataID] returns an error
-// wrapping [ErrInvalidMetadata] without running the handler.
+// stays pending for the next replay.
 //
 // While the handler runs, the outbox keys are removed from the message
 // metadata and the record is available from [RecordFromContext]; they are put
@@ -138,6 +154,7 @@ func NewMiddleware(reg *Registry, cfg MiddlewareConfig, logger watermill.LoggerA
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
+	reg.reportDisabled(logger)
 	m := &middleware{reg: reg, cfg: cfg, logger: logger, leasePrefix: newLeasePrefix()}
 	return m.wrap, nil
 }
@@ -228,7 +245,12 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 	}
 	id, err := parseID(idText)
 	if err != nil {
-		return nil, refuse, fmt.Errorf("message %s of %q: %w", msg.UUID, name, err)
+		// Nacking would bring the same message back without end; it has
+		// no record to complete, so it is handled once, untracked.
+		m.logger.Error("Malformed outbox metadata; handling the message untracked", fmt.Errorf("message %s of %q: %w", msg.UUID, name, err),
+			watermill.LogFields{"message_uuid": msg.UUID, "outbox_name": name, "consumer": consumer})
+		m.reg.observer().NotOwned(topic, consumer)
+		return nil, untracked, nil
 	}
 	if !m.admitsConsumer(t, consumer) {
 		return nil, untracked, nil
@@ -252,6 +274,7 @@ func (m *middleware) check(ctx context.Context, a *admission) (verdict, error) {
 	err := a.t.store.CheckPending(cctx, a.d)
 	cancel()
 	var conflict *ConsumerConflictError
+	var notDue *NotDueError
 	switch {
 	case err == nil:
 		return run, nil
@@ -270,9 +293,13 @@ func (m *middleware) check(ctx context.Context, a *admission) (verdict, error) {
 		m.logger.Error("Record was saved before this consumer was declared; handling it untracked", err, a.fields)
 		m.reg.observer().NotOwned(a.t.name, a.d.Consumer)
 		return untracked, nil
+	case errors.As(err, &notDue):
+		m.logger.Debug("Record not due for its next attempt, holding and nacking the copy", a.fields.Add(watermill.LogFields{"wait": notDue.Wait}))
+		m.hold(ctx, notDue.Wait)
+		return refuse, err
 	case errors.Is(err, ErrLeased):
 		m.logger.Debug("Record leased by another delivery, nacking copy without handling", a.fields)
-		m.holdLeased(ctx)
+		m.hold(ctx, m.cfg.LeasedNackDelay)
 		return refuse, &LeasedError{Name: a.t.name, ID: a.d.ID, Err: err}
 	}
 	return refuse, &FetchError{Name: a.t.name, ID: a.d.ID, Err: err}
@@ -356,8 +383,18 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 	d := &delivery{ref: RecordRef{Name: a.t.name, ID: a.d.ID, Consumer: a.d.Consumer}, d: a.d, store: a.t.store}
 	msg.SetContext(context.WithValue(ctx, recordKey{}, d))
 
-	produced, herr := h(msg)
+	produced, herr, panicked := runHandler(h, msg)
 	msg.SetContext(ctx)
+	if panicked != nil {
+		// The panic counts as a failed attempt whichever side of the
+		// outbox middleware a Recoverer sits; unless the record was
+		// abandoned, it goes on up as it came.
+		ferr := m.failed(ctx, msg, a, d, fmt.Errorf("handler panicked: %v", panicked), identity)
+		if IsAbandoned(ferr) {
+			return nil, ferr
+		}
+		panic(panicked)
+	}
 	if herr != nil && !IsDrop(herr) {
 		return produced, m.failed(ctx, msg, a, d, herr, identity)
 	}
@@ -379,6 +416,17 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 	}
 	m.complete(ctx, a)
 	return nil, nil
+}
+
+// runHandler runs h and returns what it panicked with, if it did.
+func runHandler(h message.HandlerFunc, msg *message.Message) (produced []*message.Message, err error, panicked any) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = p
+		}
+	}()
+	produced, err = h(msg)
+	return produced, err, nil
 }
 
 // failed settles a handler failure: counts it, abandons after the last
@@ -449,9 +497,10 @@ func (m *middleware) release(ctx context.Context, a *admission) {
 	}
 }
 
-// holdLeased waits LeasedNackDelay, or until the message is cancelled.
-func (m *middleware) holdLeased(ctx context.Context) {
-	t := time.NewTimer(m.cfg.LeasedNackDelay)
+// hold waits d, or until the message is cancelled, before a nack, so that
+// a broker that redelivers at once does not spin.
+func (m *middleware) hold(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -470,7 +519,7 @@ func (m *middleware) recordFailure(ctx context.Context, a *admission, herr error
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
 	defer cancel()
-	attempts, abandoned, err := fr.RecordFailure(ctx, a.d, herr.Error(), m.cfg.MaxAttempts, 0)
+	attempts, abandoned, err := fr.RecordFailure(ctx, a.d, herr.Error(), m.cfg.MaxAttempts, m.cfg.Backoff.Delay)
 	switch {
 	case errors.Is(err, ErrNotPending):
 		return nil

@@ -86,13 +86,12 @@ func TestMiddleware(t *testing.T) {
 		t.Parallel()
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 			b := setup(t, backend, sqlstore.Mark)
-			msg := message.NewMessage("x", nil)
-			msg.Metadata.Set(outbox.MetadataID, "987654321")
-			msg.Metadata.Set(outbox.MetadataName, b.topic)
+			msg := b.ownMetadata(t, message.NewMessage("x", nil), "987654321")
 			h := &recordingHandler{}
 			_, err := b.middleware(t)(h.handle)(msg)
 			require.NoError(t, err)
 			assert.Zero(t, h.runs.Load())
+			assert.Len(t, b.logger.Entries("info"), 1, "an id of its own table with no record is worth a warning")
 		})
 	})
 
@@ -237,19 +236,23 @@ func TestMiddleware(t *testing.T) {
 		})
 	})
 
-	t.Run("MalformedIDIsTypedErrorWithoutHandler", func(t *testing.T) {
+	t.Run("MalformedIDRunsOnceUntrackedWithError", func(t *testing.T) {
 		t.Parallel()
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 			b := setup(t, backend, sqlstore.Mark)
-			for _, bad := range []string{"", "-1", "0", "abc", "1; DROP TABLE x", "99999999999999999999", "+5", "05"} {
-				msg := message.NewMessage("x", nil)
-				msg.Metadata.Set(outbox.MetadataID, bad)
-				msg.Metadata.Set(outbox.MetadataName, b.topic)
+			pending := b.publishTracked(t, 1)[0]
+			bads := []string{"", "-1", "0", "abc", "1; DROP TABLE x", "99999999999999999999", "+5", "05"}
+			for _, bad := range bads {
+				msg := b.ownMetadata(t, message.NewMessage("x", nil), bad)
 				h := &recordingHandler{}
 				_, err := b.middleware(t)(h.handle)(msg)
-				require.ErrorIs(t, err, outbox.ErrInvalidMetadata, "id %q", bad)
-				assert.Zero(t, h.runs.Load(), "id %q", bad)
+				require.NoError(t, err, "id %q is acked: nacking would bring it back without end", bad)
+				assert.EqualValues(t, 1, h.runs.Load(), "id %q runs once, untracked", bad)
 			}
+			errs := b.logger.Entries("error")
+			require.Len(t, errs, len(bads))
+			assert.ErrorIs(t, errs[0].Err, outbox.ErrInvalidMetadata)
+			assert.NoError(t, b.store.CheckPending(b.ctx(t), b.delivery(idOf(t, pending))), "no record was touched")
 		})
 	})
 
@@ -264,7 +267,7 @@ func TestMiddleware(t *testing.T) {
 			_, err := b.middleware(t)(h.handle)(msg)
 			require.NoError(t, err)
 			assert.EqualValues(t, 1, h.runs.Load())
-			require.Len(t, b.logger.Entries("error"), 1)
+			assert.Empty(t, b.logger.Entries("error"), "receiving another service's tracked messages is normal")
 		})
 	})
 }

@@ -143,3 +143,15 @@ func closedDB(t *testing.T, b testenv.Backend) *sqlx.DB {
 func (b *bundle) delivery(id int64) outbox.Delivery {
 	return outbox.Delivery{ID: id, Topic: b.topic}
 }
+
+// ownMetadata stamps outbox metadata naming record id (as text) of the
+// bundle's topic and table, as the publisher would.
+func (b *bundle) ownMetadata(t *testing.T, msg *message.Message, id string) *message.Message {
+	t.Helper()
+	identity, err := b.store.Identity(b.ctx(t))
+	require.NoError(t, err)
+	msg.Metadata.Set(outbox.MetadataID, id)
+	msg.Metadata.Set(outbox.MetadataName, b.topic)
+	msg.Metadata.Set(outbox.MetadataStore, identity)
+	return msg
+}

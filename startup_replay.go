@@ -100,6 +100,7 @@ func newReplayer(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger 
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
+	reg.reportDisabled(logger)
 	return &replayer{reg: reg, out: out, cfg: cfg, logger: logger}, nil
 }
 
@@ -229,16 +230,17 @@ func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger
 			return err
 		}
 		expected := len(router.Handlers())
+		var gate *subscribeGate
 		if expected == 0 || r.cfg.AfterRunning {
 			go r.afterRunning(router)
-			return nil
+		} else {
+			gate = &subscribeGate{expected: expected, replay: func(ctx context.Context) error {
+				_, err := r.run(ctx)
+				return err
+			}}
 		}
-		gate := &subscribeGate{expected: expected, replay: func(ctx context.Context) error {
-			_, err := r.run(ctx)
-			return err
-		}}
 		router.AddSubscriberDecorators(func(sub message.Subscriber) (message.Subscriber, error) {
-			return &replayingSubscriber{Subscriber: sub, gate: gate}, nil
+			return &replayingSubscriber{Subscriber: sub, gate: gate, r: r}, nil
 		})
 		return nil
 	}
@@ -280,15 +282,23 @@ func (g *subscribeGate) subscribed1(ctx context.Context) error {
 	return g.replay(ctx)
 }
 
+// replayingSubscriber is the router's subscriber of one handler: it counts
+// the subscriptions to each tracked topic, and replays after the last one
+// when gate is set.
 type replayingSubscriber struct {
 	message.Subscriber
 	gate *subscribeGate
+	r    *replayer
 }
 
 func (s *replayingSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	ch, err := s.Subscriber.Subscribe(ctx, topic)
 	if err != nil {
 		return nil, err
+	}
+	s.r.countSubscription(topic)
+	if s.gate == nil {
+		return ch, nil
 	}
 	if err := s.gate.subscribed1(ctx); err != nil {
 		return nil, fmt.Errorf("startup replay: %w", err)
@@ -311,5 +321,20 @@ func (r *replayer) stampSent(ctx context.Context, name string, store Store, recs
 	if err := st.StampSent(ctx, ids); err != nil {
 		r.logger.Error("Recording the replay's send time failed; the stale resubmitter may resend these records sooner", err,
 			watermill.LogFields{"outbox_name": name, "first_id": ids[0], "last_id": ids[len(ids)-1]})
+	}
+}
+
+// countSubscription detects, at start, a second handler subscribing to a
+// tracked topic that declares no consumers: the router does not say which
+// handler subscribes, so the names are logged at each one's first message.
+func (r *replayer) countSubscription(topic string) {
+	t := r.reg.lookup(topic)
+	if t == nil || len(t.consumers) > 0 {
+		return
+	}
+	if n := t.subscriptions.Add(1); n == 2 {
+		r.logger.Error("Two handlers subscribe to a tracked topic that declares no consumers", fmt.Errorf(
+			"%w: topic %q has %d subscriptions in this service; declare the handler names in Tracked.Consumers so that each handles every message, "+
+				"or the second handler runs untracked", ErrInvalidConfig, topic, n), watermill.LogFields{"outbox_name": topic})
 	}
 }

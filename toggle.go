@@ -3,6 +3,8 @@ package outbox
 import (
 	"os"
 	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
 )
 
 // EnvToggle is the environment variable that turns tracking on inside a Go
@@ -16,4 +18,17 @@ func trackingEnabled() bool {
 		return true
 	}
 	return os.Getenv(EnvToggle) == "on"
+}
+
+// reportDisabled tells, once per registry, that a test binary without the
+// toggle tracks nothing: a program that checks for "0 pending" would
+// otherwise pass without any record ever being written.
+func (r *Registry) reportDisabled(logger watermill.LoggerAdapter) {
+	if r.enabled {
+		return
+	}
+	r.offOnce.Do(func() {
+		logger.Info("Outbox tracking is off in this test binary: messages pass through untracked and no record is written. "+
+			"Set "+EnvToggle+"=on to track them", watermill.LogFields{"env": EnvToggle})
+	})
 }

@@ -24,16 +24,14 @@ var (
 // RecordFailure implements [outbox.FailureRecorder]: it counts a failed
 // handling of a pending delivery (the consumer's own row, for a record with
 // consumers), keeps the error text (at most [MaxErrorLength] bytes) and
-// makes the delivery due again retryIn later by the database clock. When
+// makes the delivery due again retryIn(attempts) later by the database
+// clock (at once for a nil retryIn or a delay of zero or less). When
 // maxAttempts > 0 and the count reaches it, it abandons the delivery
 // instead: abandoned_at is set from the database clock and the row is
 // kept; a record without consumers is abandoned with it (and, on a marking
 // table, its processed_at set), one with consumers once none of its
 // deliveries is pending. It is called only when a handler fails.
-func (s *Store) RecordFailure(ctx context.Context, d outbox.Delivery, reason string, maxAttempts int, retryIn time.Duration) (attempts int, abandoned bool, err error) {
-	if retryIn < 0 {
-		return 0, false, fmt.Errorf("%w: retryIn %v is negative", ErrInvalidConfig, retryIn)
-	}
+func (s *Store) RecordFailure(ctx context.Context, d outbox.Delivery, reason string, maxAttempts int, retryIn func(attempts int) time.Duration) (attempts int, abandoned bool, err error) {
 	reason = cutUTF8(reason, MaxErrorLength)
 	err = s.inTx(ctx, "record failure", func(tx *sqlx.Tx, dia Dialect) error {
 		var consumers int
@@ -53,18 +51,22 @@ func (s *Store) RecordFailure(ctx context.Context, d outbox.Delivery, reason str
 		}
 		attempts++
 		abandoned = maxAttempts > 0 && attempts >= maxAttempts
+		var delay time.Duration
+		if retryIn != nil {
+			delay = max(retryIn(attempts), 0)
+		}
 		var err error
 		switch {
 		case consumers == 0 && abandoned:
 			_, err = tx.ExecContext(ctx, s.q.abandonFailed, attempts, reason, d.ID)
 		case consumers == 0:
-			_, err = tx.ExecContext(ctx, s.q.failRecord, attempts, reason, dia.leaseArg(retryIn), d.ID)
+			_, err = tx.ExecContext(ctx, s.q.failRecord, attempts, reason, dia.leaseArg(delay), d.ID)
 		case abandoned:
 			if _, err = tx.ExecContext(ctx, s.q.abandonDelivery, attempts, reason, d.ID, d.Consumer); err == nil {
 				return s.rollUp(ctx, tx, d.ID, "record failure")
 			}
 		default:
-			_, err = tx.ExecContext(ctx, s.q.failDelivery, attempts, reason, dia.leaseArg(retryIn), d.ID, d.Consumer)
+			_, err = tx.ExecContext(ctx, s.q.failDelivery, attempts, reason, dia.leaseArg(delay), d.ID, d.Consumer)
 		}
 		if err != nil {
 			return s.fail("record failure", err)

@@ -16,11 +16,30 @@
 // Record ids come from an identity or auto-increment column that never reuses
 // a value, so that a copy of a deleted record can never match a new one.
 //
+// Migrate also gives each table a random identity, kept with its schema
+// version; [Store.Identity] returns it, and the publisher stamps it into
+// every message so that a receiver acts only on its own table's records.
+//
+// # Several receivers
+//
+// A record saved with consumers (outbox.Record.Consumers) gets one delivery
+// row per consumer in the table <table>_consumers. Each consumer checks and
+// completes its own row; the record stays pending until none is, and is
+// then completed (marked, or deleted with its delivery rows) or, if a
+// delivery was abandoned, abandoned. Completions of one record lock its row
+// first, so that on every database the last of them sees the others and
+// completes the record. A record saved without consumers has one receiver:
+// a marking table keeps the consumer that completed it (completed_by), so
+// that another consumer's copy is reported as a conflict rather than taken
+// for a duplicate. Records without consumers cost what they always did: one
+// INSERT, one completion statement.
+//
 // # Coalescing
 //
 // Concurrent [Store.Insert] calls that arrive while an insert is in flight
 // are combined into one multi-row INSERT, and concurrent [Store.Complete]
-// calls into one UPDATE (or DELETE) … WHERE id IN (…) RETURNING id. There is
+// calls of records without consumers into one UPDATE (or DELETE) … WHERE
+// id IN (…) RETURNING id per consumer. There is
 // no timer: a call that finds the store idle runs at once, alone, and batches
 // grow only with contention. Each call keeps its own outcome: its own ids in
 // the order of its records, [outbox.ErrNotPending] for its own id, its own

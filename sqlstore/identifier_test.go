@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/wmoutbox/outbox"
@@ -20,6 +21,29 @@ func TestValidateTable(t *testing.T) {
 		if !errors.Is(err, ErrInvalidTable) {
 			t.Errorf("%q accepted (err %v)", bad, err)
 		}
+	}
+}
+
+func TestValidateTableLeavesRoomForDerivedNames(t *testing.T) {
+	t.Parallel()
+	longest := strings.Repeat("t", maxTableName)
+	if err := validateTable(longest); err != nil {
+		t.Fatalf("a %d-byte name is refused: %v", maxTableName, err)
+	}
+	for _, suffix := range derivedSuffixes {
+		if n := len(longest + suffix); n > maxIdentifier {
+			t.Errorf("%q is %d bytes, over the %d-byte identifier limit", longest+suffix, n, maxIdentifier)
+		}
+	}
+	data := templateData{d: Postgres(), table: longest}
+	for _, name := range []string{data.ConsumersTable(), data.ConsumersIndex("pending"), data.ConsumersIndex("pkey")} {
+		if n := len(strings.Trim(name, `"`)); n > maxIdentifier {
+			t.Errorf("%s is %d bytes, over the limit", name, n)
+		}
+	}
+	err := validateTable(longest + "t")
+	if !errors.Is(err, ErrInvalidTable) || !strings.Contains(err.Error(), consumersTable(longest+"t")) {
+		t.Errorf("a name one byte too long: %v", err)
 	}
 }
 

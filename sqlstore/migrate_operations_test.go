@@ -54,11 +54,11 @@ func TestMigrateAddsOperationsToAFirstReleaseTable(t *testing.T) {
 				pending, err := current.PendingAfter(testCtx(t), "orders", 0, 10)
 				require.NoError(t, err)
 				require.Len(t, pending, 2, "the upgrade keeps the pending records pending")
-				n, abandoned, err := current.RecordFailure(testCtx(t), delivery(recs[1].ID), "boom", 1, 0)
+				n, abandoned, err := current.RecordFailure(testCtx(t), delivery(recs[1].ID), "boom", 1, nil)
 				require.NoError(t, err)
 				assert.Equal(t, 1, n, "old records start with no attempts")
 				assert.True(t, abandoned)
-				_, _, err = current.RecordFailure(testCtx(t), delivery(recs[0].ID), "boom", 1, 0)
+				_, _, err = current.RecordFailure(testCtx(t), delivery(recs[0].ID), "boom", 1, nil)
 				assert.ErrorIs(t, err, outbox.ErrNotPending, "a record completed before the upgrade stays completed")
 			})
 		}

@@ -48,7 +48,7 @@ func newFixture(t *testing.T, b testenv.Backend) *fixture {
 	}
 	require.NoError(t, store.Insert(ctx, recs))
 	require.NoError(t, store.Complete(ctx, delivery(recs[0].ID)))
-	_, _, err := store.RecordFailure(ctx, delivery(recs[1].ID), "payment service said no", 1, 0)
+	_, _, err := store.RecordFailure(ctx, delivery(recs[1].ID), "payment service said no", 1, nil)
 	require.NoError(t, err)
 	return &fixture{dsn: dsn, store: store, recs: recs}
 }

@@ -17,7 +17,7 @@ func (s *suite) testAdmin(t *testing.T) {
 			store := s.store(t, mode)
 			recs := insert(t, store, records("orders", 4))
 			require.NoError(t, store.Complete(ctx(t), dlv(recs[0].ID)))
-			_, _, err := store.RecordFailure(ctx(t), dlv(recs[1].ID), "poison", 1, 0)
+			_, _, err := store.RecordFailure(ctx(t), dlv(recs[1].ID), "poison", 1, nil)
 			require.NoError(t, err)
 
 			pending, err := store.List(ctx(t), sqlstore.Pending, 0, 10)

@@ -338,14 +338,14 @@ func (s *suite) testConsumerAttempts(t *testing.T) {
 			id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
 			billing, shipping := consumerDlv(id, "billing"), consumerDlv(id, "shipping")
 
-			n, abandoned, err := store.RecordFailure(ctx(t), billing, "boom", 2, 0)
+			n, abandoned, err := store.RecordFailure(ctx(t), billing, "boom", 2, nil)
 			require.NoError(t, err)
 			assert.Equal(t, 1, n)
 			assert.False(t, abandoned)
-			n, abandoned, err = store.RecordFailure(ctx(t), shipping, "other boom", 2, 0)
+			n, abandoned, err = store.RecordFailure(ctx(t), shipping, "other boom", 2, nil)
 			require.NoError(t, err)
 			assert.Equal(t, 1, n, "each consumer counts its own attempts")
-			n, abandoned, err = store.RecordFailure(ctx(t), billing, "last boom", 2, 0)
+			n, abandoned, err = store.RecordFailure(ctx(t), billing, "last boom", 2, nil)
 			require.NoError(t, err)
 			assert.Equal(t, 2, n)
 			assert.True(t, abandoned, "billing's delivery is abandoned")
@@ -355,7 +355,7 @@ func (s *suite) testConsumerAttempts(t *testing.T) {
 			assert.Equal(t, []int64{id}, pendingIDs(t, store), "the record is pending while a delivery is")
 			_, err = store.ResubmitAbandoned(ctx(t), id)
 			assert.ErrorIs(t, err, outbox.ErrNotAbandoned, "a record with a pending delivery is not abandoned")
-			_, _, err = store.RecordFailure(ctx(t), billing, "again", 2, 0)
+			_, _, err = store.RecordFailure(ctx(t), billing, "again", 2, nil)
 			assert.ErrorIs(t, err, outbox.ErrNotPending)
 
 			require.NoError(t, store.Complete(ctx(t), shipping))
@@ -376,7 +376,7 @@ func (s *suite) testConsumerAttempts(t *testing.T) {
 			assert.Equal(t, []int64{id}, pendingIDs(t, store))
 			require.NoError(t, store.CheckPending(ctx(t), billing), "the abandoned delivery is pending again")
 			assert.ErrorIs(t, store.CheckPending(ctx(t), shipping), outbox.ErrNotPending, "the completed delivery stays completed")
-			n, abandoned, err = store.RecordFailure(ctx(t), billing, "after requeue", 2, 0)
+			n, abandoned, err = store.RecordFailure(ctx(t), billing, "after requeue", 2, nil)
 			require.NoError(t, err)
 			assert.Equal(t, 1, n, "requeueing resets the attempts")
 			assert.False(t, abandoned)
@@ -390,7 +390,7 @@ func (s *suite) testConsumerAttempts(t *testing.T) {
 		store := s.store(t, sqlstore.Delete)
 		id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
 		for _, c := range twoConsumers {
-			_, abandoned, err := store.RecordFailure(ctx(t), consumerDlv(id, c), "poison", 1, 0)
+			_, abandoned, err := store.RecordFailure(ctx(t), consumerDlv(id, c), "poison", 1, nil)
 			require.NoError(t, err)
 			require.True(t, abandoned)
 		}
@@ -409,7 +409,7 @@ func (s *suite) testRetry(t *testing.T) {
 			id := recs[0].ID
 			backdate(t, store, "created_at")
 
-			_, _, err := store.RecordFailure(ctx(t), dlv(id), "boom", 0, untilDue)
+			_, _, err := store.RecordFailure(ctx(t), dlv(id), "boom", 0, after(untilDue))
 			require.NoError(t, err)
 			assertNotDue(t, store.CheckPending(ctx(t), dlv(id)), id)
 			claimed, err := store.ClaimStale(ctx(t), "orders", time.Minute, 10)
@@ -424,7 +424,7 @@ func (s *suite) testRetry(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, []int64{id, recs[1].ID}, claimedIDs(claimed))
 
-			_, _, err = store.RecordFailure(ctx(t), dlv(id), "boom", 0, 0)
+			_, _, err = store.RecordFailure(ctx(t), dlv(id), "boom", 0, nil)
 			require.NoError(t, err)
 			require.NoError(t, store.CheckPending(ctx(t), dlv(id)), "no delay makes it due at once")
 		})
@@ -437,7 +437,7 @@ func (s *suite) testRetry(t *testing.T) {
 			billing, shipping := consumerDlv(id, "billing"), consumerDlv(id, "shipping")
 			backdate(t, store, "created_at")
 
-			_, _, err := store.RecordFailure(ctx(t), billing, "boom", 0, untilDue)
+			_, _, err := store.RecordFailure(ctx(t), billing, "boom", 0, after(untilDue))
 			require.NoError(t, err)
 			assertNotDue(t, store.CheckPending(ctx(t), billing), id)
 			require.NoError(t, store.CheckPending(ctx(t), shipping), "the other consumer's delivery is due")
@@ -479,7 +479,7 @@ func (s *suite) testConsumerStatus(t *testing.T) {
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[0].ID, "billing")))
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[0].ID, "shipping")))
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[1].ID, "billing")))
-		_, _, err := store.RecordFailure(ctx(t), consumerDlv(recs[2].ID, "shipping"), "poison", 1, 0)
+		_, _, err := store.RecordFailure(ctx(t), consumerDlv(recs[2].ID, "shipping"), "poison", 1, nil)
 		require.NoError(t, err)
 		backdate(t, store, "created_at", recs[2].ID)
 
@@ -515,3 +515,6 @@ func withoutAge(st outbox.ConsumerStatus, want time.Duration) outbox.ConsumerSta
 	}
 	return st
 }
+
+// after is a retry schedule of one fixed delay.
+func after(d time.Duration) func(int) time.Duration { return func(int) time.Duration { return d } }

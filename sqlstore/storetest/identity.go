@@ -136,7 +136,7 @@ func (s *suite) testUpgrade(t *testing.T) {
 		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(recs[0].ID)), outbox.ErrNotPending, "completed before the upgrade")
 		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(recs[1].ID)), outbox.ErrNotPending, "abandoned before the upgrade")
 		require.NoError(t, store.CheckPending(ctx(t), dlv(recs[2].ID)))
-		n, abandoned, err := store.RecordFailure(ctx(t), dlv(recs[2].ID), "again", 3, 0)
+		n, abandoned, err := store.RecordFailure(ctx(t), dlv(recs[2].ID), "again", 3, nil)
 		require.NoError(t, err)
 		assert.Equal(t, 3, n, "the attempts so far are kept")
 		assert.True(t, abandoned)

@@ -49,13 +49,13 @@ func (s *suite) testAttempts(t *testing.T) {
 			id := recs[0].ID
 
 			for want := 1; want <= 2; want++ {
-				n, abandoned, err := store.RecordFailure(ctx(t), dlv(id), "boom", 3, 0)
+				n, abandoned, err := store.RecordFailure(ctx(t), dlv(id), "boom", 3, nil)
 				require.NoError(t, err)
 				assert.Equal(t, want, n)
 				assert.False(t, abandoned)
 				require.NoError(t, store.CheckPending(ctx(t), dlv(id)), "a failed record stays pending")
 			}
-			n, abandoned, err := store.RecordFailure(ctx(t), dlv(id), "last boom", 3, 0)
+			n, abandoned, err := store.RecordFailure(ctx(t), dlv(id), "last boom", 3, nil)
 			require.NoError(t, err)
 			assert.Equal(t, 3, n)
 			assert.True(t, abandoned, "the third failure of three abandons")
@@ -65,7 +65,7 @@ func (s *suite) testAttempts(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, []int64{recs[1].ID}, claimedIDs(pending), "replay skips the abandoned record")
 			assert.Equal(t, 2, rowCount(t, store), "the abandoned record is kept")
-			_, _, err = store.RecordFailure(ctx(t), dlv(id), "again", 3, 0)
+			_, _, err = store.RecordFailure(ctx(t), dlv(id), "again", 3, nil)
 			assert.ErrorIs(t, err, outbox.ErrNotPending)
 
 			var lastError string
@@ -80,7 +80,7 @@ func (s *suite) testAttempts(t *testing.T) {
 			assert.Equal(t, recs[0].Payload, got.Payload)
 			assert.Equal(t, "orders", got.Topic)
 			require.NoError(t, store.CheckPending(ctx(t), dlv(id)), "a resubmitted record is pending again")
-			n, abandoned, err = store.RecordFailure(ctx(t), dlv(id), "after resubmit", 3, 0)
+			n, abandoned, err = store.RecordFailure(ctx(t), dlv(id), "after resubmit", 3, nil)
 			require.NoError(t, err)
 			assert.Equal(t, 1, n, "resubmitting resets the attempts")
 			assert.False(t, abandoned)
@@ -92,7 +92,7 @@ func (s *suite) testAttempts(t *testing.T) {
 		store := s.store(t, sqlstore.Mark)
 		id := insert(t, store, records("orders", 1))[0].ID
 		for range 5 {
-			_, abandoned, err := store.RecordFailure(ctx(t), dlv(id), "boom", 0, 0)
+			_, abandoned, err := store.RecordFailure(ctx(t), dlv(id), "boom", 0, nil)
 			require.NoError(t, err)
 			require.False(t, abandoned)
 		}
@@ -104,7 +104,7 @@ func (s *suite) testAttempts(t *testing.T) {
 		store := s.store(t, sqlstore.Mark)
 		id := insert(t, store, records("orders", 1))[0].ID
 		long := strings.Repeat("é", sqlstore.MaxErrorLength) // two bytes each
-		_, _, err := store.RecordFailure(ctx(t), dlv(id), long, 0, 0)
+		_, _, err := store.RecordFailure(ctx(t), dlv(id), long, 0, nil)
 		require.NoError(t, err)
 		var kept string
 		require.NoError(t, store.DB().GetContext(ctx(t), &kept, store.DB().Rebind("SELECT last_error FROM "+store.Table()+" WHERE id = ?"), id))
@@ -117,7 +117,7 @@ func (s *suite) testAttempts(t *testing.T) {
 			store := s.store(t, mode)
 			id := insert(t, store, records("orders", 1))[0].ID
 			require.NoError(t, store.Complete(ctx(t), dlv(id)))
-			_, _, err := store.RecordFailure(ctx(t), dlv(id), "late", 1, 0)
+			_, _, err := store.RecordFailure(ctx(t), dlv(id), "late", 1, nil)
 			assert.ErrorIs(t, err, outbox.ErrNotPending)
 		})
 	})
@@ -214,7 +214,7 @@ func (s *suite) testPurge(t *testing.T) {
 		for _, r := range recs[:3] {
 			require.NoError(t, store.Complete(ctx(t), dlv(r.ID)))
 		}
-		_, abandoned, err := store.RecordFailure(ctx(t), dlv(recs[3].ID), "poison", 1, 0)
+		_, abandoned, err := store.RecordFailure(ctx(t), dlv(recs[3].ID), "poison", 1, nil)
 		require.NoError(t, err)
 		require.True(t, abandoned)
 
@@ -261,7 +261,7 @@ func (s *suite) testStatus(t *testing.T) {
 		orders := insert(t, store, records("orders", 4))
 		insert(t, store, records("refunds", 1))
 		require.NoError(t, store.Complete(ctx(t), dlv(orders[0].ID)))
-		_, _, err = store.RecordFailure(ctx(t), dlv(orders[1].ID), "poison", 1, 0)
+		_, _, err = store.RecordFailure(ctx(t), dlv(orders[1].ID), "poison", 1, nil)
 		require.NoError(t, err)
 		backdate(t, store, "created_at", orders[2].ID)
 
