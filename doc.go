@@ -4,14 +4,14 @@
 //
 // # How it works
 //
-// A [Registry] names the tracked topics and the [Store] each one saves into.
+// A [Registry] names the tracked topics and the [recordstore.Store] each one saves into.
 // Anything not registered passes through untouched, at the cost of one map
 // lookup.
 //
 //  1. The publisher decorator ([NewPublisher], [PublisherDecorator]) inserts one
 //     record per tracked message on the store's own connection, committed on
 //     its own, stamps the record id into the metadata ([MetadataID],
-//     [MetadataName]) and then calls the wrapped publisher. If the insert fails
+//     [MetadataTopic]) and then calls the wrapped publisher. If the insert fails
 //     nothing is sent; if the send fails the record stays pending.
 //  2. The router middleware ([NewMiddleware]) checks that the record of a
 //     delivered message is still pending, runs the handler, and completes the
@@ -38,16 +38,16 @@
 //     effect; the middleware then skips its own completion.
 //   - A store with a delivery lease (sqlstore's Config.Lease) claims the
 //     record before the handler runs; a copy delivered meanwhile is nacked
-//     with a [*LeasedError].
+//     with a [*FetchError].
 //
-// The stores say what they support through [TxInserter], [TxCompleter] and
-// [Releaser]; docs/guarantees.md compares the modes and their costs.
+// The stores say what they support through [recordstore.TxInserter], [recordstore.TxCompleter] and
+// [recordstore.Releaser]; docs/guarantees.md compares the modes and their costs.
 //
 // # Stores
 //
 // The sqlstore package provides the record tables for PostgreSQL, MySQL/MariaDB
-// and SQLite. Any type that implements [Store] works; one that also implements
-// [Verifier] is checked before the startup replay.
+// and SQLite. Any type that implements [recordstore.Store] works; one that also implements
+// [recordstore.Verifier] is checked before the startup replay.
 //
 // # Middleware order
 //
@@ -65,8 +65,8 @@
 // runs, [Cleaner] deletes old completed records, [NewStatusHandler] serves the
 // backlog as JSON, and [Registry.SetObserver] feeds metrics (the
 // outboxmetrics package has Prometheus collectors). They use the stores'
-// optional interfaces: [FailureRecorder], [StaleClaimer], [SendStamper],
-// [Purger], [StatusReader] and [Resubmitter].
+// optional interfaces: [recordstore.FailureRecorder], [recordstore.StaleClaimer], [recordstore.SendStamper],
+// [recordstore.Cleaner], [recordstore.StatusReader] and [recordstore.Requeuer].
 //
 // # Test builds
 //

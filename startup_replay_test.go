@@ -158,7 +158,7 @@ func TestReplay(t *testing.T) {
 			b.store.Attach(closedDB(t, backend))
 			// A store that cannot verify itself, so that the replay gets as
 			// far as reading the records.
-			reg, err := outbox.NewRegistry(outbox.Tracked{Name: b.topic, Store: plainStore{b.store}})
+			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: plainStore{b.store}})
 			require.NoError(t, err)
 			b.reg = reg
 
@@ -166,7 +166,7 @@ func TestReplay(t *testing.T) {
 			err = router.Run(context.Background())
 			var replayErr *outbox.ReplayError
 			require.ErrorAs(t, err, &replayErr, "the router does not start")
-			assert.Equal(t, b.topic, replayErr.Name)
+			assert.Equal(t, b.topic, replayErr.Topic)
 		})
 	})
 
@@ -210,7 +210,7 @@ func TestReplay(t *testing.T) {
 				assert.Greater(t, id, prev, "replay sends in id order")
 				prev = id
 				assert.Equal(t, m.UUID, string(m.Payload), "original UUID and payload")
-				assert.Equal(t, b.topic, m.Metadata.Get(outbox.MetadataName))
+				assert.Equal(t, b.topic, m.Metadata.Get(outbox.MetadataTopic))
 			}
 		})
 	})
@@ -243,8 +243,8 @@ func TestHandlerPublishesTrackedOnOneConnection(t *testing.T) {
 		inStore := testenv.NewStore(t, backend, db, sqlstore.Mark)
 		outStore := testenv.NewStore(t, backend, db, sqlstore.Mark)
 		reg, err := outbox.NewRegistry(
-			outbox.Tracked{Name: "in", Store: inStore},
-			outbox.Tracked{Name: "out", Store: outStore},
+			outbox.Tracked{Topic: "in", Store: inStore},
+			outbox.Tracked{Topic: "out", Store: outStore},
 		)
 		require.NoError(t, err)
 		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, nil)

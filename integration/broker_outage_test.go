@@ -39,7 +39,7 @@ func TestBrokerOutage(t *testing.T) {
 	db := backend.Open(t)
 	store := testenv.NewStore(t, backend, db, sqlstore.Mark)
 	topic := "outage_" + store.Table()
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: topic, Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: topic, Store: store})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = admin.Del(context.Background(), topic).Err() })
 

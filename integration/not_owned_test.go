@@ -42,7 +42,7 @@ func TestNotOwnedCountsEveryUntrackedMessage(t *testing.T) {
 			db := b.Open(t)
 			store := testenv.NewStore(t, b, db, sqlstore.Mark)
 			topic := "orders_" + store.Table()
-			reg, err := outbox.NewRegistry(outbox.Tracked{Name: topic, Store: store, Consumers: tc.consumers})
+			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: topic, Store: store, Consumers: tc.consumers})
 			require.NoError(t, err)
 			obs := &notOwnedCounter{n: map[string]int{}}
 			reg.SetObserver(obs)

@@ -16,6 +16,7 @@ import (
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
 	"github.com/wmoutbox/outbox/outboxmetrics"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -58,7 +59,7 @@ func TestCollectorCountsTheFlowAndReadsTheBacklog(t *testing.T) {
 			db := backend.Open(t)
 			store := testenv.NewStore(t, backend, db, sqlstore.Mark)
 			name := "orders"
-			reg, err := outbox.NewRegistry(outbox.Tracked{Name: name, Store: store})
+			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: name, Store: store})
 			require.NoError(t, err)
 			c, err := outboxmetrics.NewCollector(reg, outboxmetrics.Config{Namespace: "app"}, nil)
 			require.NoError(t, err)
@@ -117,13 +118,13 @@ func TestCollectorBreaksTheBacklogDownPerConsumer(t *testing.T) {
 			t.Parallel()
 			ctx := t.Context()
 			store := testenv.NewStore(t, backend, backend.Open(t), sqlstore.Mark)
-			reg, err := outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store, Consumers: []string{"email", "stats"}})
+			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store, Consumers: []string{"email", "stats"}})
 			require.NoError(t, err)
 			c, err := outboxmetrics.NewCollector(reg, outboxmetrics.Config{}, nil)
 			require.NoError(t, err)
-			recs := []outbox.Record{{Topic: "orders", UUID: "a", Consumers: reg.Consumers("orders")}, {Topic: "orders", UUID: "b", Consumers: reg.Consumers("orders")}}
+			recs := []recordstore.Record{{Topic: "orders", UUID: "a", Consumers: reg.Consumers("orders")}, {Topic: "orders", UUID: "b", Consumers: reg.Consumers("orders")}}
 			require.NoError(t, store.Insert(ctx, recs))
-			require.NoError(t, store.Complete(ctx, outbox.Delivery{ID: recs[0].ID, Topic: "orders", Consumer: "email"}))
+			require.NoError(t, store.Complete(ctx, recordstore.Delivery{ID: recs[0].ID, Topic: "orders", Consumer: "email"}))
 
 			got := gather(t, c)
 			assert.Equal(t, 2.0, got["outbox_pending_records{orders}"], "a record is pending while one consumer has not completed it")

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // State is where a record is in its life, for the admin queries.
@@ -23,7 +23,7 @@ const (
 // RecordInfo is a record with its bookkeeping, as operators see it. Ages
 // are by the database clock.
 type RecordInfo struct {
-	outbox.Record
+	recordstore.Record
 	State     State
 	Attempts  int
 	LastError string
@@ -184,7 +184,7 @@ func (s *Store) Get(ctx context.Context, id int64) (RecordInfo, error) {
 const dueLongAgo = "2000-01-01 00:00:00"
 
 // MakeDue marks up to limit pending records with an id greater than afterID
-// as last sent long ago, so that the service's [outbox.StaleResubmitter]
+// as last sent long ago, so that the service's outbox.StaleResubmitter
 // sends them at its next round, and returns their ids in order. With dryRun
 // it only returns the ids.
 func (s *Store) MakeDue(ctx context.Context, afterID int64, limit int, dryRun bool) ([]int64, error) {
@@ -217,10 +217,10 @@ func (s *Store) MakeDue(ctx context.Context, afterID int64, limit int, dryRun bo
 
 // ResubmitAbandonedLater makes an abandoned record pending again, like
 // [Store.ResubmitAbandoned], but leaves the sending to the service: the
-// record is due at once for its [outbox.StaleResubmitter], and its next
+// record is due at once for its outbox.StaleResubmitter, and its next
 // startup replay sends it too.
 func (s *Store) ResubmitAbandonedLater(ctx context.Context, id int64) error {
-	if _, err := s.ResubmitAbandoned(ctx, id); err != nil {
+	if _, err := s.Requeue(ctx, id); err != nil {
 		return err
 	}
 	db, d, err := s.bound(ctx)

@@ -22,7 +22,7 @@
 //
 // # Several receivers
 //
-// A record saved with consumers (outbox.Record.Consumers) gets one delivery
+// A record saved with consumers (recordstore.Record.Consumers) gets one delivery
 // row per consumer in the table <table>_consumers. Each consumer checks and
 // completes its own row; the record stays pending until none is, and is
 // then completed (marked, or deleted with its delivery rows) or, if a
@@ -42,7 +42,7 @@
 // id IN (…) RETURNING id per consumer. There is
 // no timer: a call that finds the store idle runs at once, alone, and batches
 // grow only with contention. Each call keeps its own outcome: its own ids in
-// the order of its records, [outbox.ErrNotPending] for its own id, its own
+// the order of its records, [recordstore.ErrNotPending] for its own id, its own
 // error. See [Coalescing] for the settings and the failure rules.
 //
 // # Connection

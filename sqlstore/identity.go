@@ -9,8 +9,7 @@ import (
 	"fmt"
 
 	"github.com/jmoiron/sqlx"
-
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // identityVersion is the schema version that gave tables an identity.
@@ -23,7 +22,7 @@ func newIdentity() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Identity implements [outbox.Store]: the identity Migrate gave the table,
+// Identity implements [recordstore.Store]: the identity Migrate gave the table,
 // kept with its schema version in [VersionTable]. It is read once per
 // attached pool; afterwards it costs one atomic load. Before the table is
 // migrated it returns an error wrapping [ErrTableMissing] or
@@ -39,10 +38,10 @@ func (s *Store) Identity(ctx context.Context) (string, error) {
 	return s.identityThrough(ctx, db, db)
 }
 
-// IdentityTx implements [outbox.TxInserter]: the table's identity, read
+// IdentityTx implements [recordstore.TxInserter]: the table's identity, read
 // through tx when it is not known yet, so that a caller holding the only
 // connection of the pool in tx does not wait for a second one.
-func (s *Store) IdentityTx(ctx context.Context, tx outbox.Tx) (string, error) {
+func (s *Store) IdentityTx(ctx context.Context, tx recordstore.Tx) (string, error) {
 	a := s.att.Load()
 	if a != nil && a.identity != "" {
 		return a.identity, nil

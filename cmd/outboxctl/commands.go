@@ -75,7 +75,7 @@ func (c *cli) status(ctx context.Context, s *sqlstore.Store) error {
 	}
 	return c.printTable("NAME\tPENDING\tOLDEST PENDING\tABANDONED\tCOMPLETED", func(w io.Writer) {
 		for _, st := range sts {
-			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\n", st.Name, st.Pending, age(st.OldestPending), st.Abandoned, st.Completed)
+			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\n", st.Topic, st.Pending, age(st.OldestPending), st.Abandoned, st.Completed)
 		}
 	})
 }
@@ -207,7 +207,7 @@ func (c *cli) purge(ctx context.Context, s *sqlstore.Store) error {
 	}
 	total := 0
 	for {
-		n, err := s.PurgeCompleted(ctx, olderThan, batch)
+		n, err := s.Clean(ctx, olderThan, batch)
 		total += n
 		if err != nil {
 			return err

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -22,7 +22,7 @@ import (
 type fixture struct {
 	dsn   string
 	store *sqlstore.Store
-	recs  []outbox.Record
+	recs  []recordstore.Record
 }
 
 func newFixture(t *testing.T, b testenv.Backend) *fixture {
@@ -42,9 +42,9 @@ func newFixture(t *testing.T, b testenv.Backend) *fixture {
 	db := testenv.Open(t, b.Name, driver, dsn)
 	store := testenv.NewStore(t, b, db, sqlstore.Mark)
 	ctx := t.Context()
-	recs := make([]outbox.Record, 4)
+	recs := make([]recordstore.Record, 4)
 	for i := range recs {
-		recs[i] = outbox.Record{Topic: "orders", UUID: fmt.Sprintf("uuid-%d", i), Payload: []byte(fmt.Sprintf(`{"n":%d}`, i)), Metadata: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
+		recs[i] = recordstore.Record{Topic: "orders", UUID: fmt.Sprintf("uuid-%d", i), Payload: []byte(fmt.Sprintf(`{"n":%d}`, i)), Metadata: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
 	}
 	require.NoError(t, store.Insert(ctx, recs))
 	require.NoError(t, store.Complete(ctx, delivery(recs[0].ID)))
@@ -172,6 +172,6 @@ func TestOutboxctlMistakes(t *testing.T) {
 }
 
 // delivery is the delivery of record id of "orders" to one handler.
-func delivery(id int64) outbox.Delivery {
-	return outbox.Delivery{ID: id, Topic: "orders", Consumer: "handler"}
+func delivery(id int64) recordstore.Delivery {
+	return recordstore.Delivery{ID: id, Topic: "orders", Consumer: "handler"}
 }

@@ -54,7 +54,7 @@ func newEnv(t *testing.T, b Backend) *env {
 			b.Remove(t, e.plain, e.group)
 		})
 	}
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: e.topic, Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: e.topic, Store: store})
 	require.NoError(t, err)
 	require.True(t, reg.Enabled(), "set %s=on in the test binary (TestMain) to run the scenarios", outbox.EnvToggle)
 	e.reg = reg
@@ -162,7 +162,7 @@ func (e *env) connectAs(consumer string) (message.Publisher, message.Subscriber)
 // consumers.
 func (e *env) declare(consumers ...string) {
 	e.t.Helper()
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: e.topic, Store: e.store, Consumers: consumers})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: e.topic, Store: e.store, Consumers: consumers})
 	require.NoError(e.t, err)
 	e.reg = reg
 }

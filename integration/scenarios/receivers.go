@@ -15,6 +15,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // The scenarios of a tracked topic with several receivers. Each receiver
@@ -190,7 +191,7 @@ func (e *env) requireDeliveriesComplete(consumers []string, n int) {
 	for _, c := range consumers {
 		notCompleted := map[int64]error{}
 		for _, r := range e.rows() {
-			err := e.store.CheckPending(ctx, outbox.Delivery{ID: r.ID, Topic: e.topic, Consumer: c})
+			err := e.store.CheckPending(ctx, recordstore.Delivery{ID: r.ID, Topic: e.topic, Consumer: c})
 			if !errors.Is(err, outbox.ErrNotPending) {
 				notCompleted[r.ID] = err
 			}
@@ -203,18 +204,18 @@ func (e *env) requireDeliveriesComplete(consumers []string, n int) {
 
 // requireCompletedBy asserts that each record was completed by the consumer
 // and that another consumer's copy is a conflict, not a duplicate.
-func requireCompletedBy(t *testing.T, store outbox.Store, topic string, rows []row, by, other string) {
+func requireCompletedBy(t *testing.T, store recordstore.Store, topic string, rows []row, by, other string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	wrong := map[int64]error{}
 	for _, r := range rows {
-		if err := store.CheckPending(ctx, outbox.Delivery{ID: r.ID, Topic: topic, Consumer: by}); !errors.Is(err, outbox.ErrNotPending) {
+		if err := store.CheckPending(ctx, recordstore.Delivery{ID: r.ID, Topic: topic, Consumer: by}); !errors.Is(err, outbox.ErrNotPending) {
 			wrong[r.ID] = fmt.Errorf("for %s: %w", by, err)
 			continue
 		}
-		err := store.CheckPending(ctx, outbox.Delivery{ID: r.ID, Topic: topic, Consumer: other})
-		var conflict *outbox.ConsumerConflictError
+		err := store.CheckPending(ctx, recordstore.Delivery{ID: r.ID, Topic: topic, Consumer: other})
+		var conflict *recordstore.ConsumerConflictError
 		if !errors.As(err, &conflict) || conflict.CompletedBy != by {
 			wrong[r.ID] = fmt.Errorf("for %s: %w", other, err)
 		}

@@ -38,7 +38,7 @@ type sharingService struct {
 func (e *env) startSharingService(name string, db *sqlx.DB, store *sqlstore.Store) *sharingService {
 	e.t.Helper()
 	s := &sharingService{name: name, db: db, store: store, obs: newCounts(), logger: &testenv.CaptureLogger{}, seen: map[runKey]delivery{}}
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: e.topic, Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: e.topic, Store: store})
 	require.NoError(e.t, err)
 	reg.SetObserver(s.obs)
 	s.reg = reg
@@ -174,7 +174,7 @@ func assertTrackedOnlyOwn(t *testing.T, topic string, services []*sharingService
 			d := s.seen[runKey{s.name, u}]
 			if own[u] {
 				assert.True(t, d.Tracked, "%s handles its own %s tracked", s.name, u)
-				assert.Equal(t, outbox.RecordRef{Name: topic, ID: d.Record.ID, Consumer: s.name}, d.Record)
+				assert.Equal(t, outbox.RecordRef{Topic: topic, ID: d.Record.ID, Consumer: s.name}, d.Record)
 				assert.Equal(t, ownID, d.Received.Get(outbox.MetadataStore))
 			} else {
 				assert.False(t, d.Tracked, "%s handles the other's %s untracked", s.name, u)

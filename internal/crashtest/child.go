@@ -16,6 +16,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -100,7 +101,7 @@ func child(cfg ChildConfig) error {
 		return err
 	}
 	store := &haltingStore{Store: base, st: st}
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: topic, Store: store, Consumers: consumers})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: topic, Store: store, Consumers: consumers})
 	if err != nil {
 		return err
 	}
@@ -241,7 +242,7 @@ type haltingStore struct {
 	st *childState
 }
 
-func (s *haltingStore) Complete(ctx context.Context, d outbox.Delivery) error {
+func (s *haltingStore) Complete(ctx context.Context, d recordstore.Delivery) error {
 	if n := s.st.complets.Add(1) - 1; s.st.mode == BeforeMark && n == s.st.at {
 		halt(BeforeMark)
 	}

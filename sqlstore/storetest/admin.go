@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -63,13 +63,13 @@ func (s *suite) testAdmin(t *testing.T) {
 			claimed, err = store.ClaimStale(ctx(t), "orders", time.Hour, 10)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{recs[1].ID}, claimedIDs(claimed))
-			assert.ErrorIs(t, store.ResubmitAbandonedLater(ctx(t), recs[1].ID), outbox.ErrNotAbandoned)
+			assert.ErrorIs(t, store.ResubmitAbandonedLater(ctx(t), recs[1].ID), recordstore.ErrNotAbandoned)
 		})
 	})
 }
 
-func infosRecords(infos []sqlstore.RecordInfo) []outbox.Record {
-	out := make([]outbox.Record, len(infos))
+func infosRecords(infos []sqlstore.RecordInfo) []recordstore.Record {
+	out := make([]recordstore.Record, len(infos))
 	for i, r := range infos {
 		out[i] = r.Record
 	}
