@@ -45,7 +45,7 @@ type StatusReport struct {
 	// pending record is older than MaxPendingAge.
 	Healthy bool `json:"healthy"`
 	// Error is why the stores could not be read, if they could not.
-	Error string        `json:"error,omitempty"`
+	Error  string        `json:"error,omitempty"`
 	Topics []TopicStatus `json:"topics"`
 }
 
