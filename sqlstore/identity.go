@@ -50,6 +50,9 @@ func (s *Store) IdentityTx(ctx context.Context, tx outbox.Tx) (string, error) {
 	if a == nil {
 		return "", ErrNoDB
 	}
+	if a.err != nil {
+		return "", a.err
+	}
 	return s.identityThrough(ctx, tx, a.db)
 }
 
