@@ -182,7 +182,7 @@ func (c *cli) resubmit(ctx context.Context, s *sqlstore.Store) error {
 		return err
 	}
 	for _, id := range ids {
-		if err := s.ResubmitAbandonedLater(ctx, id); err != nil {
+		if err := s.RequeueLater(ctx, id); err != nil {
 			return err
 		}
 	}
