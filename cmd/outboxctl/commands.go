@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/wmoutbox/outbox/sqlstore"
@@ -166,11 +168,22 @@ func (c *cli) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
+// printTable aligns the tab-separated rows under the header, with no
+// spaces at the end of a line whose last cells are empty.
 func (c *cli) printTable(header string, rows func(w io.Writer)) error {
-	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	var b bytes.Buffer
+	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, header)
 	rows(w)
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	var out strings.Builder
+	for _, line := range strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n") {
+		out.WriteString(strings.TrimRight(line, " ") + "\n")
+	}
+	_, err := io.WriteString(c.out, out.String())
+	return err
 }
 
 func parseIDs(args []string, want int) ([]int64, error) {

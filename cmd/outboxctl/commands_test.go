@@ -38,6 +38,7 @@ func TestCommands(t *testing.T) {
 		assert.Regexp(t, `^ID\s+TOPIC\s+UUID\s+STATE\s+ATTEMPTS\s+AGE\s+RESENT\s+CONSUMERS\s+LAST ERROR\n`, r.stdout)
 		assert.Regexp(t, `\n`+f.id(1)+`\s+orders\s+uuid-1\s+abandoned\s+1\s+\S+\s+never\s+-\s+payment service said no\n$`, r.stdout)
 		assert.Empty(t, r.stderr, "no more records")
+		assert.NotContains(t, r.stdout, " \n", "no spaces at the ends of lines")
 
 		r = f.ctl(t, "show", f.id(1))
 		require.Zero(t, r.code, r.stderr)
