@@ -57,6 +57,9 @@ type Dialect interface {
 	addVersionIdentity() string
 	// convertError turns a driver error into the package's sentinels.
 	convertError(err error) error
+	// databaseQuery reads the name of the database a connection is in,
+	// for errors that name it.
+	databaseQuery() string
 	// leaseUntil is the database clock plus the lease passed as the nth
 	// argument, in the form leaseArg gives it.
 	leaseUntil(n int) string

@@ -365,6 +365,8 @@ func (mysql) convertError(err error) error {
 	return err
 }
 
+func (mysql) databaseQuery() string { return "SELECT DATABASE()" }
+
 func (mysql) leaseUntil(int) string { return "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" }
 
 func (mysql) leaseArg(lease time.Duration) any { return lease.Microseconds() }

@@ -128,6 +128,8 @@ func (postgres) convertError(err error) error {
 	return err
 }
 
+func (postgres) databaseQuery() string { return "SELECT current_database()" }
+
 // rowsScanner is what scanIDs needs of *sql.Rows.
 type rowsScanner interface {
 	Next() bool

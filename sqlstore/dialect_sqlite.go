@@ -153,6 +153,11 @@ func (sqlite) convertError(err error) error {
 	return err
 }
 
+// databaseQuery reads the file of the main database; "" in memory.
+func (sqlite) databaseQuery() string {
+	return "SELECT file FROM pragma_database_list WHERE name = 'main'"
+}
+
 // leaseUntil is in the clock's text format, so that it compares with it.
 func (sqlite) leaseUntil(int) string { return "strftime('%Y-%m-%d %H:%M:%f', 'now', ?)" }
 

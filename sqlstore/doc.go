@@ -9,7 +9,9 @@
 // [Store.Verify] checks that the table exists at the version the code
 // expects; outbox.Replay and outbox.ReplayPlugin call it before replaying, so
 // a missing or mismatched table stops the start with an error that says what
-// to do. A marking store ([Mark], the default) keeps completed records with
+// to do, naming the dialect and the database. Tools that inspect a table
+// they did not configure open it with [OpenTable], which reads the
+// completion mode the table was created with. A marking store ([Mark], the default) keeps completed records with
 // processed_at set from the database clock; a deleting store ([Delete]) has
 // no processed_at column and deletes completed records.
 //
@@ -48,7 +50,9 @@
 // # Connection
 //
 // The *sqlx.DB may be passed in [Config] or attached later with
-// [Store.Attach]; the hot path reads it with one atomic load. Every query runs
+// [Store.Attach]; the hot path reads it with one atomic load. A pool whose
+// driver is for another database than the dialect (a SQLite pool given
+// [Postgres]) is refused with an error that names both. Every query runs
 // on that pool, never in a caller's transaction.
 //
 // For SQLite use a file database in WAL mode with a busy timeout, e.g.

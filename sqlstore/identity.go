@@ -49,6 +49,9 @@ func (s *Store) IdentityTx(ctx context.Context, tx recordstore.Tx) (string, erro
 	if a == nil {
 		return "", ErrNoDB
 	}
+	if a.err != nil {
+		return "", a.err
+	}
 	return s.identityThrough(ctx, tx, a.db)
 }
 

@@ -88,11 +88,23 @@ type Store struct {
 var _ recordstore.Store = (*Store)(nil)
 
 // New returns a store for the table; it does not touch the database. Call
-// [Store.Migrate] to create the table.
+// [Store.Migrate] to create the table, or use [OpenTable] for a table that
+// exists.
+//
+// A pool whose driver is known to be for another database than the dialect
+// (pgx or lib/pq, go-sql-driver/mysql, modernc.org/sqlite or mattn's
+// go-sqlite3, told by the driver's type or the name sqlx was given) is
+// refused with an error wrapping [ErrInvalidConfig] that names both. Other
+// drivers are accepted with any dialect.
 func New(cfg Config) (*Store, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.DB != nil {
+		if err := checkDriver(cfg.Dialect, cfg.DB); err != nil {
+			return nil, err
+		}
 	}
 	s := &Store{dialect: cfg.Dialect, table: cfg.Table, mode: cfg.Completion, lease: cfg.Lease, migrations: migrationFiles}
 	s.q = buildQueries(cfg.Dialect, cfg.Table, cfg.Completion)
