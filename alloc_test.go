@@ -21,8 +21,8 @@ func untrackedFixture(t testing.TB) (message.Publisher, message.HandlerFunc, *me
 	store, err := sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite()}) // never reached
 	require.NoError(t, err)
 	reg, err := outbox.NewRegistry(
-		outbox.Tracked{Name: "orders", Store: store},
-		outbox.Tracked{Name: "payments", Store: store},
+		outbox.Tracked{Topic: "orders", Store: store},
+		outbox.Tracked{Topic: "payments", Store: store},
 	)
 	require.NoError(t, err)
 	require.True(t, reg.Enabled())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -46,7 +47,7 @@ func TestAttempts(t *testing.T) {
 				h := &recordingHandler{err: herr}
 				var hooked []*outbox.AbandonedError
 				var hookedMsg *message.Message
-				mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{MaxAttempts: 2, OnAbandon: func(m *message.Message, aerr *outbox.AbandonedError) {
+				mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{MaxAttempts: 2, Backoff: redeliverAtOnce, OnAbandon: func(m *message.Message, aerr *outbox.AbandonedError) {
 					hooked, hookedMsg = append(hooked, aerr), m
 				}}, b.logger)
 				require.NoError(t, err)
@@ -65,7 +66,7 @@ func TestAttempts(t *testing.T) {
 				require.True(t, outbox.IsAbandoned(err))
 				var aerr *outbox.AbandonedError
 				require.ErrorAs(t, err, &aerr)
-				assert.Equal(t, outbox.AbandonedError{Name: b.topic, ID: id, Attempts: 2, Err: herr}, *aerr)
+				assert.Equal(t, outbox.AbandonedError{Topic: b.topic, ID: id, Attempts: 2, Err: herr}, *aerr)
 				require.Len(t, hooked, 1, "the hook runs once, on abandon")
 				assert.Same(t, aerr, hooked[0])
 				assert.Empty(t, hookedMsg.Metadata.Get(outbox.MetadataID), "an abandoned message leaves without its record id")
@@ -116,7 +117,7 @@ func TestAttempts(t *testing.T) {
 			require.NoError(t, err)
 			poison, err := middleware.PoisonQueueWithFilter(gc, "poison", outbox.IsAbandoned)
 			require.NoError(t, err)
-			mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{MaxAttempts: 3}, b.logger)
+			mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{MaxAttempts: 3, Backoff: redeliverAtOnce}, b.logger)
 			require.NoError(t, err)
 			router.AddMiddleware(poison, mw) // the poison queue outside the outbox
 			var mu sync.Mutex
@@ -155,7 +156,7 @@ func TestAttempts(t *testing.T) {
 		})
 	})
 
-	t.Run("AbandonedRecordIsResubmitted", func(t *testing.T) {
+	t.Run("AbandonedRecordIsRequeued", func(t *testing.T) {
 		t.Parallel()
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 			b := setup(t, backend, sqlstore.Mark)
@@ -175,7 +176,7 @@ func TestAttempts(t *testing.T) {
 			decorated, err := outbox.NewPublisher(gc, b.reg)
 			require.NoError(t, err)
 			rows := b.rowCount(t)
-			require.NoError(t, outbox.ResubmitAbandoned(b.ctx(t), b.reg, decorated, b.topic, id))
+			require.NoError(t, outbox.Requeue(b.ctx(t), b.reg, decorated, b.topic, id))
 			assert.Equal(t, rows, b.rowCount(t), "no second record")
 			require.NoError(t, b.store.CheckPending(b.ctx(t), b.delivery(id)), "pending again")
 			got := <-sub
@@ -185,8 +186,8 @@ func TestAttempts(t *testing.T) {
 			attempts, _ := b.attemptsOf(t, id)
 			assert.Zero(t, attempts, "attempts start over")
 
-			err = outbox.ResubmitAbandoned(b.ctx(t), b.reg, gc, b.topic, id)
-			assert.ErrorIs(t, err, outbox.ErrNotAbandoned, "a pending record is not resubmitted")
+			err = outbox.Requeue(b.ctx(t), b.reg, gc, b.topic, id)
+			assert.ErrorIs(t, err, recordstore.ErrNotAbandoned, "a pending record is not requeued")
 		})
 	})
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/faultproxy"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -143,18 +144,18 @@ func publishUntilAcked(t *testing.T, pub message.Publisher, topic string, msg *m
 }
 
 // status reads the bundle's topic from the store's full status.
-func (b *bundle) status(t *testing.T) outbox.NameStatus {
+func (b *bundle) status(t *testing.T) recordstore.TopicStatus {
 	t.Helper()
 	all, err := b.store.Status(b.ctx(t))
 	require.NoError(t, err)
 	for _, s := range all {
-		if s.Name == b.topic {
+		if s.Topic == b.topic {
 			s.OldestPending = 0
 			s.Consumers = nil
 			return s
 		}
 	}
-	return outbox.NameStatus{Name: b.topic}
+	return recordstore.TopicStatus{Topic: b.topic}
 }
 
 // errorLines are the Error lines of the given loggers.
@@ -198,15 +199,15 @@ func TestReplayedMessagesOutliveTheReplay(t *testing.T) {
 		{name: "StaleResubmitter", send: func(ctx context.Context, t *testing.T, b *bundle, pub message.Publisher, _ []int64) {
 			b.backdate(t, "created_at", 0)
 			b.backdate(t, "last_sent_at", 0)
-			r, err := outbox.NewStaleResubmitter(b.reg, pub, outbox.StaleResubmitConfig{OlderThan: time.Millisecond}, b.logger)
+			r, err := outbox.NewStaleResubmitter(b.reg, pub, outbox.StaleResubmitterConfig{OlderThan: time.Millisecond}, b.logger)
 			require.NoError(t, err)
 			res, err := r.ResubmitOnce(ctx)
 			require.NoError(t, err)
 			require.Equal(t, records, res.Total())
 		}},
-		{name: "ResubmitAbandoned", abandon: true, send: func(ctx context.Context, t *testing.T, b *bundle, pub message.Publisher, ids []int64) {
+		{name: "Requeue", abandon: true, send: func(ctx context.Context, t *testing.T, b *bundle, pub message.Publisher, ids []int64) {
 			for _, id := range ids {
-				require.NoError(t, outbox.ResubmitAbandoned(ctx, b.reg, pub, b.topic, id))
+				require.NoError(t, outbox.Requeue(ctx, b.reg, pub, b.topic, id))
 			}
 		}},
 	}
@@ -304,9 +305,9 @@ func (l *replayDoneLogger) Info(msg string, fields watermill.LogFields) {
 // abandon abandons records through a middleware of its own registry, as
 // another process would have, so that the service under test has seen no
 // consumer yet.
-func abandon(t *testing.T, b *bundle, recs []outbox.Record) {
+func abandon(t *testing.T, b *bundle, recs []recordstore.Record) {
 	t.Helper()
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: b.topic, Store: b.store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store})
 	require.NoError(t, err)
 	mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{MaxAttempts: 1}, nil)
 	require.NoError(t, err)
@@ -381,7 +382,7 @@ func TestFetchTimeout(t *testing.T) {
 						_, err := store.Identity(b.ctx(t))
 						require.NoError(t, err)
 					}
-					reg, err := outbox.NewRegistry(outbox.Tracked{Name: b.topic, Store: store})
+					reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store})
 					require.NoError(t, err)
 					mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{FetchTimeout: 300 * time.Millisecond}, b.logger)
 					require.NoError(t, err)
@@ -401,7 +402,7 @@ func TestFetchTimeout(t *testing.T) {
 					}
 					var fetchErr *outbox.FetchError
 					require.ErrorAs(t, err, &fetchErr, "a check that ran out of time is a nack")
-					assert.Equal(t, b.topic, fetchErr.Name)
+					assert.Equal(t, b.topic, fetchErr.Topic)
 					if identityRead {
 						assert.Equal(t, id, fetchErr.ID)
 					}
@@ -480,7 +481,7 @@ func TestPanicsCountAsAttempts(t *testing.T) {
 				publishUntilAcked(t, s.pub, b.topic, msg, runs)
 
 				assert.Equal(t, 3, runs.count(), "MaxAttempts runs, then abandoned")
-				assert.Equal(t, outbox.NameStatus{Name: b.topic, Abandoned: 1}, b.status(t))
+				assert.Equal(t, recordstore.TopicStatus{Topic: b.topic, Abandoned: 1}, b.status(t))
 				attempts, lastErr := b.attemptsOf(t, idOf(t, msg))
 				assert.Equal(t, 3, attempts)
 				assert.Contains(t, lastErr, "handler bug")
@@ -507,9 +508,9 @@ func TestBackoff(t *testing.T) {
 		cp.SetContext(ctx)
 		before := runs.count()
 		_, err := mw(func(*message.Message) ([]*message.Message, error) { runs.add(); return nil, boom })(cp)
-		var notDue *outbox.NotDueError
+		var notDue *recordstore.NotDueError
 		require.ErrorAs(t, err, &notDue, "an early copy is nacked")
-		assert.ErrorIs(t, err, outbox.ErrNotDue)
+		assert.ErrorIs(t, err, recordstore.ErrNotDue)
 		assert.Greater(t, notDue.Wait, 30*time.Minute, "due after the first delay, give or take its jitter")
 		assert.LessOrEqual(t, notDue.Wait, 72*time.Minute)
 		assert.Equal(t, before, runs.count(), "and not handled")
@@ -526,11 +527,11 @@ func TestBackoff(t *testing.T) {
 			publishUntilAcked(t, s.pub, b.topic, message.NewMessage(watermill.NewUUID(), nil), runs)
 
 			assert.Equal(t, 4, runs.count())
-			assert.Equal(t, outbox.NameStatus{Name: b.topic, Abandoned: 1}, b.status(t))
+			assert.Equal(t, recordstore.TopicStatus{Topic: b.topic, Abandoned: 1}, b.status(t))
 			deliveries, errs := s.seen.snapshot()
 			notDue := 0
 			for _, err := range errs {
-				if errors.Is(err, outbox.ErrNotDue) {
+				if errors.Is(err, recordstore.ErrNotDue) {
 					notDue++
 				}
 			}
@@ -550,7 +551,7 @@ func TestBackoff(t *testing.T) {
 			_, err = mw(func(*message.Message) ([]*message.Message, error) { runs.add(); return nil, boom })(msg.Copy())
 			require.ErrorIs(t, err, boom)
 			heldCopy(t, mw, msg, runs)
-			assert.ErrorIs(t, b.store.CheckPending(b.ctx(t), b.delivery(idOf(t, msg))), outbox.ErrNotDue, "the due time is the record's")
+			assert.ErrorIs(t, b.store.CheckPending(b.ctx(t), b.delivery(idOf(t, msg))), recordstore.ErrNotDue, "the due time is the record's")
 		})
 	})
 
@@ -569,7 +570,7 @@ func TestBackoff(t *testing.T) {
 			// no backoff of its own; the due time is the database's.
 			store, err := sqlstore.New(sqlstore.Config{Dialect: backend.Dialect, Table: b.store.Table(), Completion: sqlstore.Mark, DB: b.db})
 			require.NoError(t, err)
-			reg, err := outbox.NewRegistry(outbox.Tracked{Name: b.topic, Store: store})
+			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store})
 			require.NoError(t, err)
 			restarted, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Backoff: outbox.Backoff{Disabled: true}}, b.logger)
 			require.NoError(t, err)
@@ -592,7 +593,7 @@ func TestBackoff(t *testing.T) {
 			b.backdate(t, "last_sent_at", 0)
 
 			rec := &recordingPublisher{Publisher: discardPublisher{}}
-			r, err := outbox.NewStaleResubmitter(b.reg, rec, outbox.StaleResubmitConfig{OlderThan: time.Millisecond}, b.logger)
+			r, err := outbox.NewStaleResubmitter(b.reg, rec, outbox.StaleResubmitterConfig{OlderThan: time.Millisecond}, b.logger)
 			require.NoError(t, err)
 			sent, err := r.ResubmitOnce(b.ctx(t))
 			require.NoError(t, err)
@@ -674,7 +675,7 @@ func TestRepublishedMessageSavesCleanKeys(t *testing.T) {
 // parallel: it changes the environment.
 func TestToggleOffSaysSoOnce(t *testing.T) {
 	t.Setenv(outbox.EnvToggle, "")
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: plainStore{}})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: plainStore{}})
 	require.NoError(t, err)
 	require.False(t, reg.Enabled())
 
@@ -693,7 +694,7 @@ func TestToggleOffSaysSoOnce(t *testing.T) {
 	assert.Len(t, logger.Entries(""), 1, "once per registry")
 
 	t.Setenv(outbox.EnvToggle, "on")
-	on, err := outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: plainStore{}})
+	on, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: plainStore{}})
 	require.NoError(t, err)
 	quiet := &testenv.CaptureLogger{}
 	_, err = outbox.NewMiddleware(on, outbox.MiddlewareConfig{}, quiet)
@@ -702,49 +703,56 @@ func TestToggleOffSaysSoOnce(t *testing.T) {
 }
 
 // TestFirstDeliveriesAtOnceAreAllTracked delivers the first messages of a
-// topic without declared consumers to one consumer all at once, as a replay
-// does: the consumer is the topic's first receiver for each of them, so
-// none runs untracked, none is reported as a second receiver, and every
-// record completes.
+// topic without declared consumers to one handler all at once, as a replay
+// does: the handler is the topic's first receiver for each of them, so none
+// runs untracked, none is reported as a second receiver, and every record
+// completes.
 func TestFirstDeliveriesAtOnceAreAllTracked(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 		b := setup(t, backend, sqlstore.Mark)
 		const rounds, width = 10, 8
-		msgs := b.publishTracked(t, rounds*width)
-		for round := 0; round < rounds; round++ {
+		for round := range rounds {
 			// A new process each round: a registry that has seen no
 			// receiver yet.
-			reg, err := outbox.NewRegistry(outbox.Tracked{Name: b.topic, Store: b.store})
+			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store})
 			require.NoError(t, err)
 			mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, b.logger)
 			require.NoError(t, err)
-			handle := mw(func(*message.Message) ([]*message.Message, error) { return nil, nil })
-			start := make(chan struct{})
-			var wg sync.WaitGroup
-			panics := make(chan any, width)
-			for _, msg := range msgs[round*width : (round+1)*width] {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer func() {
-						if p := recover(); p != nil {
-							panics <- p
-						}
-					}()
-					<-start
-					_, err := handle(msg)
-					assert.NoError(t, err)
-				}()
+			// The deliveries wait for each other, then go in together.
+			var arrived sync.WaitGroup
+			arrived.Add(width)
+			together := func(h message.HandlerFunc) message.HandlerFunc {
+				return func(msg *message.Message) ([]*message.Message, error) {
+					arrived.Done()
+					arrived.Wait()
+					return h(msg)
+				}
 			}
-			close(start)
-			wg.Wait()
-			close(panics)
-			for p := range panics {
-				t.Errorf("round %d: the middleware panicked: %v", round, p)
+			gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+			handled := newHandledSet(width)
+			router, err := message.NewRouter(message.RouterConfig{CloseTimeout: guard}, watermill.NopLogger{})
+			require.NoError(t, err)
+			router.AddMiddleware(together, mw)
+			router.AddNoPublisherHandler("consume", b.topic, gc, handled.handle)
+			runErr := make(chan error, 1)
+			go func() { runErr <- router.Run(context.Background()) }()
+			<-router.Running()
+			pub, err := outbox.NewPublisher(gc, reg)
+			require.NoError(t, err)
+			for i := range width {
+				require.NoError(t, pub.Publish(b.topic, message.NewMessage(fmt.Sprintf("r%d-%d", round, i), nil)))
 			}
+			select {
+			case <-handled.done:
+			case <-time.After(guard):
+				t.Fatalf("round %d: handled %d of %d", round, len(handled.snapshot()), width)
+			}
+			require.NoError(t, router.Close())
+			require.NoError(t, <-runErr)
+			require.NoError(t, gc.Close())
 		}
-		assert.Empty(t, errorLines(b.logger), "one consumer is never its own second receiver")
+		assert.Empty(t, errorLines(b.logger), "one handler is never its own second receiver")
 		assert.Zero(t, b.pendingCount(t), "every record was handled tracked and completed")
 	})
 }

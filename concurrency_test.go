@@ -163,7 +163,7 @@ func TestManyPublishersAndConsumers(t *testing.T) {
 		const publishers, each, topics = 8, 25, 4
 		tracked := make([]outbox.Tracked, topics)
 		for i := range tracked {
-			tracked[i] = outbox.Tracked{Name: fmt.Sprintf("%s_%d", store.Table(), i), Store: store}
+			tracked[i] = outbox.Tracked{Topic: fmt.Sprintf("%s_%d", store.Table(), i), Store: store}
 		}
 		reg, err := outbox.NewRegistry(tracked...)
 		require.NoError(t, err)
@@ -177,7 +177,7 @@ func TestManyPublishersAndConsumers(t *testing.T) {
 		require.NoError(t, err)
 		router.AddMiddleware(mw)
 		for _, tr := range tracked { // one consumer per topic, all on one store
-			router.AddNoPublisherHandler("consume-"+tr.Name, tr.Name, broker, handled.handle)
+			router.AddNoPublisherHandler("consume-"+tr.Topic, tr.Topic, broker, handled.handle)
 		}
 		go func() { _ = router.Run(context.Background()) }()
 		<-router.Running()
@@ -190,7 +190,7 @@ func TestManyPublishersAndConsumers(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := 0; i < each; i++ {
-					topic := tracked[(p+i)%topics].Name
+					topic := tracked[(p+i)%topics].Topic
 					assert.NoError(t, pub.Publish(topic, message.NewMessage(fmt.Sprintf("p%d-%d", p, i), nil)))
 				}
 			}()
@@ -208,9 +208,9 @@ func TestManyPublishersAndConsumers(t *testing.T) {
 			assert.Equal(t, 1, n, "message %s handled once", id)
 		}
 		for _, tr := range tracked {
-			recs, err := store.PendingAfter(ctx, tr.Name, 0, 1000)
+			recs, err := store.PendingAfter(ctx, tr.Topic, 0, 1000)
 			require.NoError(t, err)
-			assert.Empty(t, recs, "records of %s completed", tr.Name)
+			assert.Empty(t, recs, "records of %s completed", tr.Topic)
 		}
 	})
 }

@@ -4,25 +4,54 @@
 //
 // # How it works
 //
-// A [Registry] names the tracked topics and the [Store] each one saves into.
-// Anything not registered passes through untouched, at the cost of one map
-// lookup.
+// A [Registry] names the tracked topics ([Tracked]) and the store each one
+// saves into (sqlstore provides them). Anything not registered passes through
+// untouched, at the cost of one map lookup.
 //
 //  1. The publisher decorator ([NewPublisher], [PublisherDecorator]) inserts one
 //     record per tracked message on the store's own connection, committed on
-//     its own, stamps the record id into the metadata ([MetadataID],
-//     [MetadataName]) and then calls the wrapped publisher. If the insert fails
-//     nothing is sent; if the send fails the record stays pending.
-//  2. The router middleware ([NewMiddleware]) checks that the record of a
-//     delivered message is still pending, runs the handler, and completes the
-//     record when the handler succeeds or drops the message ([Drop]). A copy of
-//     an already completed record is acknowledged without running the handler.
+//     its own, stamps the record id, the topic and the table's identity into
+//     the metadata ([MetadataID], [MetadataTopic], [MetadataStore]) and then
+//     calls the wrapped publisher. If the insert fails nothing is sent; if
+//     the send fails the record stays pending.
+//  2. The router middleware ([NewMiddleware]) admits a delivered message when
+//     its record is this service's (its table is the store of the topic the
+//     handler subscribed to) and still pending for this consumer, runs the
+//     handler, and completes the consumer's delivery when the handler
+//     succeeds or drops the message ([Drop]). A copy the consumer already
+//     completed is acknowledged without running the handler.
 //  3. Startup replay ([ReplayPlugin], [Replay]) republishes every pending
-//     record through the undecorated publisher once the router's subscriptions
-//     are open.
+//     record once the router's subscriptions are open.
 //
 // The guarantee: every publish that returned nil, or that returned an error
-// after the insert, is delivered at least once and completed by a receiver.
+// after the insert, is delivered at least once to each receiver and completed
+// by it.
+//
+// # Several receivers
+//
+// A topic received by several handlers (two handlers in one router, two
+// consumer groups or queues, two services) declares them in
+// [Tracked.Consumers]: each consumer checks and completes its own delivery,
+// and the record is complete once all have. Without a declaration a topic has
+// one receiver; a second handler is reported and runs untracked, so it skips
+// nothing. Another service's tracked messages are plain messages here.
+//
+// # Bounded delivery
+//
+// No message makes a consumer spin and no slow database makes it hang: the
+// check has a deadline ([MiddlewareConfig.FetchTimeout]); a failed attempt
+// makes the delivery due again only after [MiddlewareConfig.Backoff], kept
+// with the record so it survives restarts; a panic counts as a failed
+// attempt; [MiddlewareConfig.MaxAttempts] abandons; a malformed record id is
+// handled once, untracked, with an error line.
+//
+// # Middleware order
+//
+// Add the outbox middleware before (outside of) Watermill's Retry and of a
+// PoisonQueue that diverts dropped messages ([IsDrop]); put a
+// PoisonQueueWithFilter(pub, topic, [IsAbandoned]) outside it to divert
+// abandoned ones. Recoverer may sit on either side. docs/how-it-works.md has a
+// row per order a user meets, each with its test.
 //
 // # Transactions and exactly-once effects
 //
@@ -38,46 +67,28 @@
 //     effect; the middleware then skips its own completion.
 //   - A store with a delivery lease (sqlstore's Config.Lease) claims the
 //     record before the handler runs; a copy delivered meanwhile is nacked
-//     with a [*LeasedError].
-//
-// The stores say what they support through [TxInserter], [TxCompleter] and
-// [Releaser]; docs/guarantees.md compares the modes and their costs.
-//
-// # Stores
-//
-// The sqlstore package provides the record tables for PostgreSQL, MySQL/MariaDB
-// and SQLite. Any type that implements [Store] works; one that also implements
-// [Verifier] is checked before the startup replay.
-//
-// # Middleware order
-//
-// Add the outbox middleware before (outside of) Watermill's PoisonQueue and
-// Retry middleware: the record is completed when the inner chain acknowledges,
-// so a message diverted to a poison queue is completed and never replayed.
-// With [MiddlewareConfig.MaxAttempts] set, a record is abandoned after its
-// last failed try and the middleware returns an [*AbandonedError]: put a
-// PoisonQueueWithFilter(pub, topic, [IsAbandoned]) outside it to divert such
-// messages. In any order, a panic in the handler counts as a failed attempt
-// (whichever side of the outbox middleware Watermill's Recoverer sits),
-// attempts are spaced by [MiddlewareConfig.Backoff], and a message whose
-// [MetadataID] is malformed is logged as an error and handled once,
-// untracked. docs/how-it-works.md lists the orders and what each does.
+//     with a [*FetchError].
 //
 // # Operations
 //
 // [StaleResubmitter] resends records that stay pending while the service
-// runs, [Cleaner] deletes old completed records, [NewStatusHandler] serves the
-// backlog as JSON, and [Registry.SetObserver] feeds metrics (the
-// outboxmetrics package has Prometheus collectors). They use the stores'
-// optional interfaces: [FailureRecorder], [StaleClaimer], [SendStamper],
-// [Purger], [StatusReader] and [Resubmitter].
+// runs, [Requeue] revives an abandoned record, [Cleaner] deletes old
+// completed records, [NewStatusHandler] and [ReadStatus] report the backlog,
+// and [Registry.SetObserver] feeds metrics (the outboxmetrics package has
+// Prometheus collectors).
+//
+// # Stores
+//
+// The sqlstore package provides the record tables for PostgreSQL,
+// MySQL/MariaDB and SQLite. The contract between the outbox and a store is
+// the recordstore package; what a store supports beyond the required methods
+// is found through its optional interfaces.
 //
 // # Test builds
 //
 // Inside a Go test binary the registry passes everything through untracked
 // unless the environment variable WATERMILL_OUTBOX is "on" when the registry is
-// built (see [EnvToggle]), so handlers can be unit-tested without a database;
-// such a registry says so once, at Info, through the logger of the first
-// middleware or replay built on it. A normal binary always tracks and never
+// built (see [EnvToggle]); the first middleware or replay built on such a
+// registry says so once at Info. A normal binary always tracks and never
 // reads the variable.
 package outbox

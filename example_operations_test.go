@@ -19,7 +19,7 @@ import (
 func ExampleMiddlewareConfig_maxAttempts() {
 	store, cleanup := exampleStore()
 	defer cleanup()
-	reg, _ := outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store})
+	reg, _ := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store})
 	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	poisoned, _ := pubSub.Subscribe(context.Background(), "orders_poison")
 

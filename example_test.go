@@ -39,7 +39,7 @@ func Example() {
 	store, cleanup := exampleStore()
 	defer cleanup()
 
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store})
 	if err != nil {
 		panic(err)
 	}
@@ -82,7 +82,7 @@ func Example() {
 func ExampleReplay() {
 	store, cleanup := exampleStore()
 	defer cleanup()
-	reg, _ := outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store})
+	reg, _ := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store})
 
 	// The records were saved, the messages were lost with the process.
 	lost := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
@@ -98,7 +98,7 @@ func ExampleReplay() {
 	}
 	msg := <-sub
 	msg.Ack()
-	fmt.Println(result.Total(), msg.UUID, string(msg.Payload), msg.Metadata.Get(outbox.MetadataName))
+	fmt.Println(result.Total(), msg.UUID, string(msg.Payload), msg.Metadata.Get(outbox.MetadataTopic))
 	// Output: 1 order-7 order 7 orders
 }
 

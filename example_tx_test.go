@@ -23,7 +23,7 @@ func ExampleTxPublisher() {
 	ctx := context.Background()
 	db.MustExec("CREATE TABLE orders (id TEXT)")
 	db.MustExec("CREATE TABLE shipments (order_id TEXT)")
-	reg, _ := outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store})
+	reg, _ := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store})
 	pubSub := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 2}, watermill.NopLogger{})
 	sub, _ := pubSub.Subscribe(ctx, "orders")
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -31,7 +32,7 @@ func FuzzMiddlewareMetadata(f *testing.F) {
 	b.topic = "orders"
 	const other = "refunds"
 	var err error
-	if b.reg, err = outbox.NewRegistry(outbox.Tracked{Name: b.topic, Store: b.store}, outbox.Tracked{Name: other, Store: b.store}); err != nil {
+	if b.reg, err = outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store}, outbox.Tracked{Topic: other, Store: b.store}); err != nil {
 		f.Fatal(err)
 	}
 	own, err := b.store.Identity(f.Context())
@@ -59,7 +60,7 @@ func FuzzMiddlewareMetadata(f *testing.F) {
 	f.Fuzz(func(t *testing.T, id, name, identity string, withID bool) {
 		// One fresh pending record per topic and input, so the "pending"
 		// branch is reachable whenever the input spells its id.
-		recs := []outbox.Record{{Topic: b.topic, UUID: "fuzz"}, {Topic: other, UUID: "fuzz"}}
+		recs := []recordstore.Record{{Topic: b.topic, UUID: "fuzz"}, {Topic: other, UUID: "fuzz"}}
 		for i := range recs {
 			if err := b.store.Insert(t.Context(), recs[i:i+1]); err != nil {
 				t.Fatal(err)
@@ -69,7 +70,7 @@ func FuzzMiddlewareMetadata(f *testing.F) {
 		// Only this input's records may be pending while it runs.
 		defer func() {
 			for topic, rid := range ids {
-				_ = b.store.Complete(t.Context(), outbox.Delivery{ID: rid, Topic: topic})
+				_ = b.store.Complete(t.Context(), recordstore.Delivery{ID: rid, Topic: topic})
 			}
 		}()
 
@@ -77,7 +78,7 @@ func FuzzMiddlewareMetadata(f *testing.F) {
 		if withID {
 			msg.Metadata.Set(outbox.MetadataID, id)
 		}
-		msg.Metadata.Set(outbox.MetadataName, name)
+		msg.Metadata.Set(outbox.MetadataTopic, name)
 		msg.Metadata.Set(outbox.MetadataStore, identity)
 		ran := false
 		_, err := mw(func(*message.Message) ([]*message.Message, error) { ran = true; return nil, nil })(msg)
@@ -85,7 +86,7 @@ func FuzzMiddlewareMetadata(f *testing.F) {
 			t.Fatalf("id %q name %q identity %q: a message with outbox metadata is never nacked without a database failure: %v", id, name, identity, err)
 		}
 		pending := func(topic string) bool {
-			return b.store.CheckPending(t.Context(), outbox.Delivery{ID: ids[topic], Topic: topic}) == nil
+			return b.store.CheckPending(t.Context(), recordstore.Delivery{ID: ids[topic], Topic: topic}) == nil
 		}
 		completedOwn := false
 		switch _, tracked := ids[name]; {

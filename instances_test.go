@@ -17,6 +17,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -68,9 +69,9 @@ func instances(t *testing.T, backend testenv.Backend, n int, lease time.Duration
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		require.NoError(t, store.Migrate(ctx))
 		cancel()
-		reg, err := outbox.NewRegistry(outbox.Tracked{Name: topic, Store: store})
+		reg, err := outbox.NewRegistry(outbox.Tracked{Topic: topic, Store: store})
 		require.NoError(t, err)
-		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CompleteTimeout: 2 * time.Minute}, logger)
+		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CompleteTimeout: 2 * time.Minute, Backoff: redeliverAtOnce}, logger)
 		require.NoError(t, err)
 		out[i] = &instance{db: db, store: store, reg: reg, mw: mw}
 	}
@@ -83,9 +84,9 @@ func instances(t *testing.T, backend testenv.Backend, n int, lease time.Duration
 func (b *bundle) backlog(t *testing.T, n int) {
 	t.Helper()
 	for start := 0; start < n; start += 1000 {
-		recs := make([]outbox.Record, min(1000, n-start))
+		recs := make([]recordstore.Record, min(1000, n-start))
 		for i := range recs {
-			recs[i] = outbox.Record{Topic: b.topic, UUID: watermillUUID(start + i), Payload: []byte("p")}
+			recs[i] = recordstore.Record{Topic: b.topic, UUID: watermillUUID(start + i), Payload: []byte("p")}
 		}
 		require.NoError(t, b.store.Insert(b.ctx(t), recs))
 	}

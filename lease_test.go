@@ -13,6 +13,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 func TestLease(t *testing.T) {
@@ -34,9 +35,9 @@ func TestLease(t *testing.T) {
 			}()
 			<-running
 			_, err := inst[1].mw(second.handle)(msg.Copy())
-			var leased *outbox.LeasedError
+			var leased *outbox.FetchError
 			require.ErrorAs(t, err, &leased, "the copy is nacked while the first delivery holds the lease")
-			assert.ErrorIs(t, err, outbox.ErrLeased)
+			assert.ErrorIs(t, err, recordstore.ErrLeased)
 			close(finish)
 			require.NoError(t, <-done)
 

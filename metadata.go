@@ -5,14 +5,16 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
+
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // Metadata keys stamped into every tracked message.
 const (
 	// MetadataID holds the record id as decimal text.
 	MetadataID = "outbox_id"
-	// MetadataName holds the tracked name, so the receiver finds the store.
-	MetadataName = "outbox_name"
+	// MetadataTopic holds the tracked topic, so the receiver finds the store.
+	MetadataTopic = "outbox_topic"
 	// MetadataStore holds the identity of the table the record lives in
 	// ([Store.Identity]), so that a receiver acts only on its own records.
 	MetadataStore = "outbox_store"
@@ -21,7 +23,7 @@ const (
 // outboxKeys are the metadata keys the outbox stamps. A message published
 // again (after a failed send, or forwarded by a handler) is saved without
 // them, so that its new record carries no stale id.
-var outboxKeys = [...]string{MetadataID, MetadataName, MetadataStore}
+var outboxKeys = [...]string{MetadataID, MetadataTopic, MetadataStore}
 
 // hasOutboxKeys reports whether md carries any outbox key.
 func hasOutboxKeys(md map[string]string) bool {
@@ -72,7 +74,7 @@ type recordKey struct{}
 // RecordRef identifies the record of a message being handled, and the
 // consumer handling it.
 type RecordRef struct {
-	Name     string
+	Topic    string
 	ID       int64
 	Consumer string
 }
@@ -81,8 +83,8 @@ type RecordRef struct {
 // message while its handler runs.
 type delivery struct {
 	ref   RecordRef
-	d     Delivery
-	store Store
+	d     recordstore.Delivery
+	store recordstore.Store
 	// completed is set by CompleteTx: the handler's transaction completes
 	// the record, so the middleware does not.
 	completed atomic.Bool

@@ -14,6 +14,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -301,15 +302,15 @@ func TestMiddlewareOrders(t *testing.T) {
 					st := b.status(t)
 					switch sc.want.state {
 					case noRecord:
-						assert.Equal(t, outbox.NameStatus{Name: b.topic}, st)
+						assert.Equal(t, recordstore.TopicStatus{Topic: b.topic}, st)
 					case completed:
-						assert.Equal(t, outbox.NameStatus{Name: b.topic, Completed: 1}, st)
+						assert.Equal(t, recordstore.TopicStatus{Topic: b.topic, Completed: 1}, st)
 					case abandoned:
-						assert.Equal(t, outbox.NameStatus{Name: b.topic, Abandoned: 1}, st)
+						assert.Equal(t, recordstore.TopicStatus{Topic: b.topic, Abandoned: 1}, st)
 					case pending:
-						assert.Equal(t, outbox.NameStatus{Name: b.topic, Pending: 1}, st)
+						assert.Equal(t, recordstore.TopicStatus{Topic: b.topic, Pending: 1}, st)
 					case pendingOrAbandoned:
-						assert.Contains(t, []outbox.NameStatus{{Name: b.topic, Pending: 1}, {Name: b.topic, Abandoned: 1}}, st)
+						assert.Contains(t, []recordstore.TopicStatus{{Topic: b.topic, Pending: 1}, {Topic: b.topic, Abandoned: 1}}, st)
 					}
 					poisoned := k.poisoned.snapshot()
 					assert.Len(t, poisoned, sc.want.poisoned, "messages diverted to the poison queue")

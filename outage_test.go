@@ -41,7 +41,7 @@ func TestDatabaseOutage(t *testing.T) {
 	store := testenv.NewStore(t, backend, direct, sqlstore.Mark)
 	store.Attach(viaProxy)
 	b := &bundle{backend: backend, db: direct, store: store, topic: "orders_" + store.Table(), logger: &testenv.CaptureLogger{}}
-	b.reg, err = outbox.NewRegistry(outbox.Tracked{Name: b.topic, Store: store})
+	b.reg, err = outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store})
 	require.NoError(t, err)
 
 	msgs := b.publishTracked(t, 2)

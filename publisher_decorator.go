@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // NewPublisher wraps pub so that messages published to a tracked topic are
@@ -13,7 +14,7 @@ import (
 // to pub.
 //
 // For a tracked topic, Publish inserts one record per message in one round
-// trip on the store's own connection, stamps [MetadataID] and [MetadataName]
+// trip on the store's own connection, stamps [MetadataID] and [MetadataTopic]
 // into each message, then calls pub. If the insert fails it returns an
 // [*InsertError] and sends nothing. If pub fails it returns a [*SendError]
 // wrapping pub's error; the records stay pending for the next replay. The
@@ -77,33 +78,33 @@ func (p *publisher) publishTracked(t *tracked, msgs []*message.Message) error {
 // recordsOf builds the records of a tracked publish. A message that already
 // carries outbox keys (published again after a failed send, or forwarded)
 // is saved without them.
-func recordsOf(t *tracked, msgs []*message.Message) ([]Record, error) {
-	records := make([]Record, len(msgs))
+func recordsOf(t *tracked, msgs []*message.Message) ([]recordstore.Record, error) {
+	records := make([]recordstore.Record, len(msgs))
 	for i, msg := range msgs {
 		if msg == nil {
 			return nil, &InsertError{Topic: t.name, Count: len(msgs), Err: fmt.Errorf("%w: message #%d is nil", ErrInvalidConfig, i)}
 		}
-		records[i] = Record{Topic: t.name, UUID: msg.UUID, Payload: msg.Payload, Metadata: withoutOutboxKeys(msg.Metadata), Consumers: t.consumers}
+		records[i] = recordstore.Record{Topic: t.name, UUID: msg.UUID, Payload: msg.Payload, Metadata: withoutOutboxKeys(msg.Metadata), Consumers: t.consumers}
 	}
 	return records, nil
 }
 
 // stamp puts the record ids, the tracked name and the table's identity into
 // the messages.
-func stamp(topic, identity string, msgs []*message.Message, records []Record) {
+func stamp(topic, identity string, msgs []*message.Message, records []recordstore.Record) {
 	for i, msg := range msgs {
 		if msg.Metadata == nil {
 			msg.Metadata = make(message.Metadata, 3)
 		}
 		msg.Metadata.Set(MetadataID, strconv.FormatInt(records[i].ID, 10))
-		msg.Metadata.Set(MetadataName, topic)
+		msg.Metadata.Set(MetadataTopic, topic)
 		msg.Metadata.Set(MetadataStore, identity)
 	}
 }
 
 // sendRecorded sends messages whose records are saved; a failure leaves the
 // records pending and names them.
-func sendRecorded(pub message.Publisher, reg *Registry, topic string, msgs []*message.Message, records []Record) error {
+func sendRecorded(pub message.Publisher, reg *Registry, topic string, msgs []*message.Message, records []recordstore.Record) error {
 	if err := pub.Publish(topic, msgs...); err != nil {
 		ids := make([]int64, len(records))
 		for i := range records {

@@ -44,7 +44,7 @@ func TestPublisher(t *testing.T) {
 			assert.Equal(t, "uuid-1", got.UUID)
 			assert.Equal(t, []byte{0, 1, 2, 255}, []byte(got.Payload))
 			assert.Equal(t, "abc", got.Metadata.Get("trace"))
-			assert.Equal(t, b.topic, got.Metadata.Get(outbox.MetadataName))
+			assert.Equal(t, b.topic, got.Metadata.Get(outbox.MetadataTopic))
 			id, err := strconv.ParseInt(got.Metadata.Get(outbox.MetadataID), 10, 64)
 			require.NoError(t, err)
 
@@ -88,7 +88,7 @@ func TestPublisher(t *testing.T) {
 			// A table that was never created: the insert fails in the database.
 			store, err := sqlstore.New(sqlstore.Config{Dialect: backend.Dialect, Table: testenv.Table(t), DB: db})
 			require.NoError(t, err)
-			reg, err := outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store})
+			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store})
 			require.NoError(t, err)
 			raw := &countingPublisher{Publisher: gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})}
 			defer raw.Close()
@@ -232,7 +232,7 @@ func TestPublisherBatchIsOneStatement(t *testing.T) {
 	db.SetMaxOpenConns(1)
 	backend := testenv.Backends()[0]
 	store := testenv.NewStore(t, backend, db, sqlstore.Mark)
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store})
 	require.NoError(t, err)
 	gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	defer gc.Close()
@@ -243,6 +243,9 @@ func TestPublisherBatchIsOneStatement(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = message.NewMessage(watermill.NewUUID(), []byte("x"))
 	}
+	// The table identity is read once per pool, on first use.
+	_, err = store.Identity(context.Background())
+	require.NoError(t, err)
 	before := counter.n
 	require.NoError(t, pub.Publish("orders", msgs...))
 	assert.Equal(t, 1, counter.n-before, "100 tracked messages are saved with one statement")

@@ -6,15 +6,18 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // Tracked names one tracked topic and the store its records are saved into.
 type Tracked struct {
-	// Name is the topic messages are published to. It is also stamped into
-	// the metadata ([MetadataName]) so that the receiver finds the store.
-	Name string
-	// Store saves the records of this name. Several names may share a store.
-	Store Store
+	// Topic is the topic messages are published to. It is also stamped
+	// into the metadata ([MetadataTopic]) so that the receiver finds the
+	// store.
+	Topic string
+	// Store saves the records of this topic. Several topics may share a store.
+	Store recordstore.Store
 	// Consumers are the names of the Watermill handlers that receive this
 	// topic, in every service that shares the store: the handler names
 	// given to Router.AddHandler or AddConsumerHandler. Each consumer
@@ -33,7 +36,7 @@ type Tracked struct {
 // tracked is the registry's entry for one tracked name.
 type tracked struct {
 	name      string
-	store     Store
+	store     recordstore.Store
 	consumers []string
 	// first is the first handler that received the name, to detect a
 	// second handler of a name without declared consumers; conflicts logs
@@ -86,24 +89,24 @@ func NewRegistry(tracked ...Tracked) (*Registry, error) {
 func buildEntries(list []Tracked) (map[string]*tracked, error) {
 	byName := make(map[string]*tracked, len(list))
 	for i, t := range list {
-		if t.Name == "" {
-			return nil, fmt.Errorf("%w: tracked name #%d is empty", ErrInvalidConfig, i)
+		if t.Topic == "" {
+			return nil, fmt.Errorf("%w: tracked topic #%d is empty", ErrInvalidConfig, i)
 		}
 		if t.Store == nil {
-			return nil, fmt.Errorf("%w: tracked name %q has no store", ErrInvalidConfig, t.Name)
+			return nil, fmt.Errorf("%w: tracked topic %q has no store", ErrInvalidConfig, t.Topic)
 		}
-		if _, dup := byName[t.Name]; dup {
-			return nil, fmt.Errorf("%w: tracked name %q registered twice", ErrInvalidConfig, t.Name)
+		if _, dup := byName[t.Topic]; dup {
+			return nil, fmt.Errorf("%w: tracked topic %q registered twice", ErrInvalidConfig, t.Topic)
 		}
 		for j, c := range t.Consumers {
 			if c == "" {
-				return nil, fmt.Errorf("%w: consumer #%d of tracked name %q is empty", ErrInvalidConfig, j, t.Name)
+				return nil, fmt.Errorf("%w: consumer #%d of tracked topic %q is empty", ErrInvalidConfig, j, t.Topic)
 			}
 			if slices.Index(t.Consumers, c) != j {
-				return nil, fmt.Errorf("%w: consumer %q of tracked name %q listed twice", ErrInvalidConfig, c, t.Name)
+				return nil, fmt.Errorf("%w: consumer %q of tracked topic %q listed twice", ErrInvalidConfig, c, t.Topic)
 			}
 		}
-		byName[t.Name] = &tracked{name: t.Name, store: t.Store, consumers: slices.Clone(t.Consumers)}
+		byName[t.Topic] = &tracked{name: t.Topic, store: t.Store, consumers: slices.Clone(t.Consumers)}
 	}
 	return byName, nil
 }
@@ -112,12 +115,12 @@ func buildEntries(list []Tracked) (map[string]*tracked, error) {
 // test binary without the toggle.
 func (r *Registry) Enabled() bool { return r.enabled }
 
-// Names returns the tracked names, sorted.
-func (r *Registry) Names() []string { return append([]string(nil), r.names...) }
+// Topics returns the tracked topics, sorted.
+func (r *Registry) Topics() []string { return append([]string(nil), r.names...) }
 
 // Store returns the store of a tracked name, or nil when the name is not
 // tracked (or tracking is off).
-func (r *Registry) Store(name string) Store {
+func (r *Registry) Store(name string) recordstore.Store {
 	if t := r.byName[name]; t != nil {
 		return t.store
 	}

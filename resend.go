@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // resender sends saved records again: startup replay, the stale resubmitter
@@ -34,39 +35,75 @@ func newResender(reg *Registry, pub message.Publisher) (*resender, error) {
 	return &resender{reg: reg, pub: pub}, nil
 }
 
+// identity reads the table identity that resent messages carry, once per
+// run of a sender: a failure is a read failure, before anything is sent.
+func identity(ctx context.Context, t *tracked) (string, error) {
+	id, err := t.store.Identity(ctx)
+	if err != nil {
+		return "", &ReplayError{Topic: t.name, Err: fmt.Errorf("reading the table identity: %w", err)}
+	}
+	return id, nil
+}
+
 // send publishes records of one tracked name with their original id, UUID,
 // payload and metadata, and the table's identity. The messages carry a
 // context that keeps ctx's values but not its cancellation: a broker that
 // hands the message's context to the handler (GoChannel with
 // PreserveContext) must not deliver a context that the end of the replay
 // cancelled.
-func (s *resender) send(ctx context.Context, t *tracked, recs []Record) error {
-	identity, err := t.store.Identity(ctx)
-	if err != nil {
-		return &ReplayError{Name: t.name, ID: recs[0].ID, Err: fmt.Errorf("reading the table identity: %w", err)}
-	}
+func (s *resender) send(ctx context.Context, t *tracked, identity string, recs []recordstore.Record) error {
 	msgCtx := context.WithoutCancel(ctx)
 	msgs := make([]*message.Message, len(recs))
 	for i, rec := range recs {
 		msgs[i] = replayMessage(msgCtx, t.name, identity, rec)
 	}
 	if err := s.pub.Publish(t.name, msgs...); err != nil {
-		return &ReplayError{Name: t.name, ID: recs[0].ID, Err: fmt.Errorf("sending records %d..%d: %w", recs[0].ID, recs[len(recs)-1].ID, err)}
+		return &ReplayError{Topic: t.name, ID: recs[0].ID, Err: fmt.Errorf("sending records %d..%d: %w", recs[0].ID, recs[len(recs)-1].ID, err)}
 	}
 	s.reg.observer().Replayed(t.name, len(recs))
 	return nil
 }
 
-func replayMessage(ctx context.Context, name, identity string, rec Record) *message.Message {
+func replayMessage(ctx context.Context, name, identity string, rec recordstore.Record) *message.Message {
 	md := make(message.Metadata, len(rec.Metadata)+3)
 	for k, v := range rec.Metadata {
 		md[k] = v
 	}
 	md[MetadataID] = strconv.FormatInt(rec.ID, 10)
-	md[MetadataName] = name
+	md[MetadataTopic] = name
 	md[MetadataStore] = identity
 	msg := message.NewMessage(rec.UUID, rec.Payload)
 	msg.Metadata = md
 	msg.SetContext(ctx)
 	return msg
+}
+
+// Requeue makes the abandoned record id of a tracked topic pending again
+// (the attempts of its abandoned deliveries reset; deliveries other
+// consumers completed stay complete) and sends it through pub, decorated or
+// not. The topic's store must implement [recordstore.Requeuer]. If the send
+// fails the record stays pending, and replay or the [StaleResubmitter] sends
+// it later.
+func Requeue(ctx context.Context, reg *Registry, pub message.Publisher, topic string, id int64) error {
+	out, err := newResender(reg, pub)
+	if err != nil {
+		return err
+	}
+	t := reg.lookup(topic)
+	if t == nil {
+		return fmt.Errorf("%w: %q is not a tracked topic", ErrInvalidConfig, topic)
+	}
+	rq, ok := t.store.(recordstore.Requeuer)
+	if !ok {
+		return fmt.Errorf("%w: the store of %q cannot requeue abandoned records", ErrInvalidConfig, topic)
+	}
+	tableID, err := identity(ctx, t)
+	if err != nil {
+		return err
+	}
+	rec, err := rq.Requeue(ctx, id)
+	if err != nil {
+		return fmt.Errorf("outbox: requeueing record %d of %q: %w", id, topic, err)
+	}
+	return out.send(ctx, t, tableID, []recordstore.Record{rec})
 }

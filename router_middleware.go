@@ -12,6 +12,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // MiddlewareConfig configures [NewMiddleware].
@@ -30,19 +31,19 @@ type MiddlewareConfig struct {
 
 	// LeasedNackDelay is how long the middleware holds a copy whose record
 	// another delivery has leased (a store with a delivery lease, see
-	// [Releaser]) before it nacks it, so that a broker that redelivers at
+	// [recordstore.Releaser]) before it nacks it, so that a broker that redelivers at
 	// once (GoChannel, an AMQP requeue) does not spin against the database
 	// while the first delivery runs. Defaults to 50 milliseconds.
 	LeasedNackDelay time.Duration
 	// MaxAttempts abandons a record after this many failed handlings, on a
-	// store that implements [FailureRecorder]: the record is kept, no longer
+	// store that implements [recordstore.FailureRecorder]: the record is kept, no longer
 	// pending, and the middleware returns an [*AbandonedError]. Each failure
 	// is counted, with its error text, whatever MaxAttempts is; a
 	// successful handling costs nothing extra. Defaults to 0, which never
 	// abandons.
 	MaxAttempts int
 	// Backoff spaces the attempts of a failing delivery, on a store that
-	// implements [FailureRecorder]: the delivery is due again only after a
+	// implements [recordstore.FailureRecorder]: the delivery is due again only after a
 	// growing delay, kept in the database, and a copy that arrives earlier
 	// is held until then and nacked without running the handler. Defaults
 	// to [Backoff]'s defaults (500 ms doubling up to 1 minute, 20%
@@ -93,7 +94,7 @@ func (c MiddlewareConfig) Validate() error {
 // A message without [MetadataID] runs the handler untouched. A message with
 // outbox metadata is this service's only when its table identity
 // ([MetadataStore]) is the store of the topic the handler subscribed to and
-// its [MetadataName] is that topic; any other (another service's tracked
+// its [MetadataTopic] is that topic; any other (another service's tracked
 // message, another topic's record) runs the handler untracked, touching no
 // table. For its own messages the middleware:
 //
@@ -107,7 +108,7 @@ func (c MiddlewareConfig) Validate() error {
 //   - the check failed: returns a [*FetchError] (nack) without running the
 //     handler;
 //   - leased by another delivery (a store with a delivery lease): returns a
-//     [*LeasedError] (nack) after LeasedNackDelay, without running the
+//     [*FetchError] (nack) after LeasedNackDelay, without running the
 //     handler;
 //   - runs the handler, then completes the consumer's delivery when the
 //     handler succeeded or returned a [Drop] error (which is acknowledged),
@@ -115,7 +116,7 @@ func (c MiddlewareConfig) Validate() error {
 //     releasing its lease;
 //   - skips its own completion when the handler completed the record in its
 //     transaction ([CompleteTx]);
-//   - on a store that implements [FailureRecorder], counts each failure with
+//   - on a store that implements [recordstore.FailureRecorder], counts each failure with
 //     its error text and, after [MiddlewareConfig.MaxAttempts] failures,
 //     abandons the delivery and returns an [*AbandonedError] instead.
 //
@@ -201,7 +202,7 @@ const (
 // admission is a tracked message on its way to the handler.
 type admission struct {
 	t      *tracked
-	d      Delivery
+	d      recordstore.Delivery
 	idText string
 	fields watermill.LogFields
 }
@@ -223,7 +224,7 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 // tracks, and checks its record.
 func (m *middleware) admit(msg *message.Message, idText string) (*admission, verdict, error) {
 	ctx := msg.Context()
-	name := msg.Metadata[MetadataName]
+	name := msg.Metadata[MetadataTopic]
 	topic := message.SubscribeTopicFromCtx(ctx)
 	if topic == "" {
 		// Outside a router there is no subscription to trust.
@@ -235,29 +236,30 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 		m.notOwned(msg, topic, consumer, "the message's topic is not tracked here, or its record is another topic's")
 		return nil, untracked, nil
 	}
+	id, perr := parseID(idText)
 	identity, err := m.identity(ctx, t)
 	if err != nil {
-		return nil, refuse, &FetchError{Name: topic, Err: fmt.Errorf("reading the table identity: %w", err)}
+		return nil, refuse, &FetchError{Topic: topic, ID: id, Err: fmt.Errorf("reading the table identity: %w", err)}
 	}
 	if msg.Metadata[MetadataStore] != identity {
 		m.notOwned(msg, topic, consumer, "the record lives in another table")
 		return nil, untracked, nil
 	}
-	id, err := parseID(idText)
-	if err != nil {
+	if err := perr; err != nil {
 		// Nacking would bring the same message back without end; it has
 		// no record to complete, so it is handled once, untracked.
 		m.logger.Error("Malformed outbox metadata; handling the message untracked", fmt.Errorf("message %s of %q: %w", msg.UUID, name, err),
-			watermill.LogFields{"message_uuid": msg.UUID, "outbox_name": name, "consumer": consumer})
+			watermill.LogFields{"message_uuid": msg.UUID, "topic": name, "consumer": consumer})
 		m.reg.observer().NotOwned(topic, consumer)
 		return nil, untracked, nil
 	}
 	if !m.admitsConsumer(t, consumer) {
+		m.reg.observer().NotOwned(topic, consumer)
 		return nil, untracked, nil
 	}
 	a := &admission{t: t, idText: idText,
-		d:      Delivery{ID: id, Topic: topic, Consumer: consumer, Lease: m.leasePrefix + strconv.FormatUint(m.leaseSeq.Add(1), 36)},
-		fields: watermill.LogFields{"message_uuid": msg.UUID, "outbox_name": name, "outbox_id": id, "consumer": consumer}}
+		d:      recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Lease: m.leasePrefix + strconv.FormatUint(m.leaseSeq.Add(1), 36)},
+		fields: watermill.LogFields{"message_uuid": msg.UUID, "topic": name, "outbox_id": id, "consumer": consumer}}
 	v, err := m.check(ctx, a)
 	return a, v, err
 }
@@ -273,8 +275,8 @@ func (m *middleware) check(ctx context.Context, a *admission) (verdict, error) {
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.FetchTimeout)
 	err := a.t.store.CheckPending(cctx, a.d)
 	cancel()
-	var conflict *ConsumerConflictError
-	var notDue *NotDueError
+	var conflict *recordstore.ConsumerConflictError
+	var notDue *recordstore.NotDueError
 	switch {
 	case err == nil:
 		return run, nil
@@ -284,12 +286,13 @@ func (m *middleware) check(ctx context.Context, a *admission) (verdict, error) {
 		return skip, nil
 	case errors.As(err, &conflict):
 		m.conflict(a.t, a.d.Consumer, conflict.CompletedBy)
+		m.reg.observer().NotOwned(a.t.name, a.d.Consumer)
 		return untracked, nil
-	case errors.Is(err, ErrUnknownRecord):
+	case errors.Is(err, recordstore.ErrUnknownRecord):
 		warn(m.logger, "No record with this id in the topic's table (never saved, or cleaned up); acking without handling", a.fields)
 		m.reg.observer().UnknownRecord(a.t.name, a.d.Consumer)
 		return skip, nil
-	case errors.Is(err, ErrNoDelivery):
+	case errors.Is(err, recordstore.ErrNoDelivery):
 		m.logger.Error("Record was saved before this consumer was declared; handling it untracked", err, a.fields)
 		m.reg.observer().NotOwned(a.t.name, a.d.Consumer)
 		return untracked, nil
@@ -297,12 +300,12 @@ func (m *middleware) check(ctx context.Context, a *admission) (verdict, error) {
 		m.logger.Debug("Record not due for its next attempt, holding and nacking the copy", a.fields.Add(watermill.LogFields{"wait": notDue.Wait}))
 		m.hold(ctx, notDue.Wait)
 		return refuse, err
-	case errors.Is(err, ErrLeased):
+	case errors.Is(err, recordstore.ErrLeased):
 		m.logger.Debug("Record leased by another delivery, nacking copy without handling", a.fields)
 		m.hold(ctx, m.cfg.LeasedNackDelay)
-		return refuse, &LeasedError{Name: a.t.name, ID: a.d.ID, Err: err}
+		return refuse, &FetchError{Topic: a.t.name, ID: a.d.ID, Err: err}
 	}
-	return refuse, &FetchError{Name: a.t.name, ID: a.d.ID, Err: err}
+	return refuse, &FetchError{Topic: a.t.name, ID: a.d.ID, Err: err}
 }
 
 // warner is a logger with a warning level, such as Watermill's slog
@@ -327,7 +330,7 @@ func warn(logger watermill.LoggerAdapter, msg string, fields watermill.LogFields
 func (m *middleware) notOwned(msg *message.Message, topic, consumer, why string) {
 	m.logger.Debug("Message with outbox metadata this service does not own; handling it untracked", watermill.LogFields{
 		"message_uuid": msg.UUID, "topic": topic, "consumer": consumer, "reason": why,
-		"outbox_name": truncate(msg.Metadata[MetadataName], 128), "outbox_id": truncate(msg.Metadata[MetadataID], 64),
+		"outbox_topic": truncate(msg.Metadata[MetadataTopic], 128), "outbox_id": truncate(msg.Metadata[MetadataID], 64),
 	})
 	m.reg.observer().NotOwned(topic, consumer)
 }
@@ -344,6 +347,10 @@ func (m *middleware) admitsConsumer(t *tracked, consumer string) bool {
 		m.reportOnce(t, consumer, "", fmt.Sprintf("handler %q receives tracked topic %q but is not one of its declared consumers %q; it runs untracked. Add it to Tracked.Consumers to track it",
 			consumer, t.name, t.consumers))
 		return false
+	}
+	if consumer == "" {
+		// Outside a router the handler has no name to tell apart.
+		return true
 	}
 	first := t.first.Load()
 	if first == nil {
@@ -365,7 +372,7 @@ func (m *middleware) admitsConsumer(t *tracked, consumer string) bool {
 // no consumers.
 func (m *middleware) conflict(t *tracked, consumer, other string) {
 	m.reportOnce(t, consumer, other, fmt.Sprintf("handlers %q and %q both receive tracked topic %q, which declares no consumers; %q runs untracked so that it skips nothing. "+
-		"Declare them: Tracked{Name: %q, Consumers: []string{%q, %q}}", other, consumer, t.name, consumer, t.name, other, consumer))
+		"Declare them: Tracked{Topic: %q, Consumers: []string{%q, %q}}", other, consumer, t.name, consumer, t.name, other, consumer))
 }
 
 func (m *middleware) reportOnce(t *tracked, consumer, other, text string) {
@@ -373,8 +380,7 @@ func (m *middleware) reportOnce(t *tracked, consumer, other, text string) {
 		return
 	}
 	m.logger.Error("Tracked topic received by an undeclared consumer", errors.New(text),
-		watermill.LogFields{"outbox_name": t.name, "consumer": consumer, "other_consumer": other})
-	m.reg.observer().NotOwned(t.name, consumer)
+		watermill.LogFields{"topic": t.name, "consumer": consumer, "other_consumer": other})
 }
 
 // settle runs the handler of an admitted message and completes, counts or
@@ -385,7 +391,7 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 		delete(msg.Metadata, k)
 	}
 	identity := a.t.identityText(ctx)
-	d := &delivery{ref: RecordRef{Name: a.t.name, ID: a.d.ID, Consumer: a.d.Consumer}, d: a.d, store: a.t.store}
+	d := &delivery{ref: RecordRef{Topic: a.t.name, ID: a.d.ID, Consumer: a.d.Consumer}, d: a.d, store: a.t.store}
 	msg.SetContext(context.WithValue(ctx, recordKey{}, d))
 
 	produced, herr, panicked := runHandler(h, msg)
@@ -448,7 +454,7 @@ func (m *middleware) failed(ctx context.Context, msg *message.Message, a *admiss
 		return aerr
 	}
 	msg.Metadata[MetadataID] = a.idText
-	msg.Metadata[MetadataName] = a.t.name
+	msg.Metadata[MetadataTopic] = a.t.name
 	msg.Metadata[MetadataStore] = identity
 	if !d.completed.Load() {
 		m.release(ctx, a)
@@ -488,10 +494,10 @@ func (m *middleware) complete(ctx context.Context, a *admission) {
 
 // release gives up the delivery lease of a record whose handler failed, so
 // that the redelivery need not wait for the lease to run out. Only stores
-// with a lease implement [Releaser]; a failure is logged and the lease runs
+// with a lease implement [recordstore.Releaser]; a failure is logged and the lease runs
 // out on its own.
 func (m *middleware) release(ctx context.Context, a *admission) {
-	r, ok := a.t.store.(Releaser)
+	r, ok := a.t.store.(recordstore.Releaser)
 	if !ok {
 		return
 	}
@@ -518,7 +524,7 @@ func (m *middleware) hold(ctx context.Context, d time.Duration) {
 // otherwise. A store that cannot count leaves the record pending, as
 // without it.
 func (m *middleware) recordFailure(ctx context.Context, a *admission, herr error) *AbandonedError {
-	fr, ok := a.t.store.(FailureRecorder)
+	fr, ok := a.t.store.(recordstore.FailureRecorder)
 	if !ok {
 		return nil
 	}
@@ -534,7 +540,7 @@ func (m *middleware) recordFailure(ctx context.Context, a *admission, herr error
 	case !abandoned:
 		return nil
 	}
-	aerr := &AbandonedError{Name: a.t.name, ID: a.d.ID, Attempts: attempts, Err: herr}
+	aerr := &AbandonedError{Topic: a.t.name, ID: a.d.ID, Attempts: attempts, Err: herr}
 	m.reg.observer().Abandoned(a.t.name, a.d.Consumer)
 	m.logger.Error("Record abandoned after its last allowed attempt", herr, a.fields.Add(watermill.LogFields{"attempts": attempts}))
 	return aerr

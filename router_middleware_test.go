@@ -205,7 +205,7 @@ func TestMiddleware(t *testing.T) {
 			_, err := b.middleware(t)(h.handle)(msg)
 			require.NoError(t, err)
 			require.True(t, ok)
-			assert.Equal(t, outbox.RecordRef{Name: b.topic, ID: id}, ref)
+			assert.Equal(t, outbox.RecordRef{Topic: b.topic, ID: id}, ref)
 			assert.Empty(t, keyInHandler, "a forwarded message must not carry a stale record id")
 		})
 	})
@@ -262,7 +262,7 @@ func TestMiddleware(t *testing.T) {
 			b := setup(t, backend, sqlstore.Mark)
 			msg := message.NewMessage("x", nil)
 			msg.Metadata.Set(outbox.MetadataID, "1")
-			msg.Metadata.Set(outbox.MetadataName, "someone_elses_topic")
+			msg.Metadata.Set(outbox.MetadataTopic, "someone_elses_topic")
 			h := &recordingHandler{}
 			_, err := b.middleware(t)(h.handle)(msg)
 			require.NoError(t, err)

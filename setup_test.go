@@ -15,6 +15,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -44,7 +45,7 @@ func setup(t *testing.T, b testenv.Backend, mode sqlstore.Completion) *bundle {
 	db := b.Open(t)
 	store := testenv.NewStore(t, b, db, mode)
 	topic := "orders_" + store.Table()
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: topic, Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: topic, Store: store})
 	require.NoError(t, err)
 	return &bundle{backend: b, db: db, store: store, reg: reg, topic: topic, logger: &testenv.CaptureLogger{}}
 }
@@ -71,7 +72,7 @@ func (b *bundle) rowCount(t *testing.T) int {
 
 func (b *bundle) middleware(t *testing.T) message.HandlerMiddleware {
 	t.Helper()
-	mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{}, b.logger)
+	mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{Backoff: redeliverAtOnce}, b.logger)
 	require.NoError(t, err)
 	return mw
 }
@@ -140,8 +141,8 @@ func closedDB(t *testing.T, b testenv.Backend) *sqlx.DB {
 
 // delivery names the record id on the bundle's topic, as the middleware
 // does for a message received outside a router.
-func (b *bundle) delivery(id int64) outbox.Delivery {
-	return outbox.Delivery{ID: id, Topic: b.topic}
+func (b *bundle) delivery(id int64) recordstore.Delivery {
+	return recordstore.Delivery{ID: id, Topic: b.topic}
 }
 
 // ownMetadata stamps outbox metadata naming record id (as text) of the
@@ -151,7 +152,11 @@ func (b *bundle) ownMetadata(t *testing.T, msg *message.Message, id string) *mes
 	identity, err := b.store.Identity(b.ctx(t))
 	require.NoError(t, err)
 	msg.Metadata.Set(outbox.MetadataID, id)
-	msg.Metadata.Set(outbox.MetadataName, b.topic)
+	msg.Metadata.Set(outbox.MetadataTopic, b.topic)
 	msg.Metadata.Set(outbox.MetadataStore, identity)
 	return msg
 }
+
+// redeliverAtOnce turns the retry backoff off, for tests whose subject is
+// what happens on an immediate redelivery; the backoff has tests of its own.
+var redeliverAtOnce = outbox.Backoff{Disabled: true}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -172,10 +173,10 @@ func TestSeveralReceivers(t *testing.T) {
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 			b := setup(t, backend, sqlstore.Mark)
 			refunds := "refunds_" + b.store.Table()
-			reg, err := outbox.NewRegistry(outbox.Tracked{Name: b.topic, Store: b.store}, outbox.Tracked{Name: refunds, Store: b.store})
+			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store}, outbox.Tracked{Topic: refunds, Store: b.store})
 			require.NoError(t, err)
 			b.reg = reg
-			refund := []outbox.Record{{Topic: refunds, UUID: "refund-1"}}
+			refund := []recordstore.Record{{Topic: refunds, UUID: "refund-1"}}
 			require.NoError(t, b.store.Insert(b.ctx(t), refund))
 			identity, err := b.store.Identity(b.ctx(t))
 			require.NoError(t, err)
@@ -193,11 +194,11 @@ func TestSeveralReceivers(t *testing.T) {
 
 			// Names the refund: not this topic's, handled untracked.
 			named := message.NewMessage("names-refunds", nil)
-			named.Metadata = message.Metadata{outbox.MetadataID: fmt.Sprint(refund[0].ID), outbox.MetadataName: refunds, outbox.MetadataStore: identity}
+			named.Metadata = message.Metadata{outbox.MetadataID: fmt.Sprint(refund[0].ID), outbox.MetadataTopic: refunds, outbox.MetadataStore: identity}
 			// Claims to be an order but carries the refund's id: the
 			// table has no order with that id, so it is acked unhandled.
 			lying := message.NewMessage("claims-orders", nil)
-			lying.Metadata = message.Metadata{outbox.MetadataID: fmt.Sprint(refund[0].ID), outbox.MetadataName: b.topic, outbox.MetadataStore: identity}
+			lying.Metadata = message.Metadata{outbox.MetadataID: fmt.Sprint(refund[0].ID), outbox.MetadataTopic: b.topic, outbox.MetadataStore: identity}
 			require.NoError(t, gc.Publish(b.topic, named, lying))
 			// A real order after them, to know when they went through.
 			pub, err := outbox.NewPublisher(gc, b.reg)
@@ -214,7 +215,7 @@ func TestSeveralReceivers(t *testing.T) {
 			got := handled.snapshot()
 			assert.Equal(t, 1, got["names-refunds"], "a message naming another topic runs untracked")
 			assert.Zero(t, got["claims-orders"], "an id with no record of this topic is acked unhandled")
-			assert.NoError(t, b.store.CheckPending(b.ctx(t), outbox.Delivery{ID: refund[0].ID, Topic: refunds}), "the refund stays pending")
+			assert.NoError(t, b.store.CheckPending(b.ctx(t), recordstore.Delivery{ID: refund[0].ID, Topic: refunds}), "the refund stays pending")
 		})
 	})
 
@@ -243,9 +244,9 @@ func TestSeveralReceivers(t *testing.T) {
 	t.Run("ConsumersAreValidated", func(t *testing.T) {
 		t.Parallel()
 		store := &sqlstore.Store{}
-		_, err := outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store, Consumers: []string{"email", ""}})
+		_, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store, Consumers: []string{"email", ""}})
 		assert.ErrorIs(t, err, outbox.ErrInvalidConfig)
-		_, err = outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store, Consumers: []string{"email", "email"}})
+		_, err = outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store, Consumers: []string{"email", "email"}})
 		assert.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	})
 }
@@ -254,7 +255,7 @@ func TestSeveralReceivers(t *testing.T) {
 func setupConsumers(t *testing.T, backend testenv.Backend, mode sqlstore.Completion, consumers ...string) *bundle {
 	t.Helper()
 	b := setup(t, backend, mode)
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: b.topic, Store: b.store, Consumers: consumers})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, Consumers: consumers})
 	require.NoError(t, err)
 	b.reg = reg
 	return b

@@ -7,10 +7,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
-// StaleResubmitConfig configures [NewStaleResubmitter].
-type StaleResubmitConfig struct {
+// StaleResubmitterConfig configures [NewStaleResubmitter].
+type StaleResubmitterConfig struct {
 	// OlderThan is how long a record may stay pending after its last send,
 	// by the database clock, before it is sent again. Defaults to 5
 	// minutes.
@@ -22,7 +23,7 @@ type StaleResubmitConfig struct {
 	BatchSize int
 }
 
-func (c *StaleResubmitConfig) setDefaults() {
+func (c *StaleResubmitterConfig) setDefaults() {
 	if c.OlderThan == 0 {
 		c.OlderThan = 5 * time.Minute
 	}
@@ -35,7 +36,7 @@ func (c *StaleResubmitConfig) setDefaults() {
 }
 
 // Validate reports a configuration error, if any.
-func (c StaleResubmitConfig) Validate() error {
+func (c StaleResubmitterConfig) Validate() error {
 	if c.OlderThan < 0 || c.Interval < 0 || c.BatchSize < 1 {
 		return fmt.Errorf("%w: stale resubmit needs a positive OlderThan, Interval and BatchSize (got %v, %v, %d)", ErrInvalidConfig, c.OlderThan, c.Interval, c.BatchSize)
 	}
@@ -43,21 +44,21 @@ func (c StaleResubmitConfig) Validate() error {
 }
 
 // StaleResubmitter sends again, while the service runs, the pending records
-// whose last send is older than [StaleResubmitConfig.OlderThan], so that a
+// whose last send is older than [StaleResubmitterConfig.OlderThan], so that a
 // record whose message was lost does not wait for the next start. It uses
-// the stores that implement [StaleClaimer]; others are skipped. The claim
+// the stores that implement [recordstore.StaleClaimer]; others are skipped. The claim
 // stamps the send time, so every instance of a service may run one: each
 // record is claimed by one of them per period.
 type StaleResubmitter struct {
 	reg    *Registry
 	out    *resender
-	cfg    StaleResubmitConfig
+	cfg    StaleResubmitterConfig
 	logger watermill.LoggerAdapter
 }
 
 // NewStaleResubmitter returns a resubmitter that sends through pub, decorated
 // or not: records are never saved again.
-func NewStaleResubmitter(reg *Registry, pub message.Publisher, cfg StaleResubmitConfig, logger watermill.LoggerAdapter) (*StaleResubmitter, error) {
+func NewStaleResubmitter(reg *Registry, pub message.Publisher, cfg StaleResubmitterConfig, logger watermill.LoggerAdapter) (*StaleResubmitter, error) {
 	out, err := newResender(reg, pub)
 	if err != nil {
 		return nil, err
@@ -83,19 +84,23 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 	}
 	for _, t := range r.reg.entries() {
 		name := t.name
-		claimer, ok := t.store.(StaleClaimer)
+		claimer, ok := t.store.(recordstore.StaleClaimer)
 		if !ok {
 			continue
+		}
+		id, err := identity(ctx, t)
+		if err != nil {
+			return result, err
 		}
 		for {
 			recs, err := claimer.ClaimStale(ctx, name, r.cfg.OlderThan, r.cfg.BatchSize)
 			if err != nil {
-				return result, &ReplayError{Name: name, Err: fmt.Errorf("claiming stale records: %w", err)}
+				return result, &ReplayError{Topic: name, Err: fmt.Errorf("claiming stale records: %w", err)}
 			}
 			if len(recs) == 0 {
 				break
 			}
-			if err := r.out.send(ctx, t, recs); err != nil {
+			if err := r.out.send(ctx, t, id, recs); err != nil {
 				return result, err
 			}
 			result[name] += len(recs)
@@ -104,7 +109,7 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 			}
 		}
 		if n := result[name]; n > 0 {
-			r.logger.Info("Resubmitted stale pending records", watermill.LogFields{"outbox_name": name, "resubmitted": n})
+			r.logger.Info("Resubmitted stale pending records", watermill.LogFields{"topic": name, "resubmitted": n})
 		}
 	}
 	return result, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // ReplayConfig configures [Replay] and [ReplayPlugin].
@@ -65,7 +66,7 @@ func (r ReplayResult) Total() int {
 // and stops at the first record it cannot read or send, returning a
 // [*ReplayError] that names it.
 //
-// Before anything is sent, every distinct store that implements [Verifier]
+// Before anything is sent, every distinct store that implements [recordstore.Verifier]
 // is verified; a store that is not ready makes Replay return a
 // [*VerifyError] and send nothing.
 //
@@ -118,23 +119,23 @@ func (r *replayer) run(ctx context.Context) (ReplayResult, error) {
 		n, err := r.replayName(ctx, t)
 		result[name] = n
 		if err != nil {
-			r.logger.Error("Replay aborted", err, watermill.LogFields{"outbox_name": name, "replayed": n})
+			r.logger.Error("Replay aborted", err, watermill.LogFields{"topic": name, "replayed": n})
 			return result, err
 		}
-		r.logger.Info("Replayed pending records", watermill.LogFields{"outbox_name": name, "replayed": n})
+		r.logger.Info("Replayed pending records", watermill.LogFields{"topic": name, "replayed": n})
 	}
 	return result, nil
 }
 
-// verify asks each distinct store that implements [Verifier] to check itself.
+// verify asks each distinct store that implements [recordstore.Verifier] to check itself.
 func (r *replayer) verify(ctx context.Context) error {
 	for _, t := range r.reg.stores() {
-		v, ok := t.store.(Verifier)
+		v, ok := t.store.(recordstore.Verifier)
 		if !ok {
 			continue
 		}
 		if err := v.Verify(ctx); err != nil {
-			return &VerifyError{Name: t.name, Err: err}
+			return &VerifyError{Topic: t.name, Err: err}
 		}
 	}
 	return nil
@@ -142,14 +143,14 @@ func (r *replayer) verify(ctx context.Context) error {
 
 // sameStore compares two stores without panicking on a store type that is
 // not comparable (such stores are taken as distinct).
-func sameStore(a, b Store) bool {
+func sameStore(a, b recordstore.Store) bool {
 	ta := reflect.TypeOf(a)
 	return ta == reflect.TypeOf(b) && ta.Comparable() && a == b
 }
 
 // page is one read of pending records, handed from the reader to the sender.
 type page struct {
-	records []Record
+	records []recordstore.Record
 	err     error
 }
 
@@ -158,6 +159,10 @@ type page struct {
 // one page, so memory stays at three pages whatever the backlog.
 func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 	name, store := t.name, t.store
+	id, err := identity(ctx, t)
+	if err != nil {
+		return 0, err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pages := make(chan page, 1)
@@ -192,9 +197,9 @@ func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 	var lastID int64
 	for p := range pages {
 		if p.err != nil {
-			return sent, &ReplayError{Name: name, AfterID: lastID, Err: p.err}
+			return sent, &ReplayError{Topic: name, AfterID: lastID, Err: p.err}
 		}
-		if err := r.out.send(ctx, t, p.records); err != nil {
+		if err := r.out.send(ctx, t, id, p.records); err != nil {
 			return sent, err
 		}
 		r.stampSent(ctx, name, store, p.records)
@@ -202,7 +207,7 @@ func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 		lastID = p.records[len(p.records)-1].ID
 	}
 	if err := ctx.Err(); err != nil {
-		return sent, &ReplayError{Name: name, AfterID: lastID, Err: err}
+		return sent, &ReplayError{Topic: name, AfterID: lastID, Err: err}
 	}
 	return sent, nil
 }
@@ -309,8 +314,8 @@ func (s *replayingSubscriber) Subscribe(ctx context.Context, topic string) (<-ch
 // stampSent tells a store that records the last send that the page was
 // sent. A failure only makes the stale resubmitter resend the page sooner,
 // so it is logged, not returned.
-func (r *replayer) stampSent(ctx context.Context, name string, store Store, recs []Record) {
-	st, ok := store.(SendStamper)
+func (r *replayer) stampSent(ctx context.Context, name string, store recordstore.Store, recs []recordstore.Record) {
+	st, ok := store.(recordstore.SendStamper)
 	if !ok {
 		return
 	}
@@ -320,7 +325,7 @@ func (r *replayer) stampSent(ctx context.Context, name string, store Store, recs
 	}
 	if err := st.StampSent(ctx, ids); err != nil {
 		r.logger.Error("Recording the replay's send time failed; the stale resubmitter may resend these records sooner", err,
-			watermill.LogFields{"outbox_name": name, "first_id": ids[0], "last_id": ids[len(ids)-1]})
+			watermill.LogFields{"topic": name, "first_id": ids[0], "last_id": ids[len(ids)-1]})
 	}
 }
 
@@ -335,6 +340,6 @@ func (r *replayer) countSubscription(topic string) {
 	if n := t.subscriptions.Add(1); n == 2 {
 		r.logger.Error("Two handlers subscribe to a tracked topic that declares no consumers", fmt.Errorf(
 			"%w: topic %q has %d subscriptions in this service; declare the handler names in Tracked.Consumers so that each handles every message, "+
-				"or the second handler runs untracked", ErrInvalidConfig, topic, n), watermill.LogFields{"outbox_name": topic})
+				"or the second handler runs untracked", ErrInvalidConfig, topic, n), watermill.LogFields{"topic": topic})
 	}
 }

@@ -158,7 +158,7 @@ func TestReplay(t *testing.T) {
 			b.store.Attach(closedDB(t, backend))
 			// A store that cannot verify itself, so that the replay gets as
 			// far as reading the records.
-			reg, err := outbox.NewRegistry(outbox.Tracked{Name: b.topic, Store: plainStore{b.store}})
+			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: plainStore{b.store}})
 			require.NoError(t, err)
 			b.reg = reg
 
@@ -166,7 +166,7 @@ func TestReplay(t *testing.T) {
 			err = router.Run(context.Background())
 			var replayErr *outbox.ReplayError
 			require.ErrorAs(t, err, &replayErr, "the router does not start")
-			assert.Equal(t, b.topic, replayErr.Name)
+			assert.Equal(t, b.topic, replayErr.Topic)
 		})
 	})
 
@@ -210,21 +210,24 @@ func TestReplay(t *testing.T) {
 				assert.Greater(t, id, prev, "replay sends in id order")
 				prev = id
 				assert.Equal(t, m.UUID, string(m.Payload), "original UUID and payload")
-				assert.Equal(t, b.topic, m.Metadata.Get(outbox.MetadataName))
+				assert.Equal(t, b.topic, m.Metadata.Get(outbox.MetadataTopic))
 			}
 		})
 	})
 
-	t.Run("RefusesDecoratedPublisher", func(t *testing.T) {
+	t.Run("DecoratedPublisherIsUnwrappedAndSavesNothingTwice", func(t *testing.T) {
 		t.Parallel()
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 			b := setup(t, backend, sqlstore.Mark)
+			crashBeforeConsumption(t, b, 3)
 			gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 			defer gc.Close()
 			pub, err := outbox.NewPublisher(gc, b.reg)
 			require.NoError(t, err)
-			_, err = outbox.Replay(b.ctx(t), b.reg, pub, outbox.ReplayConfig{}, nil)
-			require.ErrorIs(t, err, outbox.ErrInvalidConfig)
+			res, err := outbox.Replay(b.ctx(t), b.reg, pub, outbox.ReplayConfig{}, nil)
+			require.NoError(t, err)
+			assert.Equal(t, 3, res.Total())
+			assert.Equal(t, 3, b.rowCount(t), "replay through the decorated publisher saves no second record")
 		})
 	})
 }
@@ -240,8 +243,8 @@ func TestHandlerPublishesTrackedOnOneConnection(t *testing.T) {
 		inStore := testenv.NewStore(t, backend, db, sqlstore.Mark)
 		outStore := testenv.NewStore(t, backend, db, sqlstore.Mark)
 		reg, err := outbox.NewRegistry(
-			outbox.Tracked{Name: "in", Store: inStore},
-			outbox.Tracked{Name: "out", Store: outStore},
+			outbox.Tracked{Topic: "in", Store: inStore},
+			outbox.Tracked{Topic: "out", Store: outStore},
 		)
 		require.NoError(t, err)
 		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, nil)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -27,7 +28,7 @@ func (v *verifyCounter) Verify(ctx context.Context) error {
 }
 
 // plainStore hides Verify: a store that cannot verify itself.
-type plainStore struct{ outbox.Store }
+type plainStore struct{ recordstore.Store }
 
 func TestReplayVerifiesStores(t *testing.T) {
 	t.Parallel()
@@ -39,7 +40,7 @@ func TestReplayVerifiesStores(t *testing.T) {
 			table := testenv.Table(t)
 			store, err := sqlstore.New(sqlstore.Config{Dialect: backend.Dialect, Table: table, DB: db})
 			require.NoError(t, err)
-			reg, err := outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store})
+			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store})
 			require.NoError(t, err)
 			b := &bundle{backend: backend, db: db, store: store, reg: reg, topic: "orders", logger: &testenv.CaptureLogger{}}
 			handled := newHandledSet(1)
@@ -48,7 +49,7 @@ func TestReplayVerifiesStores(t *testing.T) {
 			err = router.Run(context.Background())
 			var verifyErr *outbox.VerifyError
 			require.ErrorAs(t, err, &verifyErr, "the router does not start")
-			assert.Equal(t, "orders", verifyErr.Name)
+			assert.Equal(t, "orders", verifyErr.Topic)
 			assert.ErrorIs(t, err, sqlstore.ErrTableMissing)
 			assert.Contains(t, err.Error(), table)
 			assert.Contains(t, err.Error(), "Store.Migrate")
@@ -86,7 +87,7 @@ func TestReplayVerifiesStores(t *testing.T) {
 
 			var verifyErr *outbox.VerifyError
 			require.ErrorAs(t, router.Run(context.Background()), &verifyErr, "the router does not start")
-			assert.Equal(t, b.topic, verifyErr.Name)
+			assert.Equal(t, b.topic, verifyErr.Topic)
 		})
 	})
 
@@ -97,9 +98,9 @@ func TestReplayVerifiesStores(t *testing.T) {
 			crashBeforeConsumption(t, b, 1)
 			shared := &verifyCounter{Store: b.store}
 			reg, err := outbox.NewRegistry(
-				outbox.Tracked{Name: b.topic, Store: shared},
-				outbox.Tracked{Name: "also_" + b.topic, Store: shared},
-				outbox.Tracked{Name: "plain_" + b.topic, Store: plainStore{b.store}},
+				outbox.Tracked{Topic: b.topic, Store: shared},
+				outbox.Tracked{Topic: "also_" + b.topic, Store: shared},
+				outbox.Tracked{Topic: "plain_" + b.topic, Store: plainStore{b.store}},
 			)
 			require.NoError(t, err)
 			gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})

@@ -45,12 +45,12 @@ type StatusReport struct {
 	// pending record is older than MaxPendingAge.
 	Healthy bool `json:"healthy"`
 	// Error is why the stores could not be read, if they could not.
-	Error string       `json:"error,omitempty"`
-	Names []NameStatus `json:"names"`
+	Error  string        `json:"error,omitempty"`
+	Topics []TopicStatus `json:"topics"`
 }
 
 // NewStatusHandler returns an http.Handler that serves the [StatusReport] of
-// the registry's names as JSON, with status 200 when healthy and 503 when
+// the registry's topics as JSON, with status 200 when healthy and 503 when
 // not, for dashboards and health checks.
 func NewStatusHandler(reg *Registry, cfg StatusHandlerConfig, logger watermill.LoggerAdapter) (http.Handler, error) {
 	if reg == nil {
@@ -75,7 +75,7 @@ type statusHandler struct {
 func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
-	report := StatusReport{Healthy: true, Names: []NameStatus{}}
+	report := StatusReport{Healthy: true, Topics: []TopicStatus{}}
 	names, err := ReadStatus(ctx, h.reg, h.cfg.Full)
 	if err != nil {
 		h.logger.Error("Reading the outbox status failed", err, nil)
@@ -85,7 +85,7 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if st.OldestPending > h.cfg.MaxPendingAge {
 			report.Healthy = false
 		}
-		report.Names = append(report.Names, st)
+		report.Topics = append(report.Topics, st)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if !report.Healthy {

@@ -20,13 +20,13 @@ import (
 type statusBody struct {
 	Healthy bool   `json:"healthy"`
 	Error   string `json:"error"`
-	Names   []struct {
-		Name          string  `json:"name"`
+	Topics  []struct {
+		Topic         string  `json:"topic"`
 		Pending       int64   `json:"pending"`
 		OldestPending float64 `json:"oldest_pending_seconds"`
 		Abandoned     int64   `json:"abandoned"`
 		Completed     int64   `json:"completed"`
-	} `json:"names"`
+	} `json:"topics"`
 }
 
 func getStatus(t *testing.T, h http.Handler) (int, statusBody) {
@@ -55,17 +55,17 @@ func TestStatusHandler(t *testing.T) {
 			code, body := getStatus(t, h)
 			assert.Equal(t, http.StatusOK, code)
 			assert.True(t, body.Healthy)
-			require.Len(t, body.Names, 1)
-			assert.Equal(t, b.topic, body.Names[0].Name)
-			assert.EqualValues(t, 2, body.Names[0].Pending)
-			assert.EqualValues(t, 1, body.Names[0].Completed)
-			assert.Less(t, body.Names[0].OldestPending, 3600.0)
+			require.Len(t, body.Topics, 1)
+			assert.Equal(t, b.topic, body.Topics[0].Topic)
+			assert.EqualValues(t, 2, body.Topics[0].Pending)
+			assert.EqualValues(t, 1, body.Topics[0].Completed)
+			assert.Less(t, body.Topics[0].OldestPending, 3600.0)
 
 			b.backdate(t, "created_at", idOf(t, msgs[1]))
 			code, body = getStatus(t, h)
 			assert.Equal(t, http.StatusServiceUnavailable, code)
 			assert.False(t, body.Healthy)
-			assert.Greater(t, body.Names[0].OldestPending, 3600.0)
+			assert.Greater(t, body.Topics[0].OldestPending, 3600.0)
 		})
 	})
 
@@ -90,7 +90,7 @@ func TestStatusHandler(t *testing.T) {
 		require.NoError(t, err)
 		code, body := getStatus(t, h)
 		assert.Equal(t, http.StatusOK, code)
-		require.Len(t, body.Names, 1)
-		assert.Zero(t, body.Names[0].Pending)
+		require.Len(t, body.Topics, 1)
+		assert.Zero(t, body.Topics[0].Pending)
 	})
 }

@@ -25,7 +25,7 @@ func TestToggleOffInTestBinary(t *testing.T) {
 	store := testenv.NewStore(t, backend, db, sqlstore.Mark)
 
 	t.Setenv(outbox.EnvToggle, "")
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store})
 	require.NoError(t, err)
 	assert.False(t, reg.Enabled())
 	assert.Nil(t, reg.Store("orders"))
@@ -44,14 +44,14 @@ func TestToggleOffInTestBinary(t *testing.T) {
 	require.NoError(t, err)
 	msg := message.NewMessage("u", nil)
 	msg.Metadata.Set(outbox.MetadataID, "424242") // a record that does not exist
-	msg.Metadata.Set(outbox.MetadataName, "orders")
+	msg.Metadata.Set(outbox.MetadataTopic, "orders")
 	ran := false
 	_, err = mw(func(*message.Message) ([]*message.Message, error) { ran = true; return nil, nil })(msg)
 	require.NoError(t, err)
 	assert.True(t, ran, "the handler runs as if the middleware were absent")
 
 	t.Setenv(outbox.EnvToggle, "on")
-	reg, err = outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store})
+	reg, err = outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store})
 	require.NoError(t, err)
 	assert.True(t, reg.Enabled())
 }

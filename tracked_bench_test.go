@@ -10,6 +10,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -20,7 +21,7 @@ func benchBundle(b *testing.B, backend testenv.Backend) (*sqlstore.Store, *outbo
 	b.Helper()
 	db := backend.Open(b)
 	store := testenv.NewStore(b, backend, db, sqlstore.Mark)
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store})
 	require.NoError(b, err)
 	return store, reg
 }
@@ -74,16 +75,16 @@ func BenchmarkTrackedDelivery(b *testing.B) {
 		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, nil)
 		require.NoError(b, err)
 		h := mw(func(*message.Message) ([]*message.Message, error) { return nil, nil })
-		records := make([]outbox.Record, b.N)
+		records := make([]recordstore.Record, b.N)
 		for i := range records {
-			records[i] = outbox.Record{Topic: "orders", UUID: strconv.Itoa(i), Payload: []byte("payload")}
+			records[i] = recordstore.Record{Topic: "orders", UUID: strconv.Itoa(i), Payload: []byte("payload")}
 		}
 		require.NoError(b, store.Insert(context.Background(), records))
 		msgs := make([]*message.Message, b.N)
 		for i, r := range records {
 			msgs[i] = message.NewMessage(r.UUID, r.Payload)
 			msgs[i].Metadata.Set(outbox.MetadataID, strconv.FormatInt(r.ID, 10))
-			msgs[i].Metadata.Set(outbox.MetadataName, "orders")
+			msgs[i].Metadata.Set(outbox.MetadataTopic, "orders")
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
@@ -100,9 +101,9 @@ func BenchmarkTrackedDelivery(b *testing.B) {
 func BenchmarkReplay(b *testing.B) {
 	forEachBackendB(b, func(b *testing.B, backend testenv.Backend) {
 		store, reg := benchBundle(b, backend)
-		records := make([]outbox.Record, b.N)
+		records := make([]recordstore.Record, b.N)
 		for i := range records {
-			records[i] = outbox.Record{Topic: "orders", UUID: strconv.Itoa(i), Payload: []byte("payload"),
+			records[i] = recordstore.Record{Topic: "orders", UUID: strconv.Itoa(i), Payload: []byte("payload"),
 				Metadata: message.Metadata{"trace": "abc"}}
 		}
 		require.NoError(b, store.Insert(context.Background(), records))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // CompleteTx completes the record of msg, the tracked message being
@@ -34,7 +35,7 @@ import (
 // It returns nil, doing nothing, for a message the middleware does not track
 // (no record in its context, e.g. in a test binary with tracking off). It
 // returns an error wrapping [ErrNotSupported] when the record's store does not
-// implement [TxCompleter].
+// implement [recordstore.TxCompleter].
 //
 // A handler that completes in its transaction should publish what it
 // produces through [TxPublisher] in the same transaction rather than return
@@ -47,9 +48,9 @@ func CompleteTx(ctx context.Context, tx Tx, msg *message.Message) error {
 	if !ok {
 		return nil
 	}
-	c, ok := d.store.(TxCompleter)
+	c, ok := d.store.(recordstore.TxCompleter)
 	if !ok {
-		return fmt.Errorf("%w: %T has no CompleteTx (record %d of %q)", ErrNotSupported, d.store, d.ref.ID, d.ref.Name)
+		return fmt.Errorf("%w: %T has no CompleteTx (record %d of %q)", ErrNotSupported, d.store, d.ref.ID, d.ref.Topic)
 	}
 	if err := c.CompleteTx(ctx, tx, d.d); err != nil {
 		return err
@@ -57,3 +58,7 @@ func CompleteTx(ctx context.Context, tx Tx, msg *message.Message) error {
 	d.completed.Store(true)
 	return nil
 }
+
+// Tx is a database transaction the caller began and will commit or roll
+// back, such as *sql.Tx or *sqlx.Tx; see [recordstore.Tx].
+type Tx = recordstore.Tx

@@ -16,6 +16,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -33,7 +34,7 @@ type completingStore struct {
 	completes atomic.Int32
 }
 
-func (s *completingStore) Complete(ctx context.Context, d outbox.Delivery) error {
+func (s *completingStore) Complete(ctx context.Context, d recordstore.Delivery) error {
 	s.completes.Add(1)
 	return s.Store.Complete(ctx, d)
 }
@@ -94,7 +95,7 @@ func TestCompleteTx(t *testing.T) {
 			msg := b.publishTracked(t, 1)[0]
 			id := idOf(t, msg)
 			counting := &completingStore{Store: b.store}
-			reg, err := outbox.NewRegistry(outbox.Tracked{Name: b.topic, Store: counting})
+			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: counting})
 			require.NoError(t, err)
 			mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, nil)
 			require.NoError(t, err)
@@ -137,7 +138,7 @@ func TestCompleteTx(t *testing.T) {
 		t.Parallel()
 		b := setup(t, testenv.Backends()[0], sqlstore.Mark)
 		msg := b.publishTracked(t, 1)[0]
-		reg, err := outbox.NewRegistry(outbox.Tracked{Name: b.topic, Store: plainStore{b.store}})
+		reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: plainStore{b.store}})
 		require.NoError(t, err)
 		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, nil)
 		require.NoError(t, err)

@@ -51,7 +51,7 @@ func TestTxPublishCrashAfterCommit(t *testing.T) {
 		driver, dsn := driverDSN(t, backend.Name)
 		db := testenv.Open(t, backend.Name, driver, dsn)
 		store := testenv.NewStore(t, backend, db, sqlstore.Mark)
-		reg, err := outbox.NewRegistry(outbox.Tracked{Name: "orders_" + store.Table(), Store: store})
+		reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders_" + store.Table(), Store: store})
 		require.NoError(t, err)
 		b := &bundle{backend: backend, db: db, store: store, reg: reg, topic: "orders_" + store.Table(), logger: &testenv.CaptureLogger{}}
 		fx := effectsTable(t, b)
@@ -104,7 +104,7 @@ func TestTxPublishCrashChild(t *testing.T) {
 	table := os.Getenv(envTxTable)
 	store, err := sqlstore.New(sqlstore.Config{Dialect: backend.Dialect, Table: table, DB: db})
 	require.NoError(t, err)
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: "orders_" + table, Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders_" + table, Store: store})
 	require.NoError(t, err)
 	p, err := outbox.NewTxPublisher(haltingPublisher{}, reg)
 	require.NoError(t, err)

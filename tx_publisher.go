@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // TxPublisher publishes tracked messages inside the caller's database
@@ -28,7 +29,7 @@ import (
 // elsewhere: it returns the send to call once the commit succeeded.
 //
 // The store of every tracked topic published through it must implement
-// [TxInserter] and live in the database the transaction runs on.
+// [recordstore.TxInserter] and live in the database the transaction runs on.
 type TxPublisher struct {
 	pub message.Publisher
 	reg *Registry
@@ -68,7 +69,7 @@ func (p *TxPublisher) PublishTx(ctx context.Context, tx Tx, topic string, msgs .
 	if t == nil || len(msgs) == 0 {
 		return func() error { return p.pub.Publish(topic, msgs...) }, nil
 	}
-	inserter, ok := t.store.(TxInserter)
+	inserter, ok := t.store.(recordstore.TxInserter)
 	if !ok {
 		return nil, &InsertError{Topic: topic, Count: len(msgs), Err: fmt.Errorf("%w: %T has no InsertTx", ErrNotSupported, t.store)}
 	}
@@ -76,7 +77,7 @@ func (p *TxPublisher) PublishTx(ctx context.Context, tx Tx, topic string, msgs .
 	if err != nil {
 		return nil, err
 	}
-	identity, err := t.store.Identity(ctx)
+	identity, err := inserter.IdentityTx(ctx, tx)
 	if err != nil {
 		return nil, &InsertError{Topic: topic, Count: len(msgs), Err: err}
 	}

@@ -166,7 +166,7 @@ func TestTxPublisher(t *testing.T) {
 	t.Run("StoreWithoutInsertTxIsRefused", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, testenv.Backends()[0], sqlstore.Mark)
-		reg, err := outbox.NewRegistry(outbox.Tracked{Name: b.topic, Store: plainStore{b.store}})
+		reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: plainStore{b.store}})
 		require.NoError(t, err)
 		p, err := outbox.NewTxPublisher(gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}), reg)
 		require.NoError(t, err)

@@ -1,8 +1,9 @@
 package integration_test
 
 import (
-	"github.com/ThreeDotsLabs/watermill"
 	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"

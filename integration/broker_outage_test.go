@@ -39,7 +39,7 @@ func TestBrokerOutage(t *testing.T) {
 	db := backend.Open(t)
 	store := testenv.NewStore(t, backend, db, sqlstore.Mark)
 	topic := "outage_" + store.Table()
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: topic, Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: topic, Store: store})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = admin.Del(context.Background(), topic).Err() })
 
@@ -63,7 +63,10 @@ func TestBrokerOutage(t *testing.T) {
 		var sendErr *outbox.SendError
 		require.ErrorAs(t, err, &sendErr, "the broker's error reaches the caller")
 		require.Len(t, sendErr.IDs, 1)
-		require.NoError(t, store.CheckPending(context.Background(), outbox.Delivery{ID: sendErr.IDs[0], Topic: topic}), "its record stays pending")
+		pending, err := store.PendingAfter(context.Background(), topic, sendErr.IDs[0]-1, 1)
+		require.NoError(t, err)
+		require.Len(t, pending, 1, "its record stays pending")
+		require.Equal(t, sendErr.IDs[0], pending[0].ID)
 		uuids = append(uuids, msg.UUID)
 	}
 	proxy.Restore()

@@ -16,16 +16,17 @@ import (
 )
 
 var (
-	crashKills = flag.Int("crash.kills", 24, "kill cycles (soak: -crash.kills=300)")
-	crashSeed  = flag.Uint64("crash.seed", 0, "seed of the kill points (0: from the clock)")
+	crashKills          = flag.Int("crash.kills", 24, "kill cycles (soak: -crash.kills=300)")
+	crashConsumersKills = flag.Int("crash.consumers.kills", -1, "kill cycles of the two-consumer setup (-1: as -crash.kills)")
+	crashSeed           = flag.Uint64("crash.seed", 0, "seed of the kill points (0: from the clock)")
 )
-
-const crashGroup = "crash"
 
 func amqpURI() string { return env("OUTBOX_TEST_AMQP_URI", "amqp://guest:guest@127.0.0.1:5672/") }
 
-func crashAMQPConfig() amqp.Config {
-	return amqp.NewDurablePubSubConfig(amqpURI(), amqp.GenerateQueueNameTopicNameWithSuffix(crashGroup))
+// crashAMQPConfig is the durable pub/sub topology with a queue per topic and
+// consumer, so that each consumer gets every message.
+func crashAMQPConfig(consumer string) amqp.Config {
+	return amqp.NewDurablePubSubConfig(amqpURI(), amqp.GenerateQueueNameTopicNameWithSuffix(consumer))
 }
 
 // TestCrashChildAMQP is the service TestCrashPostgresRabbitMQ kills; it does
@@ -38,16 +39,15 @@ func TestCrashChildAMQP(t *testing.T) {
 	crashtest.Child(crashtest.ChildConfig{
 		DB:      db,
 		Dialect: sqlstore.Postgres(),
-		Broker: func(string) (message.Publisher, message.Subscriber, func(), error) {
-			pub, err := amqp.NewPublisher(crashAMQPConfig(), watermill.NopLogger{})
+		Publisher: func() (message.Publisher, func(), error) {
+			pub, err := amqp.NewPublisher(crashAMQPConfig(crashtest.SingleHandler), watermill.NopLogger{})
 			if err != nil {
-				return nil, nil, nil, err
+				return nil, nil, err
 			}
-			sub, err := amqp.NewSubscriber(crashAMQPConfig(), watermill.NopLogger{})
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			return pub, sub, func() { _ = sub.Close(); _ = pub.Close() }, nil
+			return pub, func() { _ = pub.Close() }, nil
+		},
+		Subscriber: func(consumer string) (message.Subscriber, error) {
+			return amqp.NewSubscriber(crashAMQPConfig(consumer), watermill.NopLogger{})
 		},
 	})
 }
@@ -56,6 +56,21 @@ func TestCrashChildAMQP(t *testing.T) {
 // SIGKILL between insert and send, mid-handler, between handler and mark and
 // at random moments, and checks that every committed record was handled.
 func TestCrashPostgresRabbitMQ(t *testing.T) {
+	crashPostgresRabbitMQ(t, *crashKills, nil)
+}
+
+// TestCrashPostgresRabbitMQTwoConsumers is TestCrashPostgresRabbitMQ with
+// two declared consumers of the tracked topic, each with a durable queue of
+// its own: each must handle every committed record.
+func TestCrashPostgresRabbitMQTwoConsumers(t *testing.T) {
+	kills := *crashConsumersKills
+	if kills < 0 {
+		kills = *crashKills
+	}
+	crashPostgresRabbitMQ(t, kills, []string{"email", "stats"})
+}
+
+func crashPostgresRabbitMQ(t *testing.T, kills int, consumers []string) {
 	admin, err := amqp091.Dial(amqpURI())
 	if err != nil {
 		testenv.Unavailable(t, "RabbitMQ", err)
@@ -71,8 +86,10 @@ func TestCrashPostgresRabbitMQ(t *testing.T) {
 			return
 		}
 		defer ch.Close()
-		_, _ = ch.QueueDelete(crashAMQPConfig().Queue.GenerateName(topic), false, false, false)
-		_ = ch.ExchangeDelete(crashAMQPConfig().Exchange.GenerateName(topic), false, false)
+		for _, c := range append([]string{crashtest.SingleHandler}, consumers...) {
+			_, _ = ch.QueueDelete(crashAMQPConfig(c).Queue.GenerateName(topic), false, false, false)
+		}
+		_ = ch.ExchangeDelete(crashAMQPConfig(crashtest.SingleHandler).Exchange.GenerateName(topic), false, false)
 	})
 
 	seed := *crashSeed
@@ -82,11 +99,12 @@ func TestCrashPostgresRabbitMQ(t *testing.T) {
 	t.Logf("seed %d (replay with -crash.seed=%d)", seed, seed)
 	sum := crashtest.Run(t, crashtest.Config{
 		ChildTest: "TestCrashChildAMQP",
-		Kills:     *crashKills,
+		Kills:     kills,
 		Batch:     5,
 		Seed:      seed,
 		DB:        db,
 		Table:     table,
+		Consumers: consumers,
 		Env:       []string{"OUTBOX_TEST_POSTGRES_DSN=" + testenv.PostgresDSN(), "OUTBOX_TEST_AMQP_URI=" + amqpURI()},
 	})
 	t.Logf("PostgreSQL+RabbitMQ: %s", sum)

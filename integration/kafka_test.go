@@ -1,8 +1,9 @@
 package integration_test
 
 import (
-	"github.com/ThreeDotsLabs/watermill"
 	"testing"
+
+	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"

@@ -1,9 +1,10 @@
 package integration_test
 
 import (
-	"github.com/ThreeDotsLabs/watermill"
 	"testing"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
 
 	wnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"

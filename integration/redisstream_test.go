@@ -2,9 +2,10 @@ package integration_test
 
 import (
 	"context"
-	"github.com/ThreeDotsLabs/watermill"
 	"testing"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"

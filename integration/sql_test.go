@@ -2,9 +2,10 @@ package integration_test
 
 import (
 	"context"
-	"github.com/ThreeDotsLabs/watermill"
 	"testing"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"

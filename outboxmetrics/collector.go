@@ -41,7 +41,7 @@ func (c Config) Validate() error {
 }
 
 const (
-	nameLabel     = "outbox_name"
+	nameLabel     = "topic"
 	consumerLabel = "consumer"
 )
 
@@ -135,11 +135,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.scrapeE, prometheus.GaugeValue, failed)
 	for _, st := range sts {
-		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(st.Pending), st.Name)
-		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, st.OldestPending.Seconds(), st.Name)
+		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(st.Pending), st.Topic)
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, st.OldestPending.Seconds(), st.Topic)
 		for _, cs := range st.Consumers {
-			ch <- prometheus.MustNewConstMetric(c.consumerPending, prometheus.GaugeValue, float64(cs.Pending), st.Name, cs.Consumer)
-			ch <- prometheus.MustNewConstMetric(c.consumerOldest, prometheus.GaugeValue, cs.OldestPending.Seconds(), st.Name, cs.Consumer)
+			ch <- prometheus.MustNewConstMetric(c.consumerPending, prometheus.GaugeValue, float64(cs.Pending), st.Topic, cs.Consumer)
+			ch <- prometheus.MustNewConstMetric(c.consumerOldest, prometheus.GaugeValue, cs.OldestPending.Seconds(), st.Topic, cs.Consumer)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
 	"github.com/wmoutbox/outbox/outboxmetrics"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -58,7 +59,7 @@ func TestCollectorCountsTheFlowAndReadsTheBacklog(t *testing.T) {
 			db := backend.Open(t)
 			store := testenv.NewStore(t, backend, db, sqlstore.Mark)
 			name := "orders"
-			reg, err := outbox.NewRegistry(outbox.Tracked{Name: name, Store: store})
+			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: name, Store: store})
 			require.NoError(t, err)
 			c, err := outboxmetrics.NewCollector(reg, outboxmetrics.Config{Namespace: "app"}, nil)
 			require.NoError(t, err)
@@ -96,10 +97,10 @@ func TestCollectorCountsTheFlowAndReadsTheBacklog(t *testing.T) {
 			got := gather(t, c)
 			assert.Equal(t, map[string]float64{
 				"app_outbox_records_published_total{orders}":    3,
-				"app_outbox_records_handled_total{orders}":      1,
-				"app_outbox_duplicates_skipped_total{orders}":   1,
-				"app_outbox_handler_failures_total{orders}":     1,
-				"app_outbox_records_abandoned_total{orders}":    1,
+				"app_outbox_records_handled_total{}{orders}":    1,
+				"app_outbox_duplicates_skipped_total{}{orders}": 1,
+				"app_outbox_handler_failures_total{}{orders}":   1,
+				"app_outbox_records_abandoned_total{}{orders}":  1,
 				"app_outbox_records_replayed_total{orders}":     1,
 				"app_outbox_pending_records{orders}":            1,
 				"app_outbox_oldest_pending_age_seconds{orders}": got["app_outbox_oldest_pending_age_seconds{orders}"],
@@ -107,6 +108,28 @@ func TestCollectorCountsTheFlowAndReadsTheBacklog(t *testing.T) {
 			}, got)
 			age := got["app_outbox_oldest_pending_age_seconds{orders}"]
 			assert.True(t, age >= 0 && age < time.Hour.Seconds(), "oldest pending age %v s by the database clock", age)
+		})
+	}
+}
+
+func TestCollectorBreaksTheBacklogDownPerConsumer(t *testing.T) {
+	for _, backend := range testenv.Backends() {
+		t.Run(backend.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			store := testenv.NewStore(t, backend, backend.Open(t), sqlstore.Mark)
+			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store, Consumers: []string{"email", "stats"}})
+			require.NoError(t, err)
+			c, err := outboxmetrics.NewCollector(reg, outboxmetrics.Config{}, nil)
+			require.NoError(t, err)
+			recs := []recordstore.Record{{Topic: "orders", UUID: "a", Consumers: reg.Consumers("orders")}, {Topic: "orders", UUID: "b", Consumers: reg.Consumers("orders")}}
+			require.NoError(t, store.Insert(ctx, recs))
+			require.NoError(t, store.Complete(ctx, recordstore.Delivery{ID: recs[0].ID, Topic: "orders", Consumer: "email"}))
+
+			got := gather(t, c)
+			assert.Equal(t, 2.0, got["outbox_pending_records{orders}"], "a record is pending while one consumer has not completed it")
+			assert.Equal(t, 1.0, got["outbox_consumer_pending_records{email}{orders}"])
+			assert.Equal(t, 2.0, got["outbox_consumer_pending_records{stats}{orders}"])
 		})
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // State is where a record is in its life, for the admin queries.
@@ -23,14 +23,23 @@ const (
 // RecordInfo is a record with its bookkeeping, as operators see it. Ages
 // are by the database clock.
 type RecordInfo struct {
-	outbox.Record
+	recordstore.Record
 	State     State
 	Attempts  int
 	LastError string
 	// Age is the time since the record was saved; SinceSent the time since
-	// it was last sent (by the publish that saved it, or a resend).
+	// it was last sent (by the publish that saved it, or a resend), 0 when
+	// the record is Due.
 	Age       time.Duration
 	SinceSent time.Duration
+	// Resent reports whether the record was sent again after the publish
+	// that saved it, by a stale resubmit round or a startup replay. When
+	// it was not, SinceSent is Age.
+	Resent bool
+	// Due reports that the record was made due by [Store.MakeDue] or
+	// [Store.RequeueLater] and not sent since: the service's next stale
+	// resubmit round sends it.
+	Due bool
 	// Deliveries are the per-consumer deliveries of a record saved with
 	// consumers, in consumer order; nil for a record with one receiver.
 	Deliveries []DeliveryInfo
@@ -102,9 +111,26 @@ func (s *Store) infoColumns(d Dialect) string {
 	if s.mode == Mark {
 		state = "CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' WHEN processed_at IS NOT NULL THEN 'completed' ELSE 'pending' END"
 	}
-	return fmt.Sprintf("id, topic, uuid, payload, metadata, %s, attempts, COALESCE(last_error, ''), %s, %s",
-		state, o.ageMicros("created_at"), o.ageMicros("COALESCE(last_sent_at, created_at)"))
+	return fmt.Sprintf("id, topic, uuid, payload, metadata, %s, attempts, COALESCE(last_error, ''), %s, %s, %s",
+		state, o.ageMicros("created_at"), o.ageMicros("COALESCE(last_sent_at, created_at)"), sendKind())
 }
+
+// The kinds of last send a record can have, as sendKind reads them.
+const (
+	sentWithPublish = 0 // only by the publish that saved it
+	sentAgain       = 1 // resent since
+	sentMadeDue     = 2 // made due, and not sent since
+)
+
+// sendKind tells the kinds of last send apart. A record made due has
+// dueLongAgo as its send time; dueBefore is a day later, so that every
+// session time zone reads the marker as before it.
+func sendKind() string {
+	return fmt.Sprintf("CASE WHEN last_sent_at IS NULL THEN %d WHEN last_sent_at < '%s' THEN %d ELSE %d END",
+		sentWithPublish, dueBefore, sentMadeDue, sentAgain)
+}
+
+const dueBefore = "2000-01-02"
 
 func (s *Store) scanInfos(rows *sql.Rows) ([]RecordInfo, error) {
 	defer rows.Close()
@@ -113,7 +139,8 @@ func (s *Store) scanInfos(rows *sql.Rows) ([]RecordInfo, error) {
 		var r RecordInfo
 		var md, state string
 		var age, sent int64
-		if err := rows.Scan(&r.ID, &r.Topic, &r.UUID, &r.Payload, &md, &state, &r.Attempts, &r.LastError, &age, &sent); err != nil {
+		var kind int
+		if err := rows.Scan(&r.ID, &r.Topic, &r.UUID, &r.Payload, &md, &state, &r.Attempts, &r.LastError, &age, &sent, &kind); err != nil {
 			return nil, s.fail("list", err)
 		}
 		var err error
@@ -121,6 +148,10 @@ func (s *Store) scanInfos(rows *sql.Rows) ([]RecordInfo, error) {
 			return nil, s.fail("list", fmt.Errorf("record %d: %w", r.ID, err))
 		}
 		r.State, r.Age, r.SinceSent = State(state), time.Duration(age)*time.Microsecond, time.Duration(sent)*time.Microsecond
+		r.Resent, r.Due = kind == sentAgain, kind == sentMadeDue
+		if r.Due {
+			r.SinceSent = 0
+		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
@@ -184,7 +215,7 @@ func (s *Store) Get(ctx context.Context, id int64) (RecordInfo, error) {
 const dueLongAgo = "2000-01-01 00:00:00"
 
 // MakeDue marks up to limit pending records with an id greater than afterID
-// as last sent long ago, so that the service's [outbox.StaleResubmitter]
+// as last sent long ago, so that the service's outbox.StaleResubmitter
 // sends them at its next round, and returns their ids in order. With dryRun
 // it only returns the ids.
 func (s *Store) MakeDue(ctx context.Context, afterID int64, limit int, dryRun bool) ([]int64, error) {
@@ -215,12 +246,13 @@ func (s *Store) MakeDue(ctx context.Context, afterID int64, limit int, dryRun bo
 	return ids, err
 }
 
-// ResubmitAbandonedLater makes an abandoned record pending again, like
-// [Store.ResubmitAbandoned], but leaves the sending to the service: the
-// record is due at once for its [outbox.StaleResubmitter], and its next
-// startup replay sends it too.
-func (s *Store) ResubmitAbandonedLater(ctx context.Context, id int64) error {
-	if _, err := s.ResubmitAbandoned(ctx, id); err != nil {
+// RequeueLater makes an abandoned record pending again with its attempts
+// reset, like [Store.ResubmitAbandoned], but leaves the sending to the
+// service: the record is due at once for its outbox.StaleResubmitter, and
+// its next startup replay sends it too. A record that is not abandoned is
+// an error wrapping [recordstore.ErrNotAbandoned].
+func (s *Store) RequeueLater(ctx context.Context, id int64) error {
+	if _, err := s.Requeue(ctx, id); err != nil {
 		return err
 	}
 	db, d, err := s.bound(ctx)
@@ -229,7 +261,7 @@ func (s *Store) ResubmitAbandonedLater(ctx context.Context, id int64) error {
 	}
 	p := d.placeholder
 	if _, err := db.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id = %s", d.quote(s.table), p(1), p(2)), dueLongAgo, id); err != nil {
-		return s.fail("resubmit", err)
+		return s.fail("requeue", err)
 	}
 	return nil
 }

@@ -17,13 +17,17 @@ type attachment struct {
 	dialect Dialect
 	// identity is the table's identity, once read through db.
 	identity string
+	// err refuses the pool: its driver is for another database.
+	err error
 }
 
 // Attach sets (or replaces) the connection pool. It is safe to call while the
 // store is in use. A MySQL store looks at the server behind a new pool once,
-// at its first Insert, Migrate or Verify.
+// at its first Insert, Migrate or Verify. A pool whose driver is for another
+// database than the store's dialect (see [New]) is refused at its first use,
+// with an error wrapping [ErrInvalidConfig].
 func (s *Store) Attach(db *sqlx.DB) {
-	a := &attachment{db: db}
+	a := &attachment{db: db, err: checkDriver(s.dialect, db)}
 	if _, probes := s.dialect.(serverProber); !probes {
 		a.dialect = s.dialect
 	}
@@ -45,6 +49,9 @@ func (s *Store) pool() (*sqlx.DB, error) {
 	if a == nil || a.db == nil {
 		return nil, fmt.Errorf("%w for table %q", ErrNoDB, s.table)
 	}
+	if a.err != nil {
+		return nil, a.err
+	}
 	return a.db, nil
 }
 
@@ -55,6 +62,9 @@ func (s *Store) bound(ctx context.Context) (*sqlx.DB, Dialect, error) {
 		a := s.att.Load()
 		if a == nil || a.db == nil {
 			return nil, nil, fmt.Errorf("%w for table %q", ErrNoDB, s.table)
+		}
+		if a.err != nil {
+			return nil, nil, a.err
 		}
 		if a.dialect != nil {
 			return a.db, a.dialect, nil
@@ -82,6 +92,6 @@ func (s *Store) probe(ctx context.Context, a *attachment) (Dialect, error) {
 	if err != nil {
 		return nil, s.fail("probe server", err)
 	}
-	s.att.Store(&attachment{db: a.db, dialect: d, identity: a.identity})
+	s.att.Store(&attachment{db: a.db, dialect: d, identity: a.identity, err: a.err})
 	return d, nil
 }

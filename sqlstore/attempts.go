@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // MaxErrorLength bounds the error text kept with a record, in bytes; longer
@@ -17,11 +17,11 @@ import (
 const MaxErrorLength = 1024
 
 var (
-	_ outbox.FailureRecorder = (*Store)(nil)
-	_ outbox.Resubmitter     = (*Store)(nil)
+	_ recordstore.FailureRecorder = (*Store)(nil)
+	_ recordstore.Requeuer        = (*Store)(nil)
 )
 
-// RecordFailure implements [outbox.FailureRecorder]: it counts a failed
+// RecordFailure implements [recordstore.FailureRecorder]: it counts a failed
 // handling of a pending delivery (the consumer's own row, for a record with
 // consumers), keeps the error text (at most [MaxErrorLength] bytes) and
 // makes the delivery due again retryIn(attempts) later by the database
@@ -31,20 +31,20 @@ var (
 // kept; a record without consumers is abandoned with it (and, on a marking
 // table, its processed_at set), one with consumers once none of its
 // deliveries is pending. It is called only when a handler fails.
-func (s *Store) RecordFailure(ctx context.Context, d outbox.Delivery, reason string, maxAttempts int, retryIn func(attempts int) time.Duration) (attempts int, abandoned bool, err error) {
+func (s *Store) RecordFailure(ctx context.Context, d recordstore.Delivery, reason string, maxAttempts int, retryIn func(attempts int) time.Duration) (attempts int, abandoned bool, err error) {
 	reason = cutUTF8(reason, MaxErrorLength)
 	err = s.inTx(ctx, "record failure", func(tx *sqlx.Tx, dia Dialect) error {
 		var consumers int
 		switch err := tx.QueryRowContext(ctx, s.q.failureRecord, d.ID).Scan(&consumers, &attempts); {
 		case errors.Is(err, sql.ErrNoRows):
-			return outbox.ErrNotPending
+			return recordstore.ErrNotPending
 		case err != nil:
 			return s.fail("record failure", err)
 		}
 		if consumers > 0 {
 			switch err := tx.QueryRowContext(ctx, s.q.failureDelivery, d.ID, d.Consumer).Scan(&attempts); {
 			case errors.Is(err, sql.ErrNoRows):
-				return outbox.ErrNotPending
+				return recordstore.ErrNotPending
 			case err != nil:
 				return s.fail("record failure", err)
 			}
@@ -79,13 +79,13 @@ func (s *Store) RecordFailure(ctx context.Context, d outbox.Delivery, reason str
 	return attempts, abandoned, nil
 }
 
-// ResubmitAbandoned implements [outbox.Resubmitter]: it makes an abandoned
+// Requeue implements [recordstore.Requeuer]: it makes an abandoned
 // record pending again, with its attempts, and those of its abandoned
 // deliveries, reset to zero, due at once, and its send time set to now,
 // and returns it for sending. Deliveries other consumers completed stay
 // completed. The last errors are kept.
-func (s *Store) ResubmitAbandoned(ctx context.Context, id int64) (outbox.Record, error) {
-	var rec outbox.Record
+func (s *Store) Requeue(ctx context.Context, id int64) (recordstore.Record, error) {
+	var rec recordstore.Record
 	err := s.inTx(ctx, "resubmit", func(tx *sqlx.Tx, _ Dialect) error {
 		rows, err := tx.QueryContext(ctx, s.q.resubmitSelect, id)
 		if err != nil {
@@ -96,7 +96,7 @@ func (s *Store) ResubmitAbandoned(ctx context.Context, id int64) (outbox.Record,
 			return err
 		}
 		if len(recs) == 0 {
-			return fmt.Errorf("record %d: %w", id, outbox.ErrNotAbandoned)
+			return fmt.Errorf("record %d: %w", id, recordstore.ErrNotAbandoned)
 		}
 		rec = recs[0]
 		if _, err := tx.ExecContext(ctx, s.q.resubmitRecord, id); err != nil {

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // Coalescing configures how a [Store] combines concurrent calls into one
@@ -17,7 +17,7 @@ import (
 // on many calls.
 //
 // Each call still gets its own outcome: its own ids, in the order of its
-// records; [outbox.ErrNotPending] for its own id alone; its own error. A
+// records; [recordstore.ErrNotPending] for its own id alone; its own error. A
 // combined insert that the database refuses for the data of a row (a value
 // or a constraint) is retried call by call, so that only the call whose
 // record was refused fails; any other failure fails every call of that
@@ -73,12 +73,12 @@ func (c Coalescing) Validate() error {
 
 // insertBatch saves the records of every call with one statement and hands
 // each call its own ids.
-func (s *Store) insertBatch(ctx context.Context, batch []*call[[]outbox.Record]) {
+func (s *Store) insertBatch(ctx context.Context, batch []*call[[]recordstore.Record]) {
 	n := 0
 	for _, c := range batch {
 		n += len(c.arg)
 	}
-	all := make([]outbox.Record, 0, n)
+	all := make([]recordstore.Record, 0, n)
 	for _, c := range batch {
 		all = append(all, c.arg...)
 	}
@@ -112,7 +112,7 @@ func (s *Store) insertBatch(ctx context.Context, batch []*call[[]outbox.Record])
 // consumers, one that was not pending or the same id again, runs the single
 // path for delivery rows, which completes the consumer's delivery or
 // reports ErrNotPending.
-func (s *Store) completeBatch(ctx context.Context, batch []*call[outbox.Delivery]) {
+func (s *Store) completeBatch(ctx context.Context, batch []*call[recordstore.Delivery]) {
 	db, err := s.pool()
 	if err != nil {
 		for _, c := range batch {
@@ -120,7 +120,7 @@ func (s *Store) completeBatch(ctx context.Context, batch []*call[outbox.Delivery
 		}
 		return
 	}
-	groups := map[string][]*call[outbox.Delivery]{}
+	groups := map[string][]*call[recordstore.Delivery]{}
 	var order []string
 	for _, c := range batch {
 		key := ""

@@ -13,6 +13,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -105,16 +106,16 @@ func (c *coalescing) rowIDs(t *testing.T) map[string]int64 {
 	return out
 }
 
-func records(uuids ...string) []outbox.Record {
-	out := make([]outbox.Record, len(uuids))
+func records(uuids ...string) []recordstore.Record {
+	out := make([]recordstore.Record, len(uuids))
 	for i, u := range uuids {
-		out[i] = outbox.Record{Topic: "orders", UUID: u, Payload: []byte(u), Metadata: message.Metadata{"k": u}}
+		out[i] = recordstore.Record{Topic: "orders", UUID: u, Payload: []byte(u), Metadata: message.Metadata{"k": u}}
 	}
 	return out
 }
 
 // insertAsync runs Insert on its own goroutine and returns its outcome.
-func insertAsync(ctx context.Context, s *sqlstore.Store, recs []outbox.Record) <-chan error {
+func insertAsync(ctx context.Context, s *sqlstore.Store, recs []recordstore.Record) <-chan error {
 	done := make(chan error, 1)
 	go func() { done <- s.Insert(ctx, recs) }()
 	return done
@@ -127,8 +128,8 @@ func completeAsync(ctx context.Context, s *sqlstore.Store, id int64) <-chan erro
 }
 
 // delivery is the delivery of record id of "orders" to one handler.
-func delivery(id int64) outbox.Delivery {
-	return outbox.Delivery{ID: id, Topic: "orders", Consumer: "handler"}
+func delivery(id int64) recordstore.Delivery {
+	return recordstore.Delivery{ID: id, Topic: "orders", Consumer: "handler"}
 }
 
 // stalledInsert is a store whose first insert waits in the database, so that
@@ -160,7 +161,7 @@ func TestCoalescing(t *testing.T) {
 			before := c.countStatements("INSERT")
 			s := stallInserts(t, c)
 			ctx, watch := s.ctx, s.watch
-			calls := make([][]outbox.Record, 5)
+			calls := make([][]recordstore.Record, 5)
 			dones := make([]<-chan error, len(calls))
 			for i := range calls {
 				calls[i] = records(fmt.Sprintf("c%d-a", i), fmt.Sprintf("c%d-b", i), fmt.Sprintf("c%d-c", i))
@@ -424,7 +425,7 @@ func TestCoalescing(t *testing.T) {
 			c := setupCoalescing(t, backend, sqlstore.Mark, oneInFlight)
 			ctx := testCtx(t)
 			const callers, calls = 16, 25
-			got := make([][]outbox.Record, callers)
+			got := make([][]recordstore.Record, callers)
 			var wg sync.WaitGroup
 			errs := make(chan error, callers)
 			for g := range callers {

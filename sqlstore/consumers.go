@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // A record saved with consumers has one delivery row per consumer in the
@@ -29,7 +29,7 @@ import (
 const deliveryChunk = 500
 
 // declaresConsumers reports whether a record of the batch has consumers.
-func declaresConsumers(records []outbox.Record) bool {
+func declaresConsumers(records []recordstore.Record) bool {
 	for _, r := range records {
 		if len(r.Consumers) > 0 {
 			return true
@@ -39,7 +39,7 @@ func declaresConsumers(records []outbox.Record) bool {
 }
 
 // distinctConsumers returns the consumers of r once each, in order.
-func distinctConsumers(r outbox.Record) []string {
+func distinctConsumers(r recordstore.Record) []string {
 	out := make([]string, 0, len(r.Consumers))
 	for _, c := range r.Consumers {
 		dup := false
@@ -58,7 +58,7 @@ func distinctConsumers(r outbox.Record) []string {
 
 // insertDeliveries saves one pending delivery per consumer of the records,
 // whose ids are set, and records how many each has, through tx.
-func (s *Store) insertDeliveries(ctx context.Context, tx dbtx, records []outbox.Record) error {
+func (s *Store) insertDeliveries(ctx context.Context, tx dbtx, records []recordstore.Record) error {
 	d := s.dialect
 	byCount := map[int][]int64{}
 	var b strings.Builder
@@ -130,7 +130,7 @@ type recordState struct {
 
 // readState reads the record of d and its delivery row for d's consumer;
 // false when there is no record with the id.
-func (s *Store) readState(ctx context.Context, db dbtx, d outbox.Delivery) (recordState, bool, error) {
+func (s *Store) readState(ctx context.Context, db dbtx, d recordstore.Delivery) (recordState, bool, error) {
 	var st recordState
 	var completed, abandoned, has, dCompleted, dAbandoned int
 	err := db.QueryRowContext(ctx, s.q.state, d.Consumer, d.ID).Scan(&st.topic, &st.consumers, &completed, &st.completedBy, &abandoned, &st.wait,
@@ -147,7 +147,7 @@ func (s *Store) readState(ctx context.Context, db dbtx, d outbox.Delivery) (reco
 }
 
 // checkPending reads whether the record is pending for d's consumer.
-func (s *Store) checkPending(ctx context.Context, db *sqlx.DB, d outbox.Delivery) error {
+func (s *Store) checkPending(ctx context.Context, db *sqlx.DB, d recordstore.Delivery) error {
 	st, found, err := s.readState(ctx, db, d)
 	if err != nil {
 		return err
@@ -156,51 +156,51 @@ func (s *Store) checkPending(ctx context.Context, db *sqlx.DB, d outbox.Delivery
 }
 
 // decide is CheckPending's verdict on a record's state; see
-// [outbox.Store.CheckPending].
-func (s *Store) decide(st recordState, found bool, d outbox.Delivery) error {
+// [recordstore.Store.CheckPending].
+func (s *Store) decide(st recordState, found bool, d recordstore.Delivery) error {
 	switch {
 	case !found && !s.q.mark:
 		// A deleting table keeps no completed records.
-		return outbox.ErrNotPending
+		return recordstore.ErrNotPending
 	case !found || st.topic != d.Topic:
-		return fmt.Errorf("sqlstore: table %q has no record %d of topic %q: %w", s.table, d.ID, d.Topic, outbox.ErrUnknownRecord)
+		return fmt.Errorf("sqlstore: table %q has no record %d of topic %q: %w", s.table, d.ID, d.Topic, recordstore.ErrUnknownRecord)
 	case st.consumers > 0:
 		switch {
 		case !st.hasDelivery:
-			return fmt.Errorf("sqlstore: record %d of table %q has no delivery for consumer %q: %w", d.ID, s.table, d.Consumer, outbox.ErrNoDelivery)
+			return fmt.Errorf("sqlstore: record %d of table %q has no delivery for consumer %q: %w", d.ID, s.table, d.Consumer, recordstore.ErrNoDelivery)
 		case st.deliveryCompleted || st.deliveryAbandoned:
-			return outbox.ErrNotPending
+			return recordstore.ErrNotPending
 		}
 		return notDue(d.ID, st.deliveryWaitMicros)
 	case st.abandoned:
-		return outbox.ErrNotPending
+		return recordstore.ErrNotPending
 	case st.completed:
 		if d.Consumer == "" || st.completedBy == "" || st.completedBy == d.Consumer {
-			return outbox.ErrNotPending
+			return recordstore.ErrNotPending
 		}
-		return &outbox.ConsumerConflictError{ID: d.ID, Consumer: d.Consumer, CompletedBy: st.completedBy}
+		return &recordstore.ConsumerConflictError{ID: d.ID, Consumer: d.Consumer, CompletedBy: st.completedBy}
 	}
 	return notDue(d.ID, st.wait)
 }
 
-// notDue is nil when the delivery is due, a [*outbox.NotDueError]
+// notDue is nil when the delivery is due, a [*recordstore.NotDueError]
 // otherwise.
 func notDue(id int64, waitMicros sql.NullInt64) error {
 	if !waitMicros.Valid {
 		return nil
 	}
-	return &outbox.NotDueError{ID: id, Wait: max(time.Duration(waitMicros.Int64)*time.Microsecond, time.Microsecond)}
+	return &recordstore.NotDueError{ID: id, Wait: max(time.Duration(waitMicros.Int64)*time.Microsecond, time.Microsecond)}
 }
 
 // completeDeliveryNow completes the delivery of a record with consumers in
 // a transaction of its own; ErrNotPending when there is none pending.
-func (s *Store) completeDeliveryNow(ctx context.Context, db *sqlx.DB, d outbox.Delivery) error {
+func (s *Store) completeDeliveryNow(ctx context.Context, db *sqlx.DB, d recordstore.Delivery) error {
 	return s.txOn(ctx, db, "complete", func(tx dbtx) error { return s.completeDelivery(ctx, tx, d, "complete") })
 }
 
 // completeDelivery locks the record of d, completes d's delivery and rolls
 // the record up, through tx.
-func (s *Store) completeDelivery(ctx context.Context, tx dbtx, d outbox.Delivery, op string) error {
+func (s *Store) completeDelivery(ctx context.Context, tx dbtx, d recordstore.Delivery, op string) error {
 	if _, err := tx.ExecContext(ctx, s.q.lockRecord, d.ID); err != nil {
 		return s.fail(op, err)
 	}
@@ -209,7 +209,7 @@ func (s *Store) completeDelivery(ctx context.Context, tx dbtx, d outbox.Delivery
 		return err
 	}
 	if n == 0 {
-		return outbox.ErrNotPending
+		return recordstore.ErrNotPending
 	}
 	return s.rollUp(ctx, tx, d.ID, op)
 }

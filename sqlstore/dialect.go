@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // Dialect is what differs between databases: identifier quoting,
@@ -24,7 +24,7 @@ type Dialect interface {
 	clock() string
 	// insert saves records in one round trip and sets their ids in order,
 	// through the pool or a caller's transaction (see inTx).
-	insert(ctx context.Context, db dbtx, q *queries, records []outbox.Record) error
+	insert(ctx context.Context, db dbtx, q *queries, records []recordstore.Record) error
 	// insertQuery is the batch insert statement for the quoted table, when
 	// the dialect has one of fixed text; "" when it builds one per batch.
 	insertQuery(table string) string
@@ -57,6 +57,9 @@ type Dialect interface {
 	addVersionIdentity() string
 	// convertError turns a driver error into the package's sentinels.
 	convertError(err error) error
+	// databaseQuery reads the name of the database a connection is in,
+	// for errors that name it.
+	databaseQuery() string
 	// leaseUntil is the database clock plus the lease passed as the nth
 	// argument, in the form leaseArg gives it.
 	leaseUntil(n int) string
@@ -64,7 +67,7 @@ type Dialect interface {
 }
 
 // dbtx is the store's pool or a caller's transaction; *sqlx.DB, *sql.Tx,
-// *sqlx.Tx and outbox.Tx all have these methods.
+// *sqlx.Tx and recordstore.Tx all have these methods.
 type dbtx interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -148,7 +151,7 @@ func scanIDList(rows rowsScanner, into []int64) ([]int64, error) {
 // insertSingle saves one record with a statement of fixed text, for
 // dialects with INSERT … RETURNING: the common case of one message per
 // Publish needs no array and no statement built per call.
-func insertSingle(ctx context.Context, db dbtx, q *queries, r *outbox.Record) error {
+func insertSingle(ctx context.Context, db dbtx, q *queries, r *recordstore.Record) error {
 	md, err := encodeMetadata(r.Metadata)
 	if err != nil {
 		return fmt.Errorf("record #0: %w", err)

@@ -11,7 +11,7 @@ import (
 
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // MySQL is the dialect for MySQL 8 and MariaDB, for the
@@ -173,7 +173,7 @@ func mariaDBHasReturning(version string) bool {
 	return err1 == nil && err2 == nil && (major > 10 || major == 10 && minor >= 5)
 }
 
-func (d mysql) insert(ctx context.Context, db dbtx, q *queries, records []outbox.Record) error {
+func (d mysql) insert(ctx context.Context, db dbtx, q *queries, records []recordstore.Record) error {
 	srv := d.server
 	if srv == nil {
 		return errors.New("sqlstore: MySQL dialect used before its pool was probed")
@@ -209,7 +209,7 @@ func (d mysql) insert(ctx context.Context, db dbtx, q *queries, records []outbox
 // maxStatement once escaped. A row that cannot fit on its own is refused
 // with ErrRecordTooLarge before anything is sent: the server would otherwise
 // drop the connection, which the driver reports only as "invalid connection".
-func (srv *mysqlServer) split(q *queries, records []outbox.Record, metadata []string) ([]int, error) {
+func (srv *mysqlServer) split(q *queries, records []recordstore.Record, metadata []string) ([]int, error) {
 	bounds := []int{0}
 	base := len(q.insertValues) + len(" RETURNING id")
 	size := base
@@ -244,7 +244,7 @@ func escapedLen[T string | []byte](v T) int {
 
 // insertRows saves records with one multi-row INSERT and sets their ids; see
 // [MySQL] for why the ids are the rows' own.
-func (srv *mysqlServer) insertRows(ctx context.Context, db dbtx, q *queries, records []outbox.Record, metadata []string) error {
+func (srv *mysqlServer) insertRows(ctx context.Context, db dbtx, q *queries, records []recordstore.Record, metadata []string) error {
 	var b strings.Builder
 	b.Grow(len(q.insertValues) + len(records)*10 + 13)
 	b.WriteString(q.insertValues)
@@ -364,6 +364,8 @@ func (mysql) convertError(err error) error {
 	}
 	return err
 }
+
+func (mysql) databaseQuery() string { return "SELECT DATABASE()" }
 
 func (mysql) leaseUntil(int) string { return "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" }
 

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -173,10 +173,10 @@ func TestMySQLBatchLargerThanAPacket(t *testing.T) {
 	})
 }
 
-func testRecords(n int) []outbox.Record {
-	recs := make([]outbox.Record, n)
+func testRecords(n int) []recordstore.Record {
+	recs := make([]recordstore.Record, n)
 	for i := range recs {
-		recs[i] = outbox.Record{Topic: "orders", UUID: "u" + string(rune('a'+i%26)), Payload: []byte("p")}
+		recs[i] = recordstore.Record{Topic: "orders", UUID: "u" + string(rune('a'+i%26)), Payload: []byte("p")}
 	}
 	return recs
 }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jmoiron/sqlx"
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // Postgres is the PostgreSQL dialect, for the pgx stdlib driver
@@ -42,7 +42,7 @@ ORDER BY u.ord
 RETURNING id`, table)
 }
 
-func (postgres) insert(ctx context.Context, db dbtx, q *queries, records []outbox.Record) error {
+func (postgres) insert(ctx context.Context, db dbtx, q *queries, records []recordstore.Record) error {
 	if len(records) == 1 {
 		return insertSingle(ctx, db, q, &records[0])
 	}
@@ -128,6 +128,8 @@ func (postgres) convertError(err error) error {
 	return err
 }
 
+func (postgres) databaseQuery() string { return "SELECT current_database()" }
+
 // rowsScanner is what scanIDs needs of *sql.Rows.
 type rowsScanner interface {
 	Next() bool
@@ -138,7 +140,7 @@ type rowsScanner interface {
 
 // scanIDs reads the ids a batch insert returned and assigns them in
 // ascending order, which is the order the rows were inserted in.
-func scanIDs(rows rowsScanner, records []outbox.Record) error {
+func scanIDs(rows rowsScanner, records []recordstore.Record) error {
 	ids, err := scanIDList(rows, make([]int64, 0, len(records)))
 	if err != nil {
 		return err

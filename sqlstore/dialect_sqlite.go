@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // SQLite is the SQLite dialect, for the pure Go modernc.org/sqlite driver
@@ -38,7 +38,7 @@ func (sqlite) clock() string { return "strftime('%Y-%m-%d %H:%M:%f', 'now')" }
 
 func (sqlite) insertQuery(string) string { return "" }
 
-func (sqlite) insert(ctx context.Context, db dbtx, q *queries, records []outbox.Record) error {
+func (sqlite) insert(ctx context.Context, db dbtx, q *queries, records []recordstore.Record) error {
 	if len(records) == 1 {
 		return insertSingle(ctx, db, q, &records[0])
 	}
@@ -56,7 +56,7 @@ func (sqlite) insert(ctx context.Context, db dbtx, q *queries, records []outbox.
 	})
 }
 
-func sqliteInsertChunk(ctx context.Context, db dbtx, q *queries, records []outbox.Record) error {
+func sqliteInsertChunk(ctx context.Context, db dbtx, q *queries, records []recordstore.Record) error {
 	var b strings.Builder
 	b.Grow(len(q.insertValues) + len(records)*12 + 13)
 	b.WriteString(q.insertValues)
@@ -151,6 +151,11 @@ func (sqlite) convertError(err error) error {
 		return fmt.Errorf("%w: %w", ErrTableMissing, err)
 	}
 	return err
+}
+
+// databaseQuery reads the file of the main database; "" in memory.
+func (sqlite) databaseQuery() string {
+	return "SELECT file FROM pragma_database_list WHERE name = 'main'"
 }
 
 // leaseUntil is in the clock's text format, so that it compares with it.

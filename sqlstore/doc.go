@@ -9,7 +9,9 @@
 // [Store.Verify] checks that the table exists at the version the code
 // expects; outbox.Replay and outbox.ReplayPlugin call it before replaying, so
 // a missing or mismatched table stops the start with an error that says what
-// to do. A marking store ([Mark], the default) keeps completed records with
+// to do, naming the dialect and the database. Tools that inspect a table
+// they did not configure open it with [OpenTable], which reads the
+// completion mode the table was created with. A marking store ([Mark], the default) keeps completed records with
 // processed_at set from the database clock; a deleting store ([Delete]) has
 // no processed_at column and deletes completed records.
 //
@@ -22,7 +24,7 @@
 //
 // # Several receivers
 //
-// A record saved with consumers (outbox.Record.Consumers) gets one delivery
+// A record saved with consumers (recordstore.Record.Consumers) gets one delivery
 // row per consumer in the table <table>_consumers. Each consumer checks and
 // completes its own row; the record stays pending until none is, and is
 // then completed (marked, or deleted with its delivery rows) or, if a
@@ -42,13 +44,15 @@
 // id IN (…) RETURNING id per consumer. There is
 // no timer: a call that finds the store idle runs at once, alone, and batches
 // grow only with contention. Each call keeps its own outcome: its own ids in
-// the order of its records, [outbox.ErrNotPending] for its own id, its own
+// the order of its records, [recordstore.ErrNotPending] for its own id, its own
 // error. See [Coalescing] for the settings and the failure rules.
 //
 // # Connection
 //
 // The *sqlx.DB may be passed in [Config] or attached later with
-// [Store.Attach]; the hot path reads it with one atomic load. Every query runs
+// [Store.Attach]; the hot path reads it with one atomic load. A pool whose
+// driver is for another database than the dialect (a SQLite pool given
+// [Postgres]) is refused with an error that names both. Every query runs
 // on that pool, never in a caller's transaction.
 //
 // For SQLite use a file database in WAL mode with a busy timeout, e.g.

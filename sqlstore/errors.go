@@ -41,18 +41,31 @@ var (
 	ErrStatementPanicked = errors.New("sqlstore: combined statement panicked")
 )
 
-// TableError names the table an error happened on.
+// TableError names the table an error happened on. Errors of
+// [Store.Migrate] and [Store.Verify] name the dialect and the database too,
+// for the operator who has several.
 type TableError struct {
 	Table string
 	Op    string
-	Err   error
+	// Dialect and Database are set by Migrate and Verify; Database is ""
+	// when the server could not be asked, e.g. because it is unreachable.
+	Dialect  string
+	Database string
+	Err      error
 }
 
 func (e *TableError) Error() string {
-	if errors.Is(e.Err, ErrTableMissing) {
-		return fmt.Sprintf("sqlstore: %s on table %q: table does not exist; create it with Store.Migrate: %v", e.Op, e.Table, e.Err)
+	where := ""
+	switch {
+	case e.Dialect != "" && e.Database != "":
+		where = fmt.Sprintf(" (%s, database %s)", e.Dialect, e.Database)
+	case e.Dialect != "":
+		where = fmt.Sprintf(" (%s)", e.Dialect)
 	}
-	return fmt.Sprintf("sqlstore: %s on table %q: %v", e.Op, e.Table, e.Err)
+	if errors.Is(e.Err, ErrTableMissing) {
+		return fmt.Sprintf("sqlstore: %s on table %q%s: table does not exist; create it with Store.Migrate: %v", e.Op, e.Table, where, e.Err)
+	}
+	return fmt.Sprintf("sqlstore: %s on table %q%s: %v", e.Op, e.Table, where, e.Err)
 }
 
 func (e *TableError) Unwrap() error { return e.Err }

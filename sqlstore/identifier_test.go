@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 func TestValidateTable(t *testing.T) {
@@ -62,7 +62,7 @@ func TestNewRefusesBadConfigBeforeSQL(t *testing.T) {
 	if err != nil || s.Table() != DefaultTable {
 		t.Errorf("default table: %v %q", err, s.Table())
 	}
-	if err := s.CheckPending(t.Context(), outbox.Delivery{ID: 1, Topic: "orders"}); !errors.Is(err, ErrNoDB) {
+	if err := s.CheckPending(t.Context(), recordstore.Delivery{ID: 1, Topic: "orders"}); !errors.Is(err, ErrNoDB) {
 		t.Errorf("no db attached: %v", err)
 	}
 }

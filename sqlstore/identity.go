@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/jmoiron/sqlx"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // identityVersion is the schema version that gave tables an identity.
@@ -21,7 +22,7 @@ func newIdentity() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Identity implements [outbox.Store]: the identity Migrate gave the table,
+// Identity implements [recordstore.Store]: the identity Migrate gave the table,
 // kept with its schema version in [VersionTable]. It is read once per
 // attached pool; afterwards it costs one atomic load. Before the table is
 // migrated it returns an error wrapping [ErrTableMissing] or
@@ -34,7 +35,30 @@ func (s *Store) Identity(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	version, _, err := s.readVersion(ctx, db)
+	return s.identityThrough(ctx, db, db)
+}
+
+// IdentityTx implements [recordstore.TxInserter]: the table's identity, read
+// through tx when it is not known yet, so that a caller holding the only
+// connection of the pool in tx does not wait for a second one.
+func (s *Store) IdentityTx(ctx context.Context, tx recordstore.Tx) (string, error) {
+	a := s.att.Load()
+	if a != nil && a.identity != "" {
+		return a.identity, nil
+	}
+	if a == nil {
+		return "", ErrNoDB
+	}
+	if a.err != nil {
+		return "", a.err
+	}
+	return s.identityThrough(ctx, tx, a.db)
+}
+
+// identityThrough reads the identity through q and keeps it with the
+// attachment of db.
+func (s *Store) identityThrough(ctx context.Context, q querier, db *sqlx.DB) (string, error) {
+	version, _, err := s.readVersion(ctx, q)
 	switch {
 	case errors.Is(err, ErrTableMissing) || (err == nil && version == 0):
 		return "", &TableError{Table: s.table, Op: "read identity", Err: ErrTableMissing}
@@ -43,7 +67,7 @@ func (s *Store) Identity(ctx context.Context) (string, error) {
 	case version < identityVersion:
 		return "", &TableError{Table: s.table, Op: "read identity", Err: fmt.Errorf("%w: table is at version %d, which has no identity; run Store.Migrate", ErrSchemaVersion, version)}
 	}
-	identity, err := s.readIdentity(ctx, db)
+	identity, err := s.readIdentity(ctx, q)
 	if err != nil {
 		return "", err
 	}

@@ -4,10 +4,10 @@ import (
 	"context"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
-var _ outbox.Releaser = (*Store)(nil)
+var _ recordstore.Releaser = (*Store)(nil)
 
 // claim takes the delivery lease with a conditional UPDATE on the database
 // clock, recording d.Lease as its owner, so that of two concurrent claims
@@ -16,7 +16,7 @@ var _ outbox.Releaser = (*Store)(nil)
 // acknowledge or refuse from one to run, and a record with consumers has
 // the consumer's own delivery row claimed: two consumers hold leases on one
 // record at once, two copies for one consumer do not.
-func (s *Store) claim(ctx context.Context, db *sqlx.DB, d outbox.Delivery) error {
+func (s *Store) claim(ctx context.Context, db *sqlx.DB, d recordstore.Delivery) error {
 	lease := s.dialect.leaseArg(s.lease)
 	n, err := s.exec(ctx, db, "claim", s.q.claimRecord, lease, d.Lease, d.ID, d.Topic)
 	if err != nil || n == 1 {
@@ -35,13 +35,13 @@ func (s *Store) claim(ctx context.Context, db *sqlx.DB, d outbox.Delivery) error
 			return err
 		}
 	}
-	return outbox.ErrLeased
+	return recordstore.ErrLeased
 }
 
-// Release implements [outbox.Releaser]: it ends the lease of a delivery
+// Release implements [recordstore.Releaser]: it ends the lease of a delivery
 // whose handler failed, when d.Lease still holds it, so that its redelivery
 // can claim it at once. Without a [Config.Lease] it does nothing.
-func (s *Store) Release(ctx context.Context, d outbox.Delivery) error {
+func (s *Store) Release(ctx context.Context, d recordstore.Delivery) error {
 	if s.lease == 0 {
 		return nil
 	}

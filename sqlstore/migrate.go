@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
+	"time"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -125,6 +126,10 @@ func (s *Store) Migrate(ctx context.Context) error { return s.MigrateTo(ctx, 0) 
 // staged, and tests build the tables of earlier releases. A table at a
 // later version is left alone. Tables get their identity at version 4.
 func (s *Store) MigrateTo(ctx context.Context, version int) error {
+	return s.located(ctx, "migrate", s.migrateTo(ctx, version))
+}
+
+func (s *Store) migrateTo(ctx context.Context, version int) error {
 	db, d, err := s.bound(ctx)
 	if err != nil {
 		return err
@@ -264,6 +269,10 @@ func (s *Store) writeVersion(ctx context.Context, q querier, from, to int, ident
 // mode this code expects. Its errors wrap [ErrTableMissing] or
 // [ErrSchemaVersion] and say what to do.
 func (s *Store) Verify(ctx context.Context) error {
+	return s.located(ctx, "verify", s.verify(ctx))
+}
+
+func (s *Store) verify(ctx context.Context) error {
 	db, d, err := s.bound(ctx)
 	if err != nil {
 		return err
@@ -297,4 +306,37 @@ func (s *Store) Verify(ctx context.Context) error {
 	}
 	s.cacheIdentity(db, identity)
 	return nil
+}
+
+// located makes an error of Migrate or Verify a [*TableError] that names
+// the dialect and the database. The database is asked for only once the
+// failed call has given back its connections (a SQLite pool may have one),
+// and briefly: an unreachable server leaves it unnamed.
+func (s *Store) located(ctx context.Context, op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	dialect, database := s.dialect.Name(), s.databaseName(ctx)
+	if te, ok := err.(*TableError); ok { //nolint:errorlint // only the outermost error is completed; a wrapped one is wrapped
+		located := *te
+		located.Dialect, located.Database = dialect, database
+		return &located
+	}
+	return &TableError{Table: s.table, Op: op, Dialect: dialect, Database: database, Err: err}
+}
+
+// databaseName is the name of the database the pool is in, "" when it
+// cannot be read.
+func (s *Store) databaseName(ctx context.Context) string {
+	db, err := s.pool()
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	var name sql.NullString
+	if err := db.QueryRowContext(ctx, s.dialect.databaseQuery()).Scan(&name); err != nil {
+		return ""
+	}
+	return name.String
 }

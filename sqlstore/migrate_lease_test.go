@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -38,7 +38,7 @@ func TestMigrateAddsTheLeaseToAFirstReleaseTable(t *testing.T) {
 			first, second := delivery(recs[0].ID), delivery(recs[0].ID)
 			first.Lease, second.Lease = "first", "second"
 			require.NoError(t, leased.CheckPending(testCtx(t), first))
-			assert.ErrorIs(t, leased.CheckPending(testCtx(t), second), outbox.ErrLeased)
+			assert.ErrorIs(t, leased.CheckPending(testCtx(t), second), recordstore.ErrLeased)
 		})
 	}
 }

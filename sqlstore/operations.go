@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // opsDialect is what the operational queries (attempts, stale resubmit,
@@ -61,12 +61,12 @@ func idList(d Dialect, first, n int) string {
 }
 
 // scanRecords reads id, topic, uuid, payload, metadata rows.
-func (s *Store) scanRecords(rows *sql.Rows, op string) ([]outbox.Record, error) {
+func (s *Store) scanRecords(rows *sql.Rows, op string) ([]recordstore.Record, error) {
 	defer rows.Close()
-	var out []outbox.Record
+	var out []recordstore.Record
 	var md string
 	for rows.Next() {
-		var r outbox.Record
+		var r recordstore.Record
 		if err := rows.Scan(&r.ID, &r.Topic, &r.UUID, &r.Payload, &md); err != nil {
 			return nil, s.fail(op, err)
 		}

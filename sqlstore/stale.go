@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
-var _ outbox.StaleClaimer = (*Store)(nil)
+var _ recordstore.StaleClaimer = (*Store)(nil)
 
-// ClaimStale implements [outbox.StaleClaimer]. A record's last send is
+// ClaimStale implements [recordstore.StaleClaimer]. A record's last send is
 // last_sent_at, or created_at when it was only ever sent by the publish that
 // saved it (the insert stamps nothing more). A record waiting for the retry
 // of a failed handling (due_at in the future) is passed over; one with
@@ -20,11 +20,11 @@ var _ outbox.StaleClaimer = (*Store)(nil)
 // another claim holds (FOR UPDATE SKIP LOCKED), so concurrent instances never
 // claim the same record. SQLite serializes writers and is meant for a
 // single node.
-func (s *Store) ClaimStale(ctx context.Context, topic string, olderThan time.Duration, limit int) ([]outbox.Record, error) {
+func (s *Store) ClaimStale(ctx context.Context, topic string, olderThan time.Duration, limit int) ([]recordstore.Record, error) {
 	if olderThan <= 0 || limit < 1 {
 		return nil, fmt.Errorf("%w: claiming stale records needs a positive age and limit (got %v, %d)", ErrInvalidConfig, olderThan, limit)
 	}
-	var recs []outbox.Record
+	var recs []recordstore.Record
 	err := s.inTx(ctx, "claim stale", func(tx *sqlx.Tx, d Dialect) error {
 		rows, err := tx.QueryContext(ctx, s.q.claimStale, topic, micros(olderThan), limit)
 		if err != nil {
@@ -48,13 +48,13 @@ func (s *Store) ClaimStale(ctx context.Context, topic string, olderThan time.Dur
 	return recs, nil
 }
 
-var _ outbox.SendStamper = (*Store)(nil)
+var _ recordstore.SendStamper = (*Store)(nil)
 
 // stampChunk bounds the ids of one UPDATE, well within every database's
 // limit on bound parameters.
 const stampChunk = 1000
 
-// StampSent implements [outbox.SendStamper], with one UPDATE per thousand
+// StampSent implements [recordstore.SendStamper], with one UPDATE per thousand
 // ids.
 func (s *Store) StampSent(ctx context.Context, ids []int64) error {
 	db, d, err := s.bound(ctx)

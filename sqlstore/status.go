@@ -7,22 +7,22 @@ import (
 	"slices"
 	"time"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
-var _ outbox.StatusReader = (*Store)(nil)
+var _ recordstore.StatusReader = (*Store)(nil)
 
-// PendingStatus implements [outbox.StatusReader]. It reads the pending
+// PendingStatus implements [recordstore.StatusReader]. It reads the pending
 // records, and the pending deliveries, only, through the pending indexes.
-func (s *Store) PendingStatus(ctx context.Context) ([]outbox.NameStatus, error) {
+func (s *Store) PendingStatus(ctx context.Context) ([]recordstore.TopicStatus, error) {
 	return s.readStatus(ctx, s.q.pendingStatus, s.q.consumerPendingStatus, false)
 }
 
-// Status implements [outbox.StatusReader]. It reads the whole table, and
+// Status implements [recordstore.StatusReader]. It reads the whole table, and
 // the whole consumers table. The per-consumer Completed counts the
 // deliveries the table keeps: on a deleting table, those of records that
 // other consumers have still to complete.
-func (s *Store) Status(ctx context.Context) ([]outbox.NameStatus, error) {
+func (s *Store) Status(ctx context.Context) ([]recordstore.TopicStatus, error) {
 	return s.readStatus(ctx, s.q.status, s.q.consumerStatus, true)
 }
 
@@ -30,7 +30,7 @@ type statusQuerier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
-func (s *Store) readStatus(ctx context.Context, names, consumers string, full bool) ([]outbox.NameStatus, error) {
+func (s *Store) readStatus(ctx context.Context, names, consumers string, full bool) ([]recordstore.TopicStatus, error) {
 	db, err := s.pool()
 	if err != nil {
 		return nil, err
@@ -44,22 +44,22 @@ func (s *Store) readStatus(ctx context.Context, names, consumers string, full bo
 		return nil, err
 	}
 	for i := range out {
-		out[i].Consumers = byName[out[i].Name]
+		out[i].Consumers = byName[out[i].Topic]
 	}
 	return out, nil
 }
 
-func (s *Store) readNames(ctx context.Context, db statusQuerier, q string, full bool) ([]outbox.NameStatus, error) {
+func (s *Store) readNames(ctx context.Context, db statusQuerier, q string, full bool) ([]recordstore.TopicStatus, error) {
 	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
 		return nil, s.fail("status", err)
 	}
 	defer rows.Close()
-	var out []outbox.NameStatus
+	var out []recordstore.TopicStatus
 	for rows.Next() {
-		var st outbox.NameStatus
+		var st recordstore.TopicStatus
 		var age sql.NullInt64
-		dest := []any{&st.Name, &st.Pending, &age}
+		dest := []any{&st.Topic, &st.Pending, &age}
 		if full {
 			dest = append(dest, &st.Abandoned, &st.Completed)
 		}
@@ -76,16 +76,16 @@ func (s *Store) readNames(ctx context.Context, db statusQuerier, q string, full 
 }
 
 // readConsumers reads the per-consumer counts, by name, in consumer order.
-func (s *Store) readConsumers(ctx context.Context, db statusQuerier, q string, full bool) (map[string][]outbox.ConsumerStatus, error) {
+func (s *Store) readConsumers(ctx context.Context, db statusQuerier, q string, full bool) (map[string][]recordstore.ConsumerStatus, error) {
 	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
 		return nil, s.fail("status", err)
 	}
 	defer rows.Close()
-	out := map[string][]outbox.ConsumerStatus{}
+	out := map[string][]recordstore.ConsumerStatus{}
 	for rows.Next() {
 		var name string
-		var st outbox.ConsumerStatus
+		var st recordstore.ConsumerStatus
 		var age sql.NullInt64
 		dest := []any{&name, &st.Consumer, &st.Pending, &age}
 		if full {
@@ -101,7 +101,7 @@ func (s *Store) readConsumers(ctx context.Context, db statusQuerier, q string, f
 		return nil, s.fail("status", err)
 	}
 	for _, sts := range out {
-		slices.SortFunc(sts, func(a, b outbox.ConsumerStatus) int { return cmp.Compare(a.Consumer, b.Consumer) })
+		slices.SortFunc(sts, func(a, b recordstore.ConsumerStatus) int { return cmp.Compare(a.Consumer, b.Consumer) })
 	}
 	return out, nil
 }

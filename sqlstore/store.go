@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // DefaultTable is the table name used when Config.Table is empty.
@@ -30,7 +30,7 @@ type Config struct {
 	DB *sqlx.DB
 	// Lease turns on the delivery lease: CheckPending claims the pending
 	// record for this long, by the database clock, and a second copy of the
-	// message delivered meanwhile gets [outbox.ErrLeased] (the middleware
+	// message delivered meanwhile gets [recordstore.ErrLeased] (the middleware
 	// nacks it) instead of running the handler at the same moment. Choose
 	// it longer than the longest handler run: a handler that outlives its
 	// lease may overlap a redelivery. A crashed handler's lease runs out and
@@ -67,7 +67,7 @@ func (c Config) Validate() error {
 	return validateTable(c.Table)
 }
 
-// Store is an [outbox.Store] over one SQL table.
+// Store is an [recordstore.Store] over one SQL table.
 type Store struct {
 	dialect Dialect
 	table   string
@@ -81,18 +81,30 @@ type Store struct {
 	migrations fs.FS
 	coalescing Coalescing
 	// inserts and completes combine concurrent calls; nil when disabled.
-	inserts   *coalescer[[]outbox.Record]
-	completes *coalescer[outbox.Delivery]
+	inserts   *coalescer[[]recordstore.Record]
+	completes *coalescer[recordstore.Delivery]
 }
 
-var _ outbox.Store = (*Store)(nil)
+var _ recordstore.Store = (*Store)(nil)
 
 // New returns a store for the table; it does not touch the database. Call
-// [Store.Migrate] to create the table.
+// [Store.Migrate] to create the table, or use [OpenTable] for a table that
+// exists.
+//
+// A pool whose driver is known to be for another database than the dialect
+// (pgx or lib/pq, go-sql-driver/mysql, modernc.org/sqlite or mattn's
+// go-sqlite3, told by the driver's type or the name sqlx was given) is
+// refused with an error wrapping [ErrInvalidConfig] that names both. Other
+// drivers are accepted with any dialect.
 func New(cfg Config) (*Store, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.DB != nil {
+		if err := checkDriver(cfg.Dialect, cfg.DB); err != nil {
+			return nil, err
+		}
 	}
 	s := &Store{dialect: cfg.Dialect, table: cfg.Table, mode: cfg.Completion, lease: cfg.Lease, migrations: migrationFiles}
 	s.q = buildQueries(cfg.Dialect, cfg.Table, cfg.Completion)
@@ -127,9 +139,9 @@ func (s *Store) fail(op string, err error) error {
 	return &TableError{Table: s.table, Op: op, Err: s.dialect.convertError(err)}
 }
 
-// Insert implements [outbox.Store]. Concurrent calls are combined into one
+// Insert implements [recordstore.Store]. Concurrent calls are combined into one
 // statement as [Coalescing] says; each gets its own ids and its own error.
-func (s *Store) Insert(ctx context.Context, records []outbox.Record) error {
+func (s *Store) Insert(ctx context.Context, records []recordstore.Record) error {
 	if len(records) == 0 {
 		return nil
 	}
@@ -145,7 +157,7 @@ func (s *Store) Insert(ctx context.Context, records []outbox.Record) error {
 // insertNow saves records with one statement (several for MySQL batches
 // larger than a packet), and, when some declare consumers, their deliveries
 // in the same transaction.
-func (s *Store) insertNow(ctx context.Context, records []outbox.Record) error {
+func (s *Store) insertNow(ctx context.Context, records []recordstore.Record) error {
 	db, d, err := s.bound(ctx)
 	if err != nil {
 		return err
@@ -162,7 +174,7 @@ func (s *Store) insertNow(ctx context.Context, records []outbox.Record) error {
 // insertWith saves records through db, the pool or a caller's
 // transaction. Records without consumers cost the one statement they always
 // did; records with consumers add their deliveries, all in one transaction.
-func (s *Store) insertWith(ctx context.Context, db dbtx, d Dialect, records []outbox.Record) error {
+func (s *Store) insertWith(ctx context.Context, db dbtx, d Dialect, records []recordstore.Record) error {
 	if !declaresConsumers(records) {
 		return d.insert(ctx, db, s.q, records)
 	}
@@ -174,12 +186,12 @@ func (s *Store) insertWith(ctx context.Context, db dbtx, d Dialect, records []ou
 	})
 }
 
-// CheckPending implements [outbox.Store] with one query in the common case:
+// CheckPending implements [recordstore.Store] with one query in the common case:
 // it reads the record and the consumer's delivery row together and decides
 // from them. With a [Config.Lease] it claims the record, or the consumer's
-// delivery, returning [outbox.ErrLeased] while another delivery holds it;
+// delivery, returning [recordstore.ErrLeased] while another delivery holds it;
 // see claim.
-func (s *Store) CheckPending(ctx context.Context, d outbox.Delivery) error {
+func (s *Store) CheckPending(ctx context.Context, d recordstore.Delivery) error {
 	db, err := s.pool()
 	if err != nil {
 		return err
@@ -190,9 +202,9 @@ func (s *Store) CheckPending(ctx context.Context, d outbox.Delivery) error {
 	return s.checkPending(ctx, db, d)
 }
 
-// Complete implements [outbox.Store]. Concurrent calls are combined into one
+// Complete implements [recordstore.Store]. Concurrent calls are combined into one
 // statement as [Coalescing] says; each gets its own outcome.
-func (s *Store) Complete(ctx context.Context, d outbox.Delivery) error {
+func (s *Store) Complete(ctx context.Context, d recordstore.Delivery) error {
 	if _, err := s.pool(); err != nil {
 		return err
 	}
@@ -204,7 +216,7 @@ func (s *Store) Complete(ctx context.Context, d outbox.Delivery) error {
 
 // completeNow completes one delivery: a record without consumers with one
 // statement, a consumer's delivery otherwise (see completeDelivery).
-func (s *Store) completeNow(ctx context.Context, d outbox.Delivery) error {
+func (s *Store) completeNow(ctx context.Context, d recordstore.Delivery) error {
 	db, err := s.pool()
 	if err != nil {
 		return err
@@ -220,16 +232,16 @@ func (s *Store) completeNow(ctx context.Context, d outbox.Delivery) error {
 }
 
 // completeArgs are the arguments of q.complete.
-func (s *Store) completeArgs(d outbox.Delivery) []any {
+func (s *Store) completeArgs(d recordstore.Delivery) []any {
 	if s.q.mark {
 		return []any{d.Consumer, d.ID}
 	}
 	return []any{d.ID}
 }
 
-// PendingAfter implements [outbox.Store]. Each record's metadata is a map of
+// PendingAfter implements [recordstore.Store]. Each record's metadata is a map of
 // its own, which the caller may change.
-func (s *Store) PendingAfter(ctx context.Context, topic string, afterID int64, limit int) ([]outbox.Record, error) {
+func (s *Store) PendingAfter(ctx context.Context, topic string, afterID int64, limit int) ([]recordstore.Record, error) {
 	db, err := s.pool()
 	if err != nil {
 		return nil, err
@@ -239,10 +251,10 @@ func (s *Store) PendingAfter(ctx context.Context, topic string, afterID int64, l
 		return nil, s.fail("read pending", err)
 	}
 	defer rows.Close()
-	out := make([]outbox.Record, 0, min(limit, 1024))
+	out := make([]recordstore.Record, 0, min(limit, 1024))
 	var md string
 	for rows.Next() {
-		r := outbox.Record{Topic: topic}
+		r := recordstore.Record{Topic: topic}
 		if err := rows.Scan(&r.ID, &r.UUID, &r.Payload, &md); err != nil {
 			return nil, s.fail("read pending", err)
 		}

@@ -5,20 +5,20 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 var (
-	_ outbox.TxInserter  = (*Store)(nil)
-	_ outbox.TxCompleter = (*Store)(nil)
+	_ recordstore.TxInserter  = (*Store)(nil)
+	_ recordstore.TxCompleter = (*Store)(nil)
 )
 
-// InsertTx implements [outbox.TxInserter]: the same statements as Insert,
+// InsertTx implements [recordstore.TxInserter]: the same statements as Insert,
 // run through the caller's transaction tx, which must be on the store's
 // database. A MySQL store needs its pool attached even so: it learns the
 // server from it once; the pool tx comes from needs interpolateParams=true
 // too, or each statement costs a prepare and a close.
-func (s *Store) InsertTx(ctx context.Context, tx outbox.Tx, records []outbox.Record) error {
+func (s *Store) InsertTx(ctx context.Context, tx recordstore.Tx, records []recordstore.Record) error {
 	if tx == nil {
 		return fmt.Errorf("%w: transaction is nil", ErrInvalidConfig)
 	}
@@ -41,7 +41,7 @@ func (s *Store) InsertTx(ctx context.Context, tx outbox.Tx, records []outbox.Rec
 	return nil
 }
 
-// CompleteTx implements [outbox.TxCompleter] with the store's own
+// CompleteTx implements [recordstore.TxCompleter] with the store's own
 // statements run through the caller's transaction tx. A record without
 // consumers is completed by one statement (UPDATE … SET processed_at, or
 // DELETE) that locks its row, which is what a SELECT … FOR UPDATE would do,
@@ -51,7 +51,7 @@ func (s *Store) InsertTx(ctx context.Context, tx outbox.Tx, records []outbox.Rec
 //   - PostgreSQL and MySQL/MariaDB (InnoDB) lock the row until tx ends. A
 //     concurrent CompleteTx of the same delivery waits; when the first
 //     transaction commits, it re-reads the row, matches nothing and returns
-//     [outbox.ErrNotPending]; when the first rolls back, it completes the
+//     [recordstore.ErrNotPending]; when the first rolls back, it completes the
 //     delivery itself. Under REPEATABLE READ or SERIALIZABLE, PostgreSQL
 //     reports the concurrent completion as a serialization failure instead,
 //     which the handler returns, and the redelivery finds the record
@@ -62,7 +62,7 @@ func (s *Store) InsertTx(ctx context.Context, tx outbox.Tx, records []outbox.Rec
 //     DSN). Run CompleteTx as the first statement of the transaction, or
 //     open the pool with _txlock=immediate: a deferred transaction that read
 //     before it writes cannot wait for the lock and fails with SQLITE_BUSY.
-func (s *Store) CompleteTx(ctx context.Context, tx outbox.Tx, d outbox.Delivery) error {
+func (s *Store) CompleteTx(ctx context.Context, tx recordstore.Tx, d recordstore.Delivery) error {
 	if tx == nil {
 		return fmt.Errorf("%w: transaction is nil", ErrInvalidConfig)
 	}

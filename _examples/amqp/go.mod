@@ -1,6 +1,6 @@
 module github.com/wmoutbox/outbox/_examples/amqp
 
-go 1.26.8
+go 1.26.0
 
 replace github.com/wmoutbox/outbox => ../..
 

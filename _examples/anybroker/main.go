@@ -55,7 +55,7 @@ func run(broker string) error {
 	defer conn.close()
 
 	// outbox: the tracked topic and the table its records go to.
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: topic, Store: conn.store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: topic, Store: conn.store})
 	if err != nil {
 		return err
 	}

@@ -75,7 +75,7 @@ func wiring(dbPath string) (*sqlx.DB, *sqlstore.Store, *outbox.Registry, error) 
 	if err := store.Migrate(context.Background()); err != nil {
 		return nil, nil, nil, err
 	}
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: topic, Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: topic, Store: store})
 	return db, store, reg, err
 }
 

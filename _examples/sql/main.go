@@ -71,7 +71,7 @@ func run() error {
 	if err := store.Migrate(ctx); err != nil {
 		return err
 	}
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,45 +9,157 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-func (c *cli) execute(ctx context.Context) error {
-	commands := map[string]func(context.Context, *sqlstore.Store) error{
-		"status": c.status, "list": c.list, "show": c.show,
-		"replay": c.replay, "resubmit": c.resubmit, "purge": c.purge,
+// command is one of outboxctl's commands.
+type command struct {
+	name string
+	// synopsis shows its flags and arguments; summary is its line in the
+	// list of commands; doc says what it does; example is one invocation.
+	synopsis, summary, doc, example string
+	// define adds the command's own flags to fs, bound to c.
+	define func(c *cli, fs *flag.FlagSet)
+	run    func(c *cli, ctx context.Context, s *sqlstore.Store) error
+}
+
+func noFlags(*cli, *flag.FlagSet) {}
+
+var commands = []*command{
+	{
+		name: "status", summary: "per topic: pending, oldest pending, abandoned, completed",
+		doc:     "Counts the records of each topic by state, with the age of the oldest pending one.",
+		example: "outboxctl -dsn file:outbox.db status",
+		define:  noFlags, run: (*cli).status,
+	},
+	{
+		name: "list", synopsis: "[-state S] [-after ID] [-limit N]", summary: "records in a state, by id, a page at a time",
+		doc: "Lists the records in a state by id, -limit at a time, with their attempts, ages,\n" +
+			"consumers and last error. When there are more, a last line on stderr gives the\n" +
+			"-after of the next page (\"next_after\" with -json).",
+		example: "outboxctl list -state abandoned -limit 20",
+		define: func(c *cli, fs *flag.FlagSet) {
+			fs.StringVar(&c.state, "state", string(sqlstore.Pending), "records in `state`: pending, abandoned or completed")
+			fs.Int64Var(&c.after, "after", 0, "list records with an `id` greater than this")
+			fs.IntVar(&c.limit, "limit", 50, "list at most `n` records")
+		},
+		run: (*cli).list,
+	},
+	{
+		name: "show", synopsis: "ID", summary: "one record with its metadata and payload",
+		doc:     "Shows one record: its state, attempts, ages, last error, metadata, payload and\nper-consumer deliveries.",
+		example: "outboxctl show 118 -json",
+		define:  noFlags, run: (*cli).show,
+	},
+	{
+		name: "replay", synopsis: "[-dry-run] [-batch N]", summary: "make every pending record due for the service's stale resubmitter",
+		doc: "Marks every pending record as due, so that the running service's stale resubmitter\n" +
+			"sends it at its next round (or its next startup replay does). Progress goes to stderr.\n" +
+			"It never publishes.",
+		example: "outboxctl replay -dry-run",
+		define: func(c *cli, fs *flag.FlagSet) {
+			fs.BoolVar(&c.dryRun, "dry-run", false, "count the pending records without changing them")
+			fs.IntVar(&c.batch, "batch", 500, "change `n` records per transaction")
+		},
+		run: (*cli).replay,
+	},
+	{
+		name: "requeue", synopsis: "ID...", summary: "make abandoned records pending again, due at once",
+		doc: "Makes abandoned records pending again with their attempts reset, due at once for the\n" +
+			"service's stale resubmitter. It never publishes.",
+		example: "outboxctl requeue 118 119",
+		define:  noFlags, run: (*cli).requeue,
+	},
+	{
+		name: "purge", synopsis: "-older-than AGE [-batch N]", summary: "delete completed records older than AGE",
+		doc: "Deletes completed records (of a marking table) completed longer ago than AGE, as the\n" +
+			"service's cleaner does.",
+		example: "outboxctl purge -older-than 720h",
+		define: func(c *cli, fs *flag.FlagSet) {
+			fs.DurationVar(&c.olderThan, "older-than", 0, "delete records completed longer ago than `AGE`, e.g. 720h (required)")
+			fs.IntVar(&c.batch, "batch", 1000, "delete `n` records per statement")
+		},
+		run: (*cli).purge,
+	},
+}
+
+func lookup(name string) *command {
+	for _, cmd := range commands {
+		if cmd.name == name {
+			return cmd
+		}
 	}
-	cmd, ok := commands[c.cmd]
-	if !ok {
-		return fmt.Errorf("%w: unknown command %q", errUsage, c.cmd)
+	return nil
+}
+
+// run parses the arguments and runs the command, and returns the exit
+// status.
+func (c *cli) run(ctx context.Context, args []string) int {
+	switch err := c.parse(args); {
+	case errors.Is(err, errHelp):
+		c.printHelp(c.out, c.cmd)
+		return exitOK
+	case err != nil:
+		fmt.Fprintf(c.errOut, "outboxctl: %v\n%s", err, usageHint(c.cmd))
+		return exitUsage
+	}
+	err := c.execute(ctx)
+	switch {
+	case isUsage(err):
+		fmt.Fprintf(c.errOut, "outboxctl: %v\n%s", err, usageHint(c.cmd))
+		return exitUsage
+	case err != nil:
+		fmt.Fprintf(c.errOut, "outboxctl: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+func (c *cli) execute(ctx context.Context) error {
+	if err := c.checkArgs(); err != nil {
+		return usagef("%s: %v", c.cmd.name, err)
 	}
 	store, closeDB, err := c.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
-	return cmd(ctx, store)
+	return c.cmd.run(c, ctx, store)
 }
 
-func (c *cli) fail(err error) {
-	fmt.Fprintf(c.errOut, "outboxctl: %v\n", err)
-	if errors.Is(err, errUsage) {
-		fmt.Fprint(c.errOut, usageText)
+// checkArgs finds the mistakes that need no database.
+func (c *cli) checkArgs() error {
+	switch c.cmd.name {
+	case "show":
+		_, err := parseIDs(c.args, 1)
+		return err
+	case "requeue":
+		_, err := parseIDs(c.args, -1)
+		return err
+	case "list":
+		switch sqlstore.State(c.state) {
+		case sqlstore.Pending, sqlstore.Abandoned, sqlstore.Completed:
+		default:
+			return usagef("unknown state %q (pending, abandoned or completed)", c.state)
+		}
+		if c.limit < 1 || c.limit > 100000 {
+			return usagef("-limit %d is not between 1 and 100000", c.limit)
+		}
+	case "purge":
+		if c.olderThan <= 0 {
+			return usagef("-older-than is required, e.g. -older-than 720h")
+		}
 	}
-}
-
-// flags parses a command's own flags; positional arguments are returned.
-func (c *cli) flags(define func(fs *flag.FlagSet)) ([]string, error) {
-	fs := flag.NewFlagSet(c.cmd, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	define(fs)
-	if err := fs.Parse(c.args); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", errUsage, c.cmd, err)
+	if c.batch < 0 || (c.batch == 0 && (c.cmd.name == "replay" || c.cmd.name == "purge")) {
+		return usagef("-batch %d must be positive", c.batch)
 	}
-	return fs.Args(), nil
+	if len(c.args) > 0 && c.cmd.name != "show" && c.cmd.name != "requeue" {
+		return usagef("takes no arguments (got %q)", c.args[0])
+	}
+	return nil
 }
 
 func (c *cli) printJSON(v any) error {
@@ -55,183 +168,38 @@ func (c *cli) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
+// printTable aligns the tab-separated rows under the header, with no
+// spaces at the end of a line whose last cells are empty.
 func (c *cli) printTable(header string, rows func(w io.Writer)) error {
-	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	var b bytes.Buffer
+	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, header)
 	rows(w)
-	return w.Flush()
-}
-
-func (c *cli) status(ctx context.Context, s *sqlstore.Store) error {
-	if _, err := c.flags(func(*flag.FlagSet) {}); err != nil {
+	if err := w.Flush(); err != nil {
 		return err
 	}
-	sts, err := s.Status(ctx)
-	if err != nil {
-		return err
+	var out strings.Builder
+	for _, line := range strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n") {
+		out.WriteString(strings.TrimRight(line, " ") + "\n")
 	}
-	if c.json {
-		return c.printJSON(map[string]any{"table": s.Table(), "completion": s.Completion().String(), "names": sts})
-	}
-	return c.printTable("NAME\tPENDING\tOLDEST PENDING\tABANDONED\tCOMPLETED", func(w io.Writer) {
-		for _, st := range sts {
-			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\n", st.Name, st.Pending, age(st.OldestPending), st.Abandoned, st.Completed)
-		}
-	})
-}
-
-func (c *cli) list(ctx context.Context, s *sqlstore.Store) error {
-	state, after, limit := string(sqlstore.Pending), int64(0), 50
-	if _, err := c.flags(func(fs *flag.FlagSet) {
-		fs.StringVar(&state, "state", state, "pending, abandoned or completed")
-		fs.Int64Var(&after, "after", 0, "list records with a greater id")
-		fs.IntVar(&limit, "limit", limit, "at most this many records")
-	}); err != nil {
-		return err
-	}
-	infos, err := s.List(ctx, sqlstore.State(state), after, limit)
-	if err != nil {
-		return err
-	}
-	if c.json {
-		out := make([]recordJSON, len(infos))
-		for i, r := range infos {
-			out[i] = toJSON(r, false)
-		}
-		return c.printJSON(out)
-	}
-	return c.printTable("ID\tNAME\tUUID\tSTATE\tATTEMPTS\tAGE\tLAST SENT\tCONSUMERS\tLAST ERROR", func(w io.Writer) {
-		for _, r := range infos {
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\t%s\n", r.ID, r.Topic, r.UUID, r.State, r.Attempts, age(r.Age), age(r.SinceSent),
-				deliveriesLine(r.Deliveries), oneLine(r.LastError, 60))
-		}
-	})
-}
-
-func (c *cli) show(ctx context.Context, s *sqlstore.Store) error {
-	args, err := c.flags(func(*flag.FlagSet) {})
-	if err != nil {
-		return err
-	}
-	ids, err := parseIDs(args, 1)
-	if err != nil {
-		return err
-	}
-	r, err := s.Get(ctx, ids[0])
-	if err != nil {
-		return err
-	}
-	j := toJSON(r, true)
-	if c.json {
-		return c.printJSON(j)
-	}
-	fmt.Fprintf(c.out, "id:         %d\nname:       %s\nuuid:       %s\nstate:      %s\nattempts:   %d\nage:        %s\nlast sent:  %s ago\nlast error: %s\nmetadata:   %v\npayload:    %s\n",
-		r.ID, r.Topic, r.UUID, r.State, r.Attempts, age(r.Age), age(r.SinceSent), r.LastError, map[string]string(r.Metadata), j.Payload)
-	for _, d := range r.Deliveries {
-		fmt.Fprintf(c.out, "consumer:   %s: %s, %d attempt(s)", d.Consumer, d.State, d.Attempts)
-		if d.LastError != "" {
-			fmt.Fprintf(c.out, ", last error: %s", oneLine(d.LastError, 200))
-		}
-		fmt.Fprintln(c.out)
-	}
-	return nil
-}
-
-func (c *cli) replay(ctx context.Context, s *sqlstore.Store) error {
-	dryRun, batch := false, 500
-	if _, err := c.flags(func(fs *flag.FlagSet) {
-		fs.BoolVar(&dryRun, "dry-run", false, "count the pending records without changing them")
-		fs.IntVar(&batch, "batch", batch, "records per transaction")
-	}); err != nil {
-		return err
-	}
-	bar := newProgress(c.errOut, pendingTotal(ctx, s))
-	var after int64
-	done := 0
-	for {
-		ids, err := s.MakeDue(ctx, after, batch, dryRun)
-		if err != nil {
-			return err
-		}
-		done += len(ids)
-		bar.set(int64(done))
-		if len(ids) < batch {
-			break
-		}
-		after = ids[len(ids)-1]
-	}
-	bar.finish()
-	verb := "made due for the service's stale resubmitter"
-	if dryRun {
-		verb = "would be made due (dry run, nothing changed)"
-	}
-	if c.json {
-		return c.printJSON(map[string]any{"records": done, "dry_run": dryRun})
-	}
-	fmt.Fprintf(c.out, "%d pending record(s) %s\n", done, verb)
-	return nil
-}
-
-func (c *cli) resubmit(ctx context.Context, s *sqlstore.Store) error {
-	args, err := c.flags(func(*flag.FlagSet) {})
-	if err != nil {
-		return err
-	}
-	ids, err := parseIDs(args, -1)
-	if err != nil {
-		return err
-	}
-	for _, id := range ids {
-		if err := s.ResubmitAbandonedLater(ctx, id); err != nil {
-			return err
-		}
-	}
-	if c.json {
-		return c.printJSON(map[string]any{"resubmitted": ids})
-	}
-	fmt.Fprintf(c.out, "%d abandoned record(s) pending again, due for the service's stale resubmitter\n", len(ids))
-	return nil
-}
-
-func (c *cli) purge(ctx context.Context, s *sqlstore.Store) error {
-	var olderThan time.Duration
-	batch := 1000
-	if _, err := c.flags(func(fs *flag.FlagSet) {
-		fs.DurationVar(&olderThan, "older-than", 0, "delete records completed longer ago than this, e.g. 720h (required)")
-		fs.IntVar(&batch, "batch", batch, "records per DELETE")
-	}); err != nil {
-		return err
-	}
-	if olderThan <= 0 {
-		return fmt.Errorf("%w: purge needs -older-than, e.g. -older-than 720h", errUsage)
-	}
-	total := 0
-	for {
-		n, err := s.PurgeCompleted(ctx, olderThan, batch)
-		total += n
-		if err != nil {
-			return err
-		}
-		if n < batch {
-			break
-		}
-	}
-	if c.json {
-		return c.printJSON(map[string]any{"deleted": total})
-	}
-	fmt.Fprintf(c.out, "%d completed record(s) deleted\n", total)
-	return nil
+	_, err := io.WriteString(c.out, out.String())
+	return err
 }
 
 func parseIDs(args []string, want int) ([]int64, error) {
-	if len(args) == 0 || (want > 0 && len(args) != want) {
-		return nil, fmt.Errorf("%w: expected a record id", errUsage)
+	switch {
+	case len(args) == 0 && want == 1:
+		return nil, usagef("expected a record id")
+	case len(args) == 0:
+		return nil, usagef("expected record ids")
+	case want > 0 && len(args) != want:
+		return nil, usagef("expected %d record id, got %d arguments", want, len(args))
 	}
 	ids := make([]int64, len(args))
 	for i, a := range args {
 		id, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || id < 1 {
-			return nil, fmt.Errorf("%w: %q is not a record id", errUsage, a)
+			return nil, usagef("%q is not a record id", a)
 		}
 		ids[i] = id
 	}

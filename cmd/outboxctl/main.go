@@ -3,25 +3,30 @@
 //
 //	go install github.com/wmoutbox/outbox/cmd/outboxctl@latest
 //
-//	outboxctl [-dsn DSN] [-dialect D] [-table T] [-json] COMMAND [ARGS]
+//	outboxctl [-dsn DSN] [-dialect D] [-table T] [-json] COMMAND [FLAGS] [ARGS]
 //
 // Commands:
 //
-//	status                           per name: pending, oldest pending age, abandoned, completed
+//	status                             per topic: pending, oldest pending, abandoned, completed
 //	list [-state S] [-after ID] [-limit N]
-//	                                 records in a state (pending, abandoned, completed)
-//	show ID                          one record with its payload and metadata
-//	replay [-dry-run] [-batch N]     make every pending record due for the service's
-//	                                 stale resubmitter, with progress on stderr
-//	resubmit ID...                   make abandoned records pending and due again
-//	purge -older-than AGE [-batch N] delete completed records older than AGE
+//	                                   records in a state, by id, a page at a time
+//	show ID                            one record with its metadata and payload
+//	replay [-dry-run] [-batch N]       make every pending record due for the service's
+//	                                   stale resubmitter, with progress on stderr
+//	requeue ID...                      make abandoned records pending again, due at once
+//	purge -older-than AGE [-batch N]   delete completed records older than AGE
+//	help [COMMAND]                     the commands, or one command's flags and an example
 //
-// The DSN comes from -dsn or the OUTBOX_DSN environment variable; the dialect
-// is read from it (postgres:// URLs, MySQL's user@tcp(host)/db form, and
-// file: or *.db paths for SQLite) unless -dialect names it. The table's
-// completion mode is read from the schema version table. The tool never
-// publishes: replay and resubmit mark records due, and the running service
-// sends them (outbox.StaleResubmitter, or startup replay).
+// The global flags may come before or after the command. The DSN comes from
+// -dsn or the OUTBOX_DSN environment variable; the dialect is read from it
+// (postgres:// URLs, MySQL's user@tcp(host)/db form, and file: or *.db paths
+// for SQLite) unless -dialect names it. A SQLite file that does not exist is
+// an error, never created. The table's completion mode is read from the
+// schema version table. The tool never publishes: replay and requeue mark
+// records due, and the running service sends them (outbox.StaleResubmitter,
+// or startup replay).
+//
+// Exit status: 0 on success, 1 when a command fails, 2 for a usage mistake.
 package main
 
 import (
@@ -38,16 +43,15 @@ func main() {
 	os.Exit(code)
 }
 
-// run is the whole command, apart from the process: tests call it.
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+// run is the whole command, apart from the process.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
-	c, err := parseGlobal(args, stderr, getenv)
-	if err != nil {
-		return 2
-	}
-	c.out, c.errOut = stdout, stderr
-	if err := c.execute(ctx); err != nil {
-		c.fail(err)
-		return 1
-	}
-	return 0
+	c := &cli{out: stdout, errOut: stderr, getenv: getenv}
+	return c.run(ctx, args)
 }

@@ -2,27 +2,79 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"strconv"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
-	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
+
+// binary is outboxctl, built once for the tests, which run it as users do.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "outboxctl")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "outboxctl")
+	build := exec.Command("go", "build", "-o", binary, ".")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building outboxctl:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is what a run of outboxctl gave.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// outboxctl runs the binary in dir (a fresh temporary directory when ""),
+// with OUTBOX_DSN unset unless env sets it.
+func outboxctl(t *testing.T, dir string, env []string, args ...string) result {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	cmd := exec.CommandContext(t.Context(), binary, args...)
+	cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "OUTBOX_DSN=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("running outboxctl %v: %v", args, err)
+	}
+	return result{code: cmd.ProcessState.ExitCode(), stdout: out.String(), stderr: errOut.String()}
+}
 
 // fixture is a migrated table with one completed, one abandoned and two
 // pending records of "orders", on one backend, and the DSN that reaches it.
 type fixture struct {
 	dsn   string
 	store *sqlstore.Store
-	recs  []outbox.Record
+	recs  []recordstore.Record
 }
 
 func newFixture(t *testing.T, b testenv.Backend) *fixture {
@@ -42,9 +94,10 @@ func newFixture(t *testing.T, b testenv.Backend) *fixture {
 	db := testenv.Open(t, b.Name, driver, dsn)
 	store := testenv.NewStore(t, b, db, sqlstore.Mark)
 	ctx := t.Context()
-	recs := make([]outbox.Record, 4)
+	recs := make([]recordstore.Record, 4)
 	for i := range recs {
-		recs[i] = outbox.Record{Topic: "orders", UUID: fmt.Sprintf("uuid-%d", i), Payload: []byte(fmt.Sprintf(`{"n":%d}`, i)), Metadata: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
+		recs[i] = recordstore.Record{Topic: "orders", UUID: fmt.Sprintf("uuid-%d", i), Payload: []byte(fmt.Sprintf(`{"n":%d}`, i)),
+			Metadata: map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}
 	}
 	require.NoError(t, store.Insert(ctx, recs))
 	require.NoError(t, store.Complete(ctx, delivery(recs[0].ID)))
@@ -53,125 +106,16 @@ func newFixture(t *testing.T, b testenv.Backend) *fixture {
 	return &fixture{dsn: dsn, store: store, recs: recs}
 }
 
-// ctl runs outboxctl against the fixture's table and returns its exit code,
-// stdout and stderr.
-func (f *fixture) ctl(t *testing.T, args ...string) (int, string, string) {
+// ctl runs outboxctl on the fixture's table, the global flags first.
+func (f *fixture) ctl(t *testing.T, args ...string) result {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	full := append([]string{"-dsn", f.dsn, "-table", f.store.Table()}, args...)
-	code := run(context.Background(), full, &out, &errOut, func(string) string { return "" })
-	return code, out.String(), errOut.String()
+	return outboxctl(t, "", nil, append([]string{"-dsn", f.dsn, "-table", f.store.Table()}, args...)...)
 }
 
-func TestOutboxctl(t *testing.T) {
-	t.Parallel()
-	for _, b := range testenv.Backends() {
-		t.Run(b.Name, func(t *testing.T) {
-			t.Parallel()
-			f := newFixture(t, b)
-
-			code, out, errOut := f.ctl(t, "status")
-			require.Zero(t, code, errOut)
-			assert.Regexp(t, `NAME\s+PENDING\s+OLDEST PENDING\s+ABANDONED\s+COMPLETED`, out)
-			assert.Regexp(t, `orders\s+2\s+\S+\s+1\s+1`, out)
-
-			code, out, errOut = f.ctl(t, "-json", "status")
-			require.Zero(t, code, errOut)
-			var status struct {
-				Completion string `json:"completion"`
-				Names      []struct {
-					Name      string  `json:"name"`
-					Pending   int     `json:"pending"`
-					Oldest    float64 `json:"oldest_pending_seconds"`
-					Abandoned int     `json:"abandoned"`
-					Completed int     `json:"completed"`
-				} `json:"names"`
-			}
-			require.NoError(t, json.Unmarshal([]byte(out), &status), out)
-			assert.Equal(t, "mark", status.Completion)
-			require.Len(t, status.Names, 1)
-			assert.Equal(t, 2, status.Names[0].Pending)
-			assert.Equal(t, 1, status.Names[0].Abandoned)
-			assert.Equal(t, 1, status.Names[0].Completed)
-
-			code, out, errOut = f.ctl(t, "list", "-state", "abandoned")
-			require.Zero(t, code, errOut)
-			assert.Contains(t, out, "uuid-1")
-			assert.Contains(t, out, "payment service said no")
-			assert.NotContains(t, out, "uuid-2")
-
-			code, out, errOut = f.ctl(t, "-json", "show", strconv.FormatInt(f.recs[1].ID, 10))
-			require.Zero(t, code, errOut)
-			var shown recordJSON
-			require.NoError(t, json.Unmarshal([]byte(out), &shown), out)
-			assert.Equal(t, "abandoned", shown.State)
-			assert.Equal(t, `{"n":1}`, shown.Payload)
-			assert.Equal(t, f.recs[1].Metadata["traceparent"], shown.Metadata["traceparent"])
-
-			code, out, errOut = f.ctl(t, "replay", "-dry-run")
-			require.Zero(t, code, errOut)
-			assert.Contains(t, out, "2 pending record(s) would be made due")
-			assert.Contains(t, errOut, "2/2", "progress is drawn on stderr")
-			claimed, err := f.store.ClaimStale(t.Context(), "orders", time.Hour, 10)
-			require.NoError(t, err)
-			assert.Empty(t, claimed, "a dry run changes nothing")
-
-			code, out, errOut = f.ctl(t, "replay", "-batch", "1")
-			require.Zero(t, code, errOut)
-			assert.Contains(t, out, "2 pending record(s) made due")
-			claimed, err = f.store.ClaimStale(t.Context(), "orders", time.Hour, 10)
-			require.NoError(t, err)
-			assert.Len(t, claimed, 2, "the service's resubmitter sends them at its next round")
-
-			code, _, errOut = f.ctl(t, "resubmit", strconv.FormatInt(f.recs[1].ID, 10))
-			require.Zero(t, code, errOut)
-			require.NoError(t, f.store.CheckPending(t.Context(), delivery(f.recs[1].ID)))
-			code, _, errOut = f.ctl(t, "resubmit", strconv.FormatInt(f.recs[1].ID, 10))
-			assert.Equal(t, 1, code)
-			assert.Contains(t, errOut, "not abandoned")
-
-			code, out, errOut = f.ctl(t, "purge", "-older-than", "1h")
-			require.Zero(t, code, errOut)
-			assert.Contains(t, out, "0 completed record(s) deleted")
-			_, err = f.store.DB().ExecContext(t.Context(), "UPDATE "+f.store.Table()+" SET processed_at = '2000-01-01 00:00:00' WHERE processed_at IS NOT NULL")
-			require.NoError(t, err)
-			code, out, errOut = f.ctl(t, "-json", "purge", "-older-than", "1h")
-			require.Zero(t, code, errOut)
-			assert.JSONEq(t, `{"deleted": 1}`, out)
-		})
-	}
-}
-
-func TestOutboxctlMistakes(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, testenv.Backends()[0])
-
-	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"status"}, &out, &errOut, func(string) string { return "" })
-	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut.String(), "no DSN")
-
-	errOut.Reset()
-	env := func(k string) string {
-		if k == "OUTBOX_DSN" {
-			return f.dsn
-		}
-		return ""
-	}
-	code = run(context.Background(), []string{"-table", f.store.Table(), "status"}, &out, &errOut, env)
-	assert.Zero(t, code, "the DSN comes from OUTBOX_DSN: %s", errOut.String())
-
-	for _, args := range [][]string{{"frobnicate"}, {"show", "abc"}, {"purge"}, {"list", "-state", "stuck"}} {
-		code, _, stderr := f.ctl(t, args...)
-		assert.Equal(t, 1, code, "%v", args)
-		assert.Contains(t, stderr, "outboxctl: ", "%v", args)
-	}
-	code, _, stderr := f.ctl(t, "-table", "no_such_table", "status")
-	assert.Equal(t, 1, code)
-	assert.Contains(t, stderr, "no_such_table")
-}
+// id is the record id of the fixture's ith record, as an argument.
+func (f *fixture) id(i int) string { return fmt.Sprint(f.recs[i].ID) }
 
 // delivery is the delivery of record id of "orders" to one handler.
-func delivery(id int64) outbox.Delivery {
-	return outbox.Delivery{ID: id, Topic: "orders", Consumer: "handler"}
+func delivery(id int64) recordstore.Delivery {
+	return recordstore.Delivery{ID: id, Topic: "orders", Consumer: "handler"}
 }

@@ -9,26 +9,31 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-// recordJSON is a record as --json prints it.
+// recordJSON is a record as -json prints it.
 type recordJSON struct {
-	ID              int64             `json:"id"`
-	Name            string            `json:"name"`
-	UUID            string            `json:"uuid"`
-	State           string            `json:"state"`
-	Attempts        int               `json:"attempts"`
-	LastError       string            `json:"last_error,omitempty"`
-	AgeSeconds      float64           `json:"age_seconds"`
-	LastSentSecsAgo float64           `json:"last_sent_seconds_ago"`
+	ID         int64   `json:"id"`
+	Topic      string  `json:"topic"`
+	UUID       string  `json:"uuid"`
+	State      string  `json:"state"`
+	Attempts   int     `json:"attempts"`
+	LastError  string  `json:"last_error,omitempty"`
+	AgeSeconds float64 `json:"age_seconds"`
+	// LastSentSecsAgo is absent when the record is due: made due by
+	// replay or requeue, its send time says nothing.
+	LastSentSecsAgo *float64          `json:"last_sent_seconds_ago,omitempty"`
+	Resent          bool              `json:"resent"`
+	Due             bool              `json:"due"`
 	Metadata        map[string]string `json:"metadata,omitempty"`
 	Payload         string            `json:"payload,omitempty"`
 	PayloadIsBase64 bool              `json:"payload_base64,omitempty"`
 	Deliveries      []deliveryJSON    `json:"deliveries,omitempty"`
 }
 
-// deliveryJSON is one consumer's delivery of a record, as --json prints it.
+// deliveryJSON is one consumer's delivery of a record, as -json prints it.
 type deliveryJSON struct {
 	Consumer  string `json:"consumer"`
 	State     string `json:"state"`
@@ -36,9 +41,56 @@ type deliveryJSON struct {
 	LastError string `json:"last_error,omitempty"`
 }
 
+// listJSON is a page of records; NextAfter is the -after of the next page
+// when there are more.
+type listJSON struct {
+	Records   []recordJSON `json:"records"`
+	More      bool         `json:"more"`
+	NextAfter int64        `json:"next_after,omitempty"`
+}
+
+// statusJSON is the status of a table as -json prints it.
+type statusJSON struct {
+	Table      string      `json:"table"`
+	Completion string      `json:"completion"`
+	Topics     []topicJSON `json:"topics"`
+}
+
+// topicJSON is the status of a topic; consumers appear for records saved
+// with consumers.
+type topicJSON struct {
+	Topic         string         `json:"topic"`
+	Pending       int64          `json:"pending"`
+	OldestPending float64        `json:"oldest_pending_seconds"`
+	Abandoned     int64          `json:"abandoned"`
+	Completed     int64          `json:"completed"`
+	Consumers     []consumerJSON `json:"consumers,omitempty"`
+}
+
+type consumerJSON struct {
+	Consumer      string  `json:"consumer"`
+	Pending       int64   `json:"pending"`
+	OldestPending float64 `json:"oldest_pending_seconds"`
+	Abandoned     int64   `json:"abandoned"`
+	Completed     int64   `json:"completed"`
+}
+
+func toTopicJSON(st outbox.TopicStatus) topicJSON {
+	j := topicJSON{Topic: st.Topic, Pending: st.Pending, OldestPending: st.OldestPending.Seconds(), Abandoned: st.Abandoned, Completed: st.Completed}
+	for _, cs := range st.Consumers {
+		j.Consumers = append(j.Consumers, consumerJSON{Consumer: cs.Consumer, Pending: cs.Pending, OldestPending: cs.OldestPending.Seconds(),
+			Abandoned: cs.Abandoned, Completed: cs.Completed})
+	}
+	return j
+}
+
 func toJSON(r sqlstore.RecordInfo, full bool) recordJSON {
-	j := recordJSON{ID: r.ID, Name: r.Topic, UUID: r.UUID, State: string(r.State), Attempts: r.Attempts, LastError: r.LastError,
-		AgeSeconds: r.Age.Seconds(), LastSentSecsAgo: r.SinceSent.Seconds()}
+	j := recordJSON{ID: r.ID, Topic: r.Topic, UUID: r.UUID, State: string(r.State), Attempts: r.Attempts, LastError: r.LastError,
+		AgeSeconds: r.Age.Seconds(), Resent: r.Resent, Due: r.Due}
+	if !r.Due {
+		sent := r.SinceSent.Seconds()
+		j.LastSentSecsAgo = &sent
+	}
 	for _, d := range r.Deliveries {
 		j.Deliveries = append(j.Deliveries, deliveryJSON{Consumer: d.Consumer, State: string(d.State), Attempts: d.Attempts, LastError: d.LastError})
 	}
@@ -51,6 +103,31 @@ func toJSON(r sqlstore.RecordInfo, full bool) recordJSON {
 		}
 	}
 	return j
+}
+
+// resent is the RESENT column of a record: when it was last sent again
+// after the publish that saved it.
+func resent(r sqlstore.RecordInfo) string {
+	switch {
+	case r.Due:
+		return "due now"
+	case !r.Resent:
+		return "never"
+	default:
+		return age(r.SinceSent) + " ago"
+	}
+}
+
+// lastSent says when, and by what, a record was last sent.
+func lastSent(r sqlstore.RecordInfo) string {
+	switch {
+	case r.Due:
+		return "due now (made due by replay or requeue)"
+	case !r.Resent:
+		return age(r.SinceSent) + " ago, by the publish that saved it"
+	default:
+		return age(r.SinceSent) + " ago, resent"
+	}
 }
 
 // deliveriesLine summarizes the per-consumer deliveries of a record for a

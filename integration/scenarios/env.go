@@ -31,6 +31,8 @@ type env struct {
 	topic   string // tracked
 	plain   string // untracked
 	group   string
+	// groups are the further groups that connectAs opened.
+	groups map[string]bool
 }
 
 func newEnv(t *testing.T, b Backend) *env {
@@ -40,9 +42,10 @@ func newEnv(t *testing.T, b Backend) *env {
 	suffix := randomHex(t, 5)
 	e := &env{
 		t: t, backend: b, db: db, store: store,
-		topic: "orders_" + suffix,
-		plain: "plain_" + suffix,
-		group: "svc_" + suffix,
+		topic:  "orders_" + suffix,
+		plain:  "plain_" + suffix,
+		group:  "svc_" + suffix,
+		groups: map[string]bool{},
 	}
 	if b.Remove != nil {
 		// Registered before any Connect, so it runs after their closes.
@@ -51,7 +54,7 @@ func newEnv(t *testing.T, b Backend) *env {
 			b.Remove(t, e.plain, e.group)
 		})
 	}
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: e.topic, Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: e.topic, Store: store})
 	require.NoError(t, err)
 	require.True(t, reg.Enabled(), "set %s=on in the test binary (TestMain) to run the scenarios", outbox.EnvToggle)
 	e.reg = reg
@@ -104,21 +107,29 @@ func (e *env) readRows() ([]row, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 	defer cancel()
 	var out []row
-	q := "SELECT id, uuid, processed_at IS NOT NULL AS completed FROM " + e.store.Table() + " ORDER BY id"
-	return out, e.db.SelectContext(ctx, &out, q)
+	return out, e.db.SelectContext(ctx, &out, selectRows+e.store.Table()+" ORDER BY id")
 }
+
+const selectRows = "SELECT id, uuid, processed_at IS NOT NULL AS completed FROM "
 
 // requireTable asserts the table holds exactly these message UUIDs, and
 // whether each one's record is completed.
 func (e *env) requireTable(want map[string]bool) {
 	e.t.Helper()
+	requireRecords(e.t, e.rows(), want)
+}
+
+// requireRecords asserts the records are exactly these message UUIDs, and
+// whether each one's record is completed.
+func requireRecords(t *testing.T, rows []row, want map[string]bool) {
+	t.Helper()
 	got := map[string]bool{}
-	for _, r := range e.rows() {
+	for _, r := range rows {
 		_, dup := got[r.UUID]
-		require.False(e.t, dup, "message %s saved twice", r.UUID)
+		require.False(t, dup, "message %s saved twice", r.UUID)
 		got[r.UUID] = r.Completed
 	}
-	require.Equal(e.t, want, got, "records by message UUID: completed?")
+	require.Equal(t, want, got, "records by message UUID: completed?")
 }
 
 // recordID returns the id of the record of a message.
@@ -131,4 +142,37 @@ func (e *env) recordID(uuid string) int64 {
 	}
 	e.t.Fatalf("no record for message %s", uuid)
 	return 0
+}
+
+// connectAs opens a publisher and subscriber of a group of its own, named
+// after the consumer: a second consumer group, durable, queue or (on
+// GoChannel) subscriber of the same topic, which receives every message as
+// the service's own group does.
+func (e *env) connectAs(consumer string) (message.Publisher, message.Subscriber) {
+	group := e.group + "_" + consumer
+	if e.backend.Remove != nil && !e.groups[group] {
+		e.groups[group] = true
+		// Registered before the Connect, so it runs after its closes.
+		e.t.Cleanup(func() { e.backend.Remove(e.t, e.topic, group) })
+	}
+	return e.backend.Connect(e.t, group)
+}
+
+// declare replaces the registry with one whose tracked topic declares these
+// consumers.
+func (e *env) declare(consumers ...string) {
+	e.t.Helper()
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: e.topic, Store: e.store, Consumers: consumers})
+	require.NoError(e.t, err)
+	e.reg = reg
+}
+
+// recordsIn returns the records of a table by id.
+func recordsIn(t *testing.T, db *sqlx.DB, table string) []row {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	var out []row
+	require.NoError(t, db.SelectContext(ctx, &out, selectRows+table+" ORDER BY id"))
+	return out
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // Run runs every scenario against the backend, in parallel subtests.
@@ -33,6 +34,10 @@ func Run(t *testing.T, b Backend) {
 		{"CrashAfterInsertBeforeSendIsRecoveredByReplay", crashRecovered},
 		{"RecordIDAndNameSurviveTheMarshaler", metadataSurvives},
 		{"UntrackedMessagesPassThroughUntouched", untrackedPassThrough},
+		{"TwoConsumersEachHandleEveryMessage", twoConsumersEachHandleEveryMessage},
+		{"TwoUndeclaredHandlersLoseNothing", twoUndeclaredHandlersLoseNothing},
+		{"TwoServicesShareATopic", twoServicesShareATopic},
+		{"DeclaredConsumerDownIsServedByReplay", consumerDownIsServedByReplay},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()
@@ -164,9 +169,9 @@ func crashRecovered(t *testing.T, e *env) {
 	var all []string
 	for _, crash := range []string{"first-start", "restart"} {
 		msgs, uuids := newMessages(crash, 3)
-		records := make([]outbox.Record, len(msgs))
+		records := make([]recordstore.Record, len(msgs))
 		for i, m := range msgs {
-			records[i] = outbox.Record{Topic: e.topic, UUID: m.UUID, Payload: m.Payload, Metadata: m.Metadata}
+			records[i] = recordstore.Record{Topic: e.topic, UUID: m.UUID, Payload: m.Payload, Metadata: m.Metadata}
 		}
 		require.NoError(t, e.store.Insert(e.ctx(), records))
 		pending := completedAll(all...)
@@ -185,13 +190,14 @@ func crashRecovered(t *testing.T, e *env) {
 	}
 }
 
-// metadataSurvives checks that the broker's marshaler carries the record id
-// and tracked name both for a replayed message and for a live publish, and
-// that the handler gets the message's own metadata without them.
+// metadataSurvives checks that the broker's marshaler carries the record id,
+// tracked name and table identity both for a replayed message and for a
+// live publish, and that the handler gets the message's own metadata
+// without them.
 func metadataSurvives(t *testing.T, e *env) {
 	replayed := message.NewMessage("meta-replayed", []byte(`{"order":"replayed"}`))
 	replayed.Metadata.Set("tenant", "acme")
-	require.NoError(t, e.store.Insert(e.ctx(), []outbox.Record{{Topic: e.topic, UUID: replayed.UUID, Payload: replayed.Payload, Metadata: replayed.Metadata}}))
+	require.NoError(t, e.store.Insert(e.ctx(), []recordstore.Record{{Topic: e.topic, UUID: replayed.UUID, Payload: replayed.Payload, Metadata: replayed.Metadata}}))
 
 	svc := e.startService(succeed, e.topic)
 	pub, _ := e.connect()
@@ -202,23 +208,27 @@ func metadataSurvives(t *testing.T, e *env) {
 
 	got := svc.handledOnce(replayed.UUID, live.UUID)
 	svc.stop()
+	identity, err := e.store.Identity(e.ctx())
+	require.NoError(t, err)
 
 	for _, m := range []*message.Message{replayed, live} {
 		d := got[m.UUID]
 		id := e.recordID(m.UUID)
 		assert.Equal(t, fmt.Sprint(id), d.Received.Get(outbox.MetadataID), "%s: record id as delivered", m.UUID)
-		assert.Equal(t, e.topic, d.Received.Get(outbox.MetadataName), "%s: tracked name as delivered", m.UUID)
+		assert.Equal(t, e.topic, d.Received.Get(outbox.MetadataTopic), "%s: tracked name as delivered", m.UUID)
+		assert.Equal(t, identity, d.Received.Get(outbox.MetadataStore), "%s: table identity as delivered", m.UUID)
 		assert.True(t, d.Tracked, "%s: handler sees the record", m.UUID)
-		assert.Equal(t, outbox.RecordRef{Name: e.topic, ID: id}, d.Record)
+		assert.Equal(t, outbox.RecordRef{Topic: e.topic, ID: id, Consumer: "handle_" + e.topic}, d.Record)
 		assert.Equal(t, string(m.Payload), d.Payload)
 		for k, v := range m.Metadata {
-			if k == outbox.MetadataID || k == outbox.MetadataName {
+			if k == outbox.MetadataID || k == outbox.MetadataTopic || k == outbox.MetadataStore {
 				continue
 			}
 			assert.Equal(t, v, d.Seen.Get(k), "%s: metadata %q", m.UUID, k)
 		}
 		assert.NotContains(t, d.Seen, outbox.MetadataID, "the handler does not see the outbox keys")
-		assert.NotContains(t, d.Seen, outbox.MetadataName)
+		assert.NotContains(t, d.Seen, outbox.MetadataTopic)
+		assert.NotContains(t, d.Seen, outbox.MetadataStore)
 	}
 	e.requireTable(completedAll(replayed.UUID, live.UUID))
 }
@@ -237,7 +247,8 @@ func untrackedPassThrough(t *testing.T, e *env) {
 		assert.Equal(t, e.plain, d.Topic)
 		assert.False(t, d.Tracked, "no record for an untracked message")
 		assert.NotContains(t, d.Received, outbox.MetadataID)
-		assert.NotContains(t, d.Received, outbox.MetadataName)
+		assert.NotContains(t, d.Received, outbox.MetadataTopic)
+		assert.NotContains(t, d.Received, outbox.MetadataStore)
 		assert.Equal(t, msgs[i].Metadata.Get("trace_id"), d.Seen.Get("trace_id"))
 		assert.Equal(t, string(msgs[i].Payload), d.Payload)
 		assert.NotContains(t, msgs[i].Metadata, outbox.MetadataID, "the publisher leaves untracked messages as they are")

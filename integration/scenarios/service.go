@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -17,8 +18,11 @@ import (
 // outbox middleware returned, that is once the record was completed or left
 // pending.
 type delivery struct {
-	Topic string
-	UUID  string
+	// Handler is the name of the handler (the consumer) it was delivered
+	// to.
+	Handler string
+	Topic   string
+	UUID    string
 	// Received is the metadata the subscriber delivered, before the outbox
 	// middleware read it.
 	Received message.Metadata
@@ -48,33 +52,68 @@ type service struct {
 	t          *testing.T
 	router     *message.Router
 	deliveries chan delivery
-	stopping   chan struct{}
-	done       chan struct{} // closed when Run returned runErr
-	runErr     error
+	// history is what waitEach read from deliveries.
+	history  []delivery
+	stopping chan struct{}
+	done     chan struct{} // closed when Run returned runErr
+	runErr   error
 
 	mu   sync.Mutex
-	runs map[string]int // handler runs by message UUID
+	runs map[runKey]int // handler runs by handler and message UUID
+}
+
+// runKey names the runs of one handler for one message.
+type runKey struct{ handler, uuid string }
+
+// receiver is one handler of a service: its name (the consumer), the topic
+// it subscribes to and the subscriber it reads from.
+type receiver struct {
+	name  string
+	topic string
+	sub   message.Subscriber
+}
+
+// serviceConfig is a service with handlers of its own choosing.
+type serviceConfig struct {
+	reg *outbox.Registry
+	// pub is the raw publisher replay sends through.
+	pub       message.Publisher
+	receivers []receiver
+	decide    outcome
+	// logger is the outbox middleware's; nil logs nothing.
+	logger watermill.LoggerAdapter
 }
 
 // startService starts a service on a fresh publisher and subscriber of the
-// group (a new process) and waits until it is running, that is once replay
-// has sent every pending record.
+// group (a new process), with one handler per topic, and waits until it is
+// running, that is once replay has sent every pending record.
 func (e *env) startService(decide outcome, topics ...string) *service {
 	e.t.Helper()
 	pub, sub := e.connect()
+	cfg := serviceConfig{reg: e.reg, pub: pub, decide: decide}
+	for _, topic := range topics {
+		cfg.receivers = append(cfg.receivers, receiver{name: "handle_" + topic, topic: topic, sub: sub})
+	}
+	return e.startServiceWith(cfg)
+}
+
+// startServiceWith starts a service as cfg says and waits until it is
+// running.
+func (e *env) startServiceWith(cfg serviceConfig) *service {
+	e.t.Helper()
 	s := &service{
-		t: e.t, deliveries: make(chan delivery, 64), stopping: make(chan struct{}), done: make(chan struct{}),
-		runs: map[string]int{},
+		t: e.t, deliveries: make(chan delivery, 512), stopping: make(chan struct{}), done: make(chan struct{}),
+		runs: map[runKey]int{},
 	}
 
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(e.t, err)
-	mw, err := outbox.NewMiddleware(e.reg, outbox.MiddlewareConfig{}, nil)
+	mw, err := outbox.NewMiddleware(cfg.reg, outbox.MiddlewareConfig{}, cfg.logger)
 	require.NoError(e.t, err)
 	router.AddMiddleware(s.observe, mw)
-	router.AddPlugin(outbox.ReplayPlugin(e.reg, pub, outbox.ReplayConfig{}, nil))
-	for _, topic := range topics {
-		router.AddNoPublisherHandler("handle_"+topic, topic, sub, s.handler(decide))
+	router.AddPlugin(outbox.ReplayPlugin(cfg.reg, cfg.pub, outbox.ReplayConfig{}, nil))
+	for _, r := range cfg.receivers {
+		router.AddNoPublisherHandler(r.name, r.topic, r.sub, s.handler(cfg.decide))
 	}
 	s.router = router
 
@@ -98,7 +137,11 @@ func (e *env) startService(decide outcome, topics ...string) *service {
 // returned.
 func (s *service) observe(h message.HandlerFunc) message.HandlerFunc {
 	return func(msg *message.Message) ([]*message.Message, error) {
-		d := &delivery{Topic: message.SubscribeTopicFromCtx(msg.Context()), UUID: msg.UUID, Received: copyMetadata(msg.Metadata)}
+		ctx := msg.Context()
+		d := &delivery{
+			Handler: message.HandlerNameFromCtx(ctx), Topic: message.SubscribeTopicFromCtx(ctx),
+			UUID: msg.UUID, Received: copyMetadata(msg.Metadata),
+		}
 		msg.SetContext(context.WithValue(msg.Context(), deliveryKey{}, d))
 		produced, err := h(msg)
 		d.Err = err
@@ -112,9 +155,10 @@ func (s *service) observe(h message.HandlerFunc) message.HandlerFunc {
 
 func (s *service) handler(decide outcome) message.NoPublishHandlerFunc {
 	return func(msg *message.Message) error {
+		key := runKey{message.HandlerNameFromCtx(msg.Context()), msg.UUID}
 		s.mu.Lock()
-		s.runs[msg.UUID]++
-		run := s.runs[msg.UUID]
+		s.runs[key]++
+		n := s.runs[key]
 		s.mu.Unlock()
 		if d, ok := msg.Context().Value(deliveryKey{}).(*delivery); ok {
 			d.Ran = true
@@ -122,7 +166,7 @@ func (s *service) handler(decide outcome) message.NoPublishHandlerFunc {
 			d.Payload = string(msg.Payload)
 			d.Record, d.Tracked = outbox.RecordFromContext(msg.Context())
 		}
-		return decide(msg, run)
+		return decide(msg, n)
 	}
 }
 
@@ -165,11 +209,94 @@ func (s *service) handledOnce(uuids ...string) map[string]delivery {
 	return got
 }
 
-// runCount returns how many times the handler ran for a message.
+// handledByEach waits until every handler succeeded for every message, and
+// returns the first such delivery of each. Deliveries of other messages, and
+// further runs, are left to the run counts.
+func (s *service) handledByEach(handlers, uuids []string) map[runKey]delivery {
+	s.t.Helper()
+	return s.waitEach("handle", handlers, uuids, func(d delivery) bool { return d.Ran && d.Err == nil })
+}
+
+// skippedByEach waits until every handler acked a copy of every message
+// without running.
+func (s *service) skippedByEach(handlers, uuids []string) map[runKey]delivery {
+	s.t.Helper()
+	return s.waitEach("skip", handlers, uuids, func(d delivery) bool { return !d.Ran && d.Err == nil })
+}
+
+// waitEach waits until every handler had a delivery of every message that
+// matches, and returns the first of each. It looks at the deliveries that
+// earlier waits read too, so that waits for different handlers can follow
+// one another.
+func (s *service) waitEach(what string, handlers, uuids []string, match func(delivery) bool) map[runKey]delivery {
+	s.t.Helper()
+	want := map[runKey]bool{}
+	for _, h := range handlers {
+		for _, u := range uuids {
+			want[runKey{h, u}] = true
+		}
+	}
+	got := map[runKey]delivery{}
+	take := func(d delivery) {
+		k := runKey{d.Handler, d.UUID}
+		if _, seen := got[k]; want[k] && !seen && match(d) {
+			got[k] = d
+		}
+	}
+	for _, d := range s.history {
+		take(d)
+	}
+	timeout := time.NewTimer(waitTimeout)
+	defer timeout.Stop()
+	for len(got) < len(want) {
+		select {
+		case d := <-s.deliveries:
+			s.history = append(s.history, d)
+			take(d)
+		case <-s.done:
+			s.t.Fatalf("router stopped while waiting for deliveries: %v", s.runErr)
+		case <-timeout.C:
+			missing := map[string]int{}
+			for k := range want {
+				if _, ok := got[k]; !ok {
+					missing[k.handler]++
+				}
+			}
+			s.t.Fatalf("within %v, these handlers did not %s this many of the %d messages: %v", waitTimeout, what, len(uuids), missing)
+		}
+	}
+	return got
+}
+
+// totalRuns returns how many times the handlers ran.
+func (s *service) totalRuns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.runs {
+		n += c
+	}
+	return n
+}
+
+// runCount returns how many times the handlers ran for a message.
 func (s *service) runCount(uuid string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.runs[uuid]
+	n := 0
+	for k, c := range s.runs {
+		if k.uuid == uuid {
+			n += c
+		}
+	}
+	return n
+}
+
+// runsOf returns how many times a handler ran for a message.
+func (s *service) runsOf(handler, uuid string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runs[runKey{handler, uuid}]
 }
 
 // assertRanOnce asserts the handler ran exactly once for each message.

@@ -224,7 +224,7 @@ func untrackedRegistry() (*outbox.Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return outbox.NewRegistry(outbox.Tracked{Name: "orders", Store: store}, outbox.Tracked{Name: "payments", Store: store})
+	return outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store}, outbox.Tracked{Topic: "payments", Store: store})
 }
 
 // trackedPipeline tracks every topic of the case in one store.
@@ -235,7 +235,7 @@ func trackedPipeline(ctx context.Context, d *database, publishers int, co sqlsto
 	}
 	var tracked []outbox.Tracked
 	for _, t := range topics(publishers) {
-		tracked = append(tracked, outbox.Tracked{Name: t, Store: store})
+		tracked = append(tracked, outbox.Tracked{Topic: t, Store: store})
 	}
 	reg, err := outbox.NewRegistry(tracked...)
 	if err != nil {

@@ -66,7 +66,7 @@ func replayCase(ctx context.Context, d *database, rows int) (replayResult, error
 		return rr, err
 	}
 	rr.load = time.Since(start)
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: "replay", Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "replay", Store: store})
 	if err != nil {
 		return rr, err
 	}

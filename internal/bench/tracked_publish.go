@@ -33,7 +33,7 @@ func trackedPublish(ctx context.Context, d *database, writers, perCall int, co s
 		return result{}, err
 	}
 	defer d.drop(ctx, store)
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: "bench", Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "bench", Store: store})
 	if err != nil {
 		return result{}, err
 	}

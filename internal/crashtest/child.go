@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -24,9 +26,15 @@ type ChildConfig struct {
 	DB *sqlx.DB
 	// Dialect is the store's dialect.
 	Dialect sqlstore.Dialect
-	// Broker returns the raw publisher and the subscriber of the service's
-	// broker; close releases them.
-	Broker func(topic string) (pub message.Publisher, sub message.Subscriber, close func(), err error)
+	// Publisher returns the raw publisher of the service's broker; close
+	// releases it.
+	Publisher func() (pub message.Publisher, close func(), err error)
+	// Subscriber returns the subscriber a handler reads from, by handler
+	// (consumer) name: on a broker with a queue per consumer (RabbitMQ), a
+	// subscriber of that consumer's queue; on one that gives every
+	// subscription each message (GoChannel), it may be one subscriber for
+	// all. The router closes it.
+	Subscriber func(consumer string) (message.Subscriber, error)
 }
 
 // IsChild reports whether this process was started by [Run] to run test.
@@ -42,7 +50,7 @@ func Prepare(t *testing.T, db *sqlx.DB, d sqlstore.Dialect, table string) {
 	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec("CREATE TABLE " + table + "_handled (uuid VARCHAR(64) NOT NULL)"); err != nil {
+	if _, err := db.Exec("CREATE TABLE " + table + "_handled (uuid VARCHAR(64) NOT NULL, consumer VARCHAR(64) NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -83,21 +91,25 @@ func child(cfg ChildConfig) error {
 	st.at = int64(atoi(envAt))
 	table := os.Getenv(envTable)
 	topic := "crash_" + table
+	var consumers []string
+	if list := os.Getenv(envConsumers); list != "" {
+		consumers = strings.Split(list, ",")
+	}
 
 	base, err := sqlstore.New(sqlstore.Config{Dialect: cfg.Dialect, Table: table, DB: cfg.DB})
 	if err != nil {
 		return err
 	}
 	store := &haltingStore{Store: base, st: st}
-	reg, err := outbox.NewRegistry(outbox.Tracked{Name: topic, Store: store})
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: topic, Store: store, Consumers: consumers})
 	if err != nil {
 		return err
 	}
-	rawPub, sub, closeBroker, err := cfg.Broker(topic)
+	rawPub, closePub, err := cfg.Publisher()
 	if err != nil {
 		return err
 	}
-	defer closeBroker()
+	defer closePub()
 
 	mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, nil)
 	if err != nil {
@@ -110,31 +122,40 @@ func child(cfg ChildConfig) error {
 	router.AddMiddleware(mw)
 	router.AddPlugin(outbox.ReplayPlugin(reg, rawPub, outbox.ReplayConfig{}, nil))
 
-	mine := map[string]bool{}
-	for i := 0; i < st.batch; i++ {
-		mine[uuidOf(st.cycle, i)] = true
+	// mine is what each handler has still to handle of this cycle's batch.
+	type pair struct{ handler, uuid string }
+	mine := map[pair]bool{}
+	for _, h := range handlers(consumers) {
+		for i := 0; i < st.batch; i++ {
+			mine[pair{h, uuidOf(st.cycle, i)}] = true
+		}
 	}
 	var mu sync.Mutex
-	left := len(mine)
 	allMine := make(chan struct{})
-	insertHandled := cfg.DB.Rebind("INSERT INTO " + table + "_handled (uuid) VALUES (?)")
-	router.AddNoPublisherHandler("crash", topic, sub, func(msg *message.Message) error {
-		if _, err := cfg.DB.ExecContext(msg.Context(), insertHandled, msg.UUID); err != nil {
-			return err
+	insertHandled := cfg.DB.Rebind("INSERT INTO " + table + "_handled (uuid, consumer) VALUES (?, ?)")
+	for _, h := range handlers(consumers) {
+		sub, err := cfg.Subscriber(h)
+		if err != nil {
+			return fmt.Errorf("subscriber of %s: %w", h, err)
 		}
-		if n := st.handles.Add(1) - 1; st.mode == MidHandler && n == st.at {
-			halt(MidHandler)
-		}
-		mu.Lock()
-		if mine[msg.UUID] {
-			delete(mine, msg.UUID)
-			if left--; left == 0 {
-				close(allMine)
+		router.AddNoPublisherHandler(h, topic, sub, func(msg *message.Message) error {
+			if _, err := cfg.DB.ExecContext(msg.Context(), insertHandled, msg.UUID, h); err != nil {
+				return err
 			}
-		}
-		mu.Unlock()
-		return nil
-	})
+			if n := st.handles.Add(1) - 1; st.mode == MidHandler && n == st.at {
+				halt(MidHandler)
+			}
+			mu.Lock()
+			if p := (pair{h, msg.UUID}); mine[p] {
+				delete(mine, p)
+				if len(mine) == 0 {
+					close(allMine)
+				}
+			}
+			mu.Unlock()
+			return nil
+		})
+	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -221,7 +242,7 @@ type haltingStore struct {
 	st *childState
 }
 
-func (s *haltingStore) Complete(ctx context.Context, d outbox.Delivery) error {
+func (s *haltingStore) Complete(ctx context.Context, d recordstore.Delivery) error {
 	if n := s.st.complets.Add(1) - 1; s.st.mode == BeforeMark && n == s.st.at {
 		halt(BeforeMark)
 	}

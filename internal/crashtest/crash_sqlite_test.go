@@ -19,9 +19,20 @@ import (
 )
 
 var (
-	kills = flag.Int("crash.kills", 24, "kill cycles per setup (soak: -crash.kills=300)")
-	seed  = flag.Uint64("crash.seed", 0, "seed of the kill points (0: from the clock)")
+	kills          = flag.Int("crash.kills", 24, "kill cycles per setup (soak: -crash.kills=300)")
+	consumersKills = flag.Int("crash.consumers.kills", -1, "kill cycles of the two-consumer setups (-1: as -crash.kills)")
+	seed           = flag.Uint64("crash.seed", 0, "seed of the kill points (0: from the clock)")
 )
+
+// twoConsumers are the declared consumers of the two-consumer setups.
+var twoConsumers = []string{"email", "stats"}
+
+func twoConsumerKills() int {
+	if *consumersKills < 0 {
+		return *kills
+	}
+	return *consumersKills
+}
 
 func TestMain(m *testing.M) {
 	os.Setenv(outbox.EnvToggle, "on")
@@ -41,22 +52,24 @@ func runSeed(t *testing.T) uint64 {
 // unless started by the crash test.
 func TestCrashChildSQLite(t *testing.T) {
 	if !crashtest.IsChild(t.Name()) {
-		t.Skip("runs only as the child of TestCrashSQLiteGoChannel")
+		t.Skip("runs only as the child of TestCrashSQLiteGoChannel*")
 	}
 	db, err := sqlx.Open("sqlite", os.Getenv("OUTBOX_CRASH_DSN"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	db.SetMaxOpenConns(1)
+	// Non-persistent: a kill wipes every in-flight message, so only the
+	// records and replay can save them. Every subscription gets each
+	// message, so the consumers share it.
+	gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	crashtest.Child(crashtest.ChildConfig{
 		DB:      db,
 		Dialect: sqlstore.SQLite(),
-		Broker: func(string) (message.Publisher, message.Subscriber, func(), error) {
-			// Non-persistent: a kill wipes every in-flight message, so only
-			// the records and replay can save them.
-			gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-			return gc, gc, func() { _ = gc.Close() }, nil
+		Publisher: func() (message.Publisher, func(), error) {
+			return gc, func() { _ = gc.Close() }, nil
 		},
+		Subscriber: func(string) (message.Subscriber, error) { return gc, nil },
 	})
 }
 
@@ -64,6 +77,17 @@ func TestCrashChildSQLite(t *testing.T) {
 // between insert and send, mid-handler, between handler and mark and at
 // random moments, and checks that every committed record was handled.
 func TestCrashSQLiteGoChannel(t *testing.T) {
+	crashSQLiteGoChannel(t, *kills, nil)
+}
+
+// TestCrashSQLiteGoChannelTwoConsumers is TestCrashSQLiteGoChannel with two
+// declared consumers of the tracked topic, two handlers in one router on
+// one GoChannel: each must handle every committed record.
+func TestCrashSQLiteGoChannelTwoConsumers(t *testing.T) {
+	crashSQLiteGoChannel(t, twoConsumerKills(), twoConsumers)
+}
+
+func crashSQLiteGoChannel(t *testing.T, kills int, consumers []string) {
 	dsn := testenv.SQLiteDSN(t)
 	db := testenv.Open(t, "SQLite", "sqlite", dsn)
 	table := testenv.Table(t)
@@ -71,11 +95,12 @@ func TestCrashSQLiteGoChannel(t *testing.T) {
 
 	sum := crashtest.Run(t, crashtest.Config{
 		ChildTest: "TestCrashChildSQLite",
-		Kills:     *kills,
+		Kills:     kills,
 		Batch:     5,
 		Seed:      runSeed(t),
 		DB:        db,
 		Table:     table,
+		Consumers: consumers,
 		Env:       []string{"OUTBOX_CRASH_DSN=" + dsn},
 	})
 	t.Logf("SQLite+GoChannel: %s", sum)

@@ -1,7 +1,8 @@
 // Package crashtest runs a service that publishes and handles tracked
 // messages as a real child process, kills it with SIGKILL at chosen or random
 // moments, restarts it, and checks at the end that no committed record was
-// lost.
+// lost. The service has one handler of the tracked topic, or several
+// declared consumers, each of which must handle every record.
 //
 // A test binary calls [Run] in the parent test and [Child] from a test that
 // only does something when the [EnvChild] variable is set, so that the test
@@ -31,7 +32,14 @@ const (
 	envCycle = "OUTBOX_CRASH_CYCLE"
 	envBatch = "OUTBOX_CRASH_BATCH"
 	envTable = "OUTBOX_CRASH_TABLE"
+	// envConsumers lists the declared consumers, comma-separated; empty
+	// for one undeclared handler.
+	envConsumers = "OUTBOX_CRASH_CONSUMERS"
 )
+
+// SingleHandler is the name of the service's handler when it declares no
+// consumers.
+const SingleHandler = "crash"
 
 // Mode says where a child halts so the parent can kill it there.
 type Mode string
@@ -66,24 +74,38 @@ type Config struct {
 	DB *sqlx.DB
 	// Table is the record table; its handled table is Table+"_handled".
 	Table string
+	// Consumers are the declared consumers of the tracked topic: the child
+	// runs one handler of each, and each must handle every record. Empty
+	// for one handler ([SingleHandler]) and no declaration.
+	Consumers []string
 	// Env is added to every child's environment (DSNs, broker names).
 	Env []string
 }
 
 // Summary is what a run found.
 type Summary struct {
-	Kills      map[Mode]int
-	Records    int // committed records
+	Kills     map[Mode]int
+	Records   int // committed records
+	Pending   int // records still pending after the final drain
+	Consumers []ConsumerSummary
+}
+
+// ConsumerSummary is what one consumer (handler) did over a run.
+type ConsumerSummary struct {
+	Consumer   string
 	Handled    int // distinct records handled
 	Handlings  int // handler runs recorded
 	Duplicates int // Handlings - Handled
-	Lost       int // committed records never handled
-	Pending    int // records still pending after the final drain
+	Lost       int // committed records this consumer never handled
 }
 
 func (s Summary) String() string {
-	return fmt.Sprintf("kills=%d %v records=%d handled=%d handlings=%d duplicates=%d lost=%d pending=%d",
-		s.totalKills(), s.Kills, s.Records, s.Handled, s.Handlings, s.Duplicates, s.Lost, s.Pending)
+	var b strings.Builder
+	fmt.Fprintf(&b, "kills=%d %v records=%d pending=%d", s.totalKills(), s.Kills, s.Records, s.Pending)
+	for _, c := range s.Consumers {
+		fmt.Fprintf(&b, "; %s: handled=%d handlings=%d duplicates=%d lost=%d", c.Consumer, c.Handled, c.Handlings, c.Duplicates, c.Lost)
+	}
+	return b.String()
 }
 
 func (s Summary) totalKills() int {
@@ -102,7 +124,12 @@ func Run(t *testing.T, cfg Config) Summary {
 	sum := Summary{Kills: map[Mode]int{}}
 	for cycle := 0; cycle < cfg.Kills; cycle++ {
 		mode := killModes[rng.IntN(len(killModes))]
-		at := rng.IntN(cfg.Batch)
+		// A message is sent once and handled once per consumer.
+		points := cfg.Batch
+		if mode == MidHandler || mode == BeforeMark {
+			points *= len(handlers(cfg.Consumers))
+		}
+		at := rng.IntN(points)
 		delay := time.Duration(rng.IntN(150)) * time.Millisecond
 		if err := killCycle(t, cfg, cycle, mode, at, delay); err != nil {
 			t.Fatalf("cycle %d (%s at %d, seed %d): %v", cycle, mode, at, cfg.Seed, err)
@@ -126,6 +153,7 @@ func childCmd(cfg Config, cycle int, mode Mode, at int) *exec.Cmd {
 		fmt.Sprintf("%s=%d", envCycle, cycle),
 		fmt.Sprintf("%s=%d", envBatch, cfg.Batch),
 		envTable+"="+cfg.Table,
+		envConsumers+"="+strings.Join(cfg.Consumers, ","),
 	)
 	return cmd
 }
@@ -211,10 +239,36 @@ func count(t *testing.T, cfg Config, sum *Summary) {
 	}
 	sum.Records = q("SELECT COUNT(*) FROM " + cfg.Table)
 	sum.Pending = q("SELECT COUNT(*) FROM " + cfg.Table + " WHERE processed_at IS NULL")
-	sum.Handlings = q("SELECT COUNT(*) FROM " + handled)
-	sum.Handled = q("SELECT COUNT(DISTINCT uuid) FROM " + handled)
-	sum.Lost = q("SELECT COUNT(*) FROM " + cfg.Table + " r WHERE NOT EXISTS (SELECT 1 FROM " + handled + " h WHERE h.uuid = r.uuid)")
-	sum.Duplicates = sum.Handlings - sum.Handled
+	for _, c := range handlers(cfg.Consumers) {
+		// Consumer names are the test's own constants.
+		of := " WHERE consumer = '" + c + "'"
+		cs := ConsumerSummary{Consumer: c}
+		cs.Handlings = q("SELECT COUNT(*) FROM " + handled + of)
+		cs.Handled = q("SELECT COUNT(DISTINCT uuid) FROM " + handled + of)
+		cs.Lost = q("SELECT COUNT(*) FROM " + cfg.Table + " r WHERE NOT EXISTS (SELECT 1 FROM " + handled + " h WHERE h.uuid = r.uuid AND h.consumer = '" + c + "')")
+		cs.Duplicates = cs.Handlings - cs.Handled
+		sum.Consumers = append(sum.Consumers, cs)
+	}
+	if n := q("SELECT COUNT(*) FROM " + handled); n != sumHandlings(sum.Consumers) {
+		t.Fatalf("%d handlings recorded, %d of them by the service's handlers", n, sumHandlings(sum.Consumers))
+	}
+}
+
+// handlers returns the handler names of a service that declares these
+// consumers.
+func handlers(consumers []string) []string {
+	if len(consumers) == 0 {
+		return []string{SingleHandler}
+	}
+	return consumers
+}
+
+func sumHandlings(cs []ConsumerSummary) int {
+	n := 0
+	for _, c := range cs {
+		n += c.Handlings
+	}
+	return n
 }
 
 func scanLines(r io.Reader, lines chan<- string) {
@@ -232,20 +286,25 @@ func tail(s string) string {
 	return s
 }
 
-// Check fails the test unless every committed record was handled and none is
-// pending.
+// Check fails the test unless every committed record was handled by every
+// consumer and none is pending.
 func Check(t *testing.T, s Summary) {
 	t.Helper()
 	if s.Records == 0 {
 		t.Fatal("no record was committed: the run proves nothing")
 	}
-	if s.Lost != 0 {
-		t.Errorf("%d committed records were never handled", s.Lost)
-	}
 	if s.Pending != 0 {
 		t.Errorf("%d records still pending after the final drain", s.Pending)
 	}
-	if s.Handled != s.Records {
-		t.Errorf("handled %d distinct messages for %d records", s.Handled, s.Records)
+	if len(s.Consumers) == 0 {
+		t.Fatal("no consumer was counted")
+	}
+	for _, c := range s.Consumers {
+		if c.Lost != 0 {
+			t.Errorf("%s: %d committed records were never handled", c.Consumer, c.Lost)
+		}
+		if c.Handled != s.Records {
+			t.Errorf("%s: handled %d distinct messages for %d records", c.Consumer, c.Handled, s.Records)
+		}
 	}
 }

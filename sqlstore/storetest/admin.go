@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -26,6 +26,9 @@ func (s *suite) testAdmin(t *testing.T) {
 			assert.Equal(t, recs[2].ID, pending[0].ID)
 			assert.Equal(t, sqlstore.Pending, pending[0].State)
 			assert.Less(t, pending[0].Age, time.Hour)
+			assert.False(t, pending[0].Resent, "only the publish that saved it sent it")
+			assert.False(t, pending[0].Due)
+			assert.Equal(t, pending[0].Age, pending[0].SinceSent)
 			page, err := store.List(ctx(t), sqlstore.Pending, recs[2].ID, 10)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{recs[3].ID}, claimedIDs(infosRecords(page)), "pages by id")
@@ -55,21 +58,30 @@ func (s *suite) testAdmin(t *testing.T) {
 			ids, err = store.MakeDue(ctx(t), 0, 1, false)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{recs[2].ID}, ids)
+			got, err = store.Get(ctx(t), recs[2].ID)
+			require.NoError(t, err)
+			assert.True(t, got.Due, "made due and not sent since")
+			assert.Zero(t, got.SinceSent, "a made-due record has no age of last send")
 			claimed, err = store.ClaimStale(ctx(t), "orders", time.Hour, 10)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{recs[2].ID}, claimedIDs(claimed), "a due record goes to the next resubmit round")
+			got, err = store.Get(ctx(t), recs[2].ID)
+			require.NoError(t, err)
+			assert.True(t, got.Resent, "the resubmit round sent it")
+			assert.False(t, got.Due)
+			assert.Less(t, got.SinceSent, time.Hour)
 
-			require.NoError(t, store.ResubmitAbandonedLater(ctx(t), recs[1].ID))
+			require.NoError(t, store.RequeueLater(ctx(t), recs[1].ID))
 			claimed, err = store.ClaimStale(ctx(t), "orders", time.Hour, 10)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{recs[1].ID}, claimedIDs(claimed))
-			assert.ErrorIs(t, store.ResubmitAbandonedLater(ctx(t), recs[1].ID), outbox.ErrNotAbandoned)
+			assert.ErrorIs(t, store.RequeueLater(ctx(t), recs[1].ID), recordstore.ErrNotAbandoned)
 		})
 	})
 }
 
-func infosRecords(infos []sqlstore.RecordInfo) []outbox.Record {
-	out := make([]outbox.Record, len(infos))
+func infosRecords(infos []sqlstore.RecordInfo) []recordstore.Record {
+	out := make([]recordstore.Record, len(infos))
 	for i, r := range infos {
 		out[i] = r.Record
 	}

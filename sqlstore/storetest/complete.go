@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -25,7 +25,7 @@ func (s *suite) testCheckPending(t *testing.T) {
 		require.NoError(t, err)
 
 		assert.NoError(t, store.CheckPending(ctx(t), dlv(pending)), "pending")
-		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(completed)), outbox.ErrNotPending, "completed")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(completed)), recordstore.ErrNotPending, "completed")
 		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(deleted)), notStored(mode), "deleted")
 		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(neverID)), notStored(mode), "never existed")
 	})
@@ -63,8 +63,8 @@ func (s *suite) testComplete(t *testing.T) {
 			require.NoError(t, store.Complete(ctx(t), dlv(recs[0].ID)))
 			first := s.processedAt(t, store, recs[0].ID)
 
-			assert.ErrorIs(t, store.Complete(ctx(t), dlv(recs[0].ID)), outbox.ErrNotPending)
-			assert.ErrorIs(t, store.Complete(ctx(t), dlv(neverID)), outbox.ErrNotPending, "never existed")
+			assert.ErrorIs(t, store.Complete(ctx(t), dlv(recs[0].ID)), recordstore.ErrNotPending)
+			assert.ErrorIs(t, store.Complete(ctx(t), dlv(neverID)), recordstore.ErrNotPending, "never existed")
 			assert.Equal(t, first, s.processedAt(t, store, recs[0].ID), "the first completion stands")
 			assert.NoError(t, store.CheckPending(ctx(t), dlv(recs[1].ID)), "other records are untouched")
 		})
@@ -91,12 +91,12 @@ func (s *suite) testComplete(t *testing.T) {
 				switch {
 				case err == nil:
 					won++
-				case !errors.Is(err, outbox.ErrNotPending):
+				case !errors.Is(err, recordstore.ErrNotPending):
 					t.Errorf("a losing completion must report ErrNotPending, got %v", err)
 				}
 			}
 			assert.Equal(t, 1, won, "exactly one completion wins")
-			assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(id)), outbox.ErrNotPending)
+			assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(id)), recordstore.ErrNotPending)
 		})
 	})
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -17,7 +17,7 @@ import (
 var twoConsumers = []string{"billing", "shipping"}
 
 // withConsumers builds n records of "orders" that declare consumers.
-func withConsumers(n int, consumers ...string) []outbox.Record {
+func withConsumers(n int, consumers ...string) []recordstore.Record {
 	recs := records("orders", n)
 	for i := range recs {
 		recs[i].Consumers = consumers
@@ -61,12 +61,12 @@ func (s *suite) testTopic(t *testing.T) {
 		store := s.store(t, mode)
 		one := insert(t, store, records("orders", 1))[0]
 		many := insert(t, store, withConsumers(1, twoConsumers...))[0]
-		for _, d := range []outbox.Delivery{
+		for _, d := range []recordstore.Delivery{
 			{ID: one.ID, Topic: "payments", Consumer: consumer},
 			{ID: many.ID, Topic: "payments", Consumer: "billing"},
 		} {
 			err := store.CheckPending(ctx(t), d)
-			assert.ErrorIs(t, err, outbox.ErrUnknownRecord, "record %d is not a record of %q", d.ID, d.Topic)
+			assert.ErrorIs(t, err, recordstore.ErrUnknownRecord, "record %d is not a record of %q", d.ID, d.Topic)
 		}
 		assert.NoError(t, store.CheckPending(ctx(t), dlv(one.ID)))
 		assert.NoError(t, store.CheckPending(ctx(t), consumerDlv(many.ID, "billing")))
@@ -81,13 +81,13 @@ func (s *suite) testOneReceiver(t *testing.T) {
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(id, "billing")))
 
 		err := store.CheckPending(ctx(t), consumerDlv(id, "shipping"))
-		var conflict *outbox.ConsumerConflictError
+		var conflict *recordstore.ConsumerConflictError
 		require.ErrorAs(t, err, &conflict)
-		assert.Equal(t, outbox.ConsumerConflictError{ID: id, Consumer: "shipping", CompletedBy: "billing"}, *conflict)
-		assert.ErrorIs(t, err, outbox.ErrCompletedByOther)
-		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(id, "billing")), outbox.ErrNotPending, "the consumer that completed it")
-		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(id, "")), outbox.ErrNotPending, "outside a router there is no consumer to tell")
-		assert.ErrorIs(t, store.Complete(ctx(t), consumerDlv(id, "shipping")), outbox.ErrNotPending, "the first completion stands")
+		assert.Equal(t, recordstore.ConsumerConflictError{ID: id, Consumer: "shipping", CompletedBy: "billing"}, *conflict)
+		assert.ErrorIs(t, err, recordstore.ErrCompletedByOther)
+		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(id, "billing")), recordstore.ErrNotPending, "the consumer that completed it")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(id, "")), recordstore.ErrNotPending, "outside a router there is no consumer to tell")
+		assert.ErrorIs(t, store.Complete(ctx(t), consumerDlv(id, "shipping")), recordstore.ErrNotPending, "the first completion stands")
 	})
 
 	t.Run("RecordsCompletedWithoutAConsumerAreNotConflicts", func(t *testing.T) {
@@ -95,7 +95,7 @@ func (s *suite) testOneReceiver(t *testing.T) {
 		store := s.store(t, sqlstore.Mark)
 		id := insert(t, store, records("orders", 1))[0].ID
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(id, "")))
-		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(id, "shipping")), outbox.ErrNotPending)
+		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(id, "shipping")), recordstore.ErrNotPending)
 	})
 
 	t.Run("DeletingTableForgetsWhoCompleted", func(t *testing.T) {
@@ -103,7 +103,7 @@ func (s *suite) testOneReceiver(t *testing.T) {
 		store := s.store(t, sqlstore.Delete)
 		id := insert(t, store, records("orders", 1))[0].ID
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(id, "billing")))
-		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(id, "shipping")), outbox.ErrNotPending)
+		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(id, "shipping")), recordstore.ErrNotPending)
 	})
 }
 
@@ -119,15 +119,15 @@ func (s *suite) testConsumers(t *testing.T) {
 			require.NoError(t, store.CheckPending(ctx(t), billing))
 			require.NoError(t, store.CheckPending(ctx(t), shipping))
 			require.NoError(t, store.Complete(ctx(t), billing))
-			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), outbox.ErrNotPending, "billing's copy is a duplicate for billing")
-			assert.ErrorIs(t, store.Complete(ctx(t), billing), outbox.ErrNotPending)
+			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), recordstore.ErrNotPending, "billing's copy is a duplicate for billing")
+			assert.ErrorIs(t, store.Complete(ctx(t), billing), recordstore.ErrNotPending)
 			require.NoError(t, store.CheckPending(ctx(t), shipping), "and still pending for shipping")
 			assert.Equal(t, []int64{id, other}, pendingIDs(t, store), "the record stays pending until every consumer completed it")
 
 			require.NoError(t, store.Complete(ctx(t), shipping))
 			s.assertCompleted(t, store, id)
-			assert.ErrorIs(t, store.CheckPending(ctx(t), shipping), outbox.ErrNotPending)
-			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), outbox.ErrNotPending)
+			assert.ErrorIs(t, store.CheckPending(ctx(t), shipping), recordstore.ErrNotPending)
+			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), recordstore.ErrNotPending)
 			assert.Equal(t, []int64{other}, pendingIDs(t, store))
 			require.NoError(t, store.CheckPending(ctx(t), consumerDlv(other, "billing")), "other records are untouched")
 		})
@@ -139,8 +139,8 @@ func (s *suite) testConsumers(t *testing.T) {
 			id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
 			for _, c := range []string{"audit", ""} {
 				err := store.CheckPending(ctx(t), consumerDlv(id, c))
-				assert.ErrorIs(t, err, outbox.ErrNoDelivery, "consumer %q", c)
-				assert.ErrorIs(t, store.Complete(ctx(t), consumerDlv(id, c)), outbox.ErrNotPending, "consumer %q completes nothing", c)
+				assert.ErrorIs(t, err, recordstore.ErrNoDelivery, "consumer %q", c)
+				assert.ErrorIs(t, store.Complete(ctx(t), consumerDlv(id, c)), recordstore.ErrNotPending, "consumer %q completes nothing", c)
 			}
 			assert.Equal(t, []int64{id}, pendingIDs(t, store))
 		})
@@ -179,7 +179,7 @@ func (s *suite) testConsumers(t *testing.T) {
 				assert.Equal(t, want, deliveryRows(t, store, r.ID), "record #%d", i)
 			}
 			require.NoError(t, store.Complete(ctx(t), dlv(recs[0].ID)))
-			assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(recs[1].ID, consumer)), outbox.ErrNoDelivery)
+			assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(recs[1].ID, consumer)), recordstore.ErrNoDelivery)
 		})
 	})
 
@@ -255,7 +255,7 @@ func (s *suite) testConsumers(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, store.CompleteTx(ctx(t), tx, billing))
 			require.NoError(t, tx.Commit())
-			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), outbox.ErrNotPending, "completed at commit")
+			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), recordstore.ErrNotPending, "completed at commit")
 			require.NoError(t, store.CheckPending(ctx(t), shipping))
 			assert.Equal(t, []int64{id}, pendingIDs(t, store))
 
@@ -280,7 +280,7 @@ func (s *suite) testConsumers(t *testing.T) {
 			case <-time.After(100 * time.Millisecond):
 			}
 			require.NoError(t, first.Commit())
-			assert.ErrorIs(t, <-second, outbox.ErrNotPending)
+			assert.ErrorIs(t, <-second, recordstore.ErrNotPending)
 			s.assertCompleted(t, store, id)
 		})
 	})
@@ -295,7 +295,7 @@ func (s *suite) testConsumers(t *testing.T) {
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[1].ID, "billing")))
 		assert.Equal(t, 2, deliveryRows(t, store, recs[0].ID), "a marking table keeps the deliveries of a completed record")
 		backdate(t, store, "processed_at", recs[0].ID)
-		n, err := store.PurgeCompleted(ctx(t), time.Hour, 10)
+		n, err := store.Clean(ctx(t), time.Hour, 10)
 		require.NoError(t, err)
 		assert.Equal(t, 1, n)
 		assert.Zero(t, deliveryRows(t, store, recs[0].ID), "purged with their record")
@@ -314,18 +314,18 @@ func (s *suite) testConsumerLease(t *testing.T) {
 
 		require.NoError(t, store.CheckPending(ctx(t), billing), "billing claims its delivery")
 		require.NoError(t, store.CheckPending(ctx(t), shipping), "shipping holds a lease on the same record at the same time")
-		assert.ErrorIs(t, store.CheckPending(ctx(t), billingCopy), outbox.ErrLeased, "a second copy for billing is refused")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), billingCopy), recordstore.ErrLeased, "a second copy for billing is refused")
 
 		require.NoError(t, store.Release(ctx(t), billingCopy), "releasing with another token is harmless")
-		assert.ErrorIs(t, store.CheckPending(ctx(t), billingCopy), outbox.ErrLeased, "and does not release billing's claim")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), billingCopy), recordstore.ErrLeased, "and does not release billing's claim")
 		require.NoError(t, store.Release(ctx(t), billing))
 		require.NoError(t, store.CheckPending(ctx(t), billingCopy), "the released delivery is claimed again")
-		assert.ErrorIs(t, store.CheckPending(ctx(t), withLease(shipping, "shipping-2")), outbox.ErrLeased, "shipping's claim is its own")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), withLease(shipping, "shipping-2")), recordstore.ErrLeased, "shipping's claim is its own")
 
 		require.NoError(t, store.Complete(ctx(t), billingCopy))
-		assert.ErrorIs(t, store.CheckPending(ctx(t), billing), outbox.ErrNotPending)
-		assert.ErrorIs(t, store.CheckPending(ctx(t), withLease(consumerDlv(id, "audit"), "audit-1")), outbox.ErrNoDelivery)
-		assert.ErrorIs(t, store.CheckPending(ctx(t), outbox.Delivery{ID: id, Topic: "payments", Consumer: "shipping", Lease: "x"}), outbox.ErrUnknownRecord)
+		assert.ErrorIs(t, store.CheckPending(ctx(t), billing), recordstore.ErrNotPending)
+		assert.ErrorIs(t, store.CheckPending(ctx(t), withLease(consumerDlv(id, "audit"), "audit-1")), recordstore.ErrNoDelivery)
+		assert.ErrorIs(t, store.CheckPending(ctx(t), recordstore.Delivery{ID: id, Topic: "payments", Consumer: "shipping", Lease: "x"}), recordstore.ErrUnknownRecord)
 		require.NoError(t, store.Complete(ctx(t), shipping))
 		s.assertCompleted(t, store, id)
 	})
@@ -350,13 +350,13 @@ func (s *suite) testConsumerAttempts(t *testing.T) {
 			assert.Equal(t, 2, n)
 			assert.True(t, abandoned, "billing's delivery is abandoned")
 
-			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), outbox.ErrNotPending)
+			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), recordstore.ErrNotPending)
 			require.NoError(t, store.CheckPending(ctx(t), shipping), "shipping's delivery is still pending")
 			assert.Equal(t, []int64{id}, pendingIDs(t, store), "the record is pending while a delivery is")
-			_, err = store.ResubmitAbandoned(ctx(t), id)
-			assert.ErrorIs(t, err, outbox.ErrNotAbandoned, "a record with a pending delivery is not abandoned")
+			_, err = store.Requeue(ctx(t), id)
+			assert.ErrorIs(t, err, recordstore.ErrNotAbandoned, "a record with a pending delivery is not abandoned")
 			_, _, err = store.RecordFailure(ctx(t), billing, "again", 2, nil)
-			assert.ErrorIs(t, err, outbox.ErrNotPending)
+			assert.ErrorIs(t, err, recordstore.ErrNotPending)
 
 			require.NoError(t, store.Complete(ctx(t), shipping))
 			assert.Empty(t, pendingIDs(t, store), "with no delivery pending and one abandoned, the record is abandoned")
@@ -370,12 +370,12 @@ func (s *suite) testConsumerAttempts(t *testing.T) {
 				{Consumer: "shipping", State: sqlstore.Completed, Attempts: 1, LastError: "other boom"},
 			}, info.Deliveries, "the admin view shows each delivery")
 
-			got, err := store.ResubmitAbandoned(ctx(t), id)
+			got, err := store.Requeue(ctx(t), id)
 			require.NoError(t, err)
 			assert.Equal(t, id, got.ID)
 			assert.Equal(t, []int64{id}, pendingIDs(t, store))
 			require.NoError(t, store.CheckPending(ctx(t), billing), "the abandoned delivery is pending again")
-			assert.ErrorIs(t, store.CheckPending(ctx(t), shipping), outbox.ErrNotPending, "the completed delivery stays completed")
+			assert.ErrorIs(t, store.CheckPending(ctx(t), shipping), recordstore.ErrNotPending, "the completed delivery stays completed")
 			n, abandoned, err = store.RecordFailure(ctx(t), billing, "after requeue", 2, nil)
 			require.NoError(t, err)
 			assert.Equal(t, 1, n, "requeueing resets the attempts")
@@ -464,9 +464,9 @@ func (s *suite) testRetry(t *testing.T) {
 // assertNotDue checks that err says record id is due in about untilDue.
 func assertNotDue(t *testing.T, err error, id int64) {
 	t.Helper()
-	var notDue *outbox.NotDueError
+	var notDue *recordstore.NotDueError
 	require.ErrorAs(t, err, &notDue)
-	assert.ErrorIs(t, err, outbox.ErrNotDue)
+	assert.ErrorIs(t, err, recordstore.ErrNotDue)
 	assert.Equal(t, id, notDue.ID)
 	assert.InDelta(t, untilDue.Seconds(), notDue.Wait.Seconds(), 60, "waits about %v by the database clock, got %v", untilDue, notDue.Wait)
 }
@@ -490,11 +490,11 @@ func (s *suite) testConsumerStatus(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, full, 2)
 		orders := full[0]
-		assert.Equal(t, "orders", orders.Name)
+		assert.Equal(t, "orders", orders.Topic)
 		assert.Equal(t, int64(2), orders.Pending, "a record is pending while one of its deliveries is")
 		require.Len(t, orders.Consumers, 2)
-		assert.Equal(t, outbox.ConsumerStatus{Consumer: "billing", Pending: 1, OldestPending: orders.Consumers[0].OldestPending, Completed: billingCompleted}, orders.Consumers[0])
-		assert.Equal(t, outbox.ConsumerStatus{Consumer: "shipping", Pending: 1, OldestPending: orders.Consumers[1].OldestPending, Abandoned: 1, Completed: shippingCompleted}, orders.Consumers[1])
+		assert.Equal(t, recordstore.ConsumerStatus{Consumer: "billing", Pending: 1, OldestPending: orders.Consumers[0].OldestPending, Completed: billingCompleted}, orders.Consumers[0])
+		assert.Equal(t, recordstore.ConsumerStatus{Consumer: "shipping", Pending: 1, OldestPending: orders.Consumers[1].OldestPending, Abandoned: 1, Completed: shippingCompleted}, orders.Consumers[1])
 		assert.Greater(t, orders.Consumers[0].OldestPending, 20*365*24*time.Hour, "billing's oldest pending record is the backdated one")
 		assert.Less(t, orders.Consumers[1].OldestPending, time.Hour, "shipping's backdated delivery is abandoned")
 		assert.Nil(t, full[1].Consumers, "a name without consumers has no breakdown")
@@ -503,13 +503,13 @@ func (s *suite) testConsumerStatus(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, pending, 2)
 		require.Len(t, pending[0].Consumers, 2)
-		assert.Equal(t, outbox.ConsumerStatus{Consumer: "billing", Pending: 1, OldestPending: orders.Consumers[0].OldestPending}, withoutAge(pending[0].Consumers[0], orders.Consumers[0].OldestPending))
-		assert.Equal(t, outbox.ConsumerStatus{Consumer: "shipping", Pending: 1, OldestPending: orders.Consumers[1].OldestPending}, withoutAge(pending[0].Consumers[1], orders.Consumers[1].OldestPending))
+		assert.Equal(t, recordstore.ConsumerStatus{Consumer: "billing", Pending: 1, OldestPending: orders.Consumers[0].OldestPending}, withoutAge(pending[0].Consumers[0], orders.Consumers[0].OldestPending))
+		assert.Equal(t, recordstore.ConsumerStatus{Consumer: "shipping", Pending: 1, OldestPending: orders.Consumers[1].OldestPending}, withoutAge(pending[0].Consumers[1], orders.Consumers[1].OldestPending))
 	})
 }
 
 // withoutAge replaces an age read later than want, within a minute, by want.
-func withoutAge(st outbox.ConsumerStatus, want time.Duration) outbox.ConsumerStatus {
+func withoutAge(st recordstore.ConsumerStatus, want time.Duration) recordstore.ConsumerStatus {
 	if d := st.OldestPending - want; d >= 0 && d < time.Minute {
 		st.OldestPending = want
 	}

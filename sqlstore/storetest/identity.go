@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -133,8 +133,8 @@ func (s *suite) testUpgrade(t *testing.T) {
 		assert.Equal(t, recs[2].Payload, pending[0].Payload)
 		assert.Equal(t, recs[2].Metadata, pending[0].Metadata)
 
-		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(recs[0].ID)), outbox.ErrNotPending, "completed before the upgrade")
-		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(recs[1].ID)), outbox.ErrNotPending, "abandoned before the upgrade")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(recs[0].ID)), recordstore.ErrNotPending, "completed before the upgrade")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(recs[1].ID)), recordstore.ErrNotPending, "abandoned before the upgrade")
 		require.NoError(t, store.CheckPending(ctx(t), dlv(recs[2].ID)))
 		n, abandoned, err := store.RecordFailure(ctx(t), dlv(recs[2].ID), "again", 3, nil)
 		require.NoError(t, err)
@@ -142,7 +142,7 @@ func (s *suite) testUpgrade(t *testing.T) {
 		assert.True(t, abandoned)
 		require.NoError(t, store.Complete(ctx(t), dlv(recs[3].ID)), "an old record completes as one with one receiver")
 
-		got, err := store.ResubmitAbandoned(ctx(t), recs[1].ID)
+		got, err := store.Requeue(ctx(t), recs[1].ID)
 		require.NoError(t, err, "a record abandoned before the upgrade can be resubmitted")
 		assert.Equal(t, recs[1].UUID, got.UUID)
 
@@ -151,13 +151,13 @@ func (s *suite) testUpgrade(t *testing.T) {
 		withConsumers[0].Consumers = []string{"billing", "shipping"}
 		insert(t, store, withConsumers)
 		require.NoError(t, store.CheckPending(ctx(t), consumerDlv(withConsumers[0].ID, "billing")))
-		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(withConsumers[0].ID, "audit")), outbox.ErrNoDelivery)
+		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(withConsumers[0].ID, "audit")), recordstore.ErrNoDelivery)
 	})
 }
 
 // consumerDlv is the delivery of record id of topic "orders" to consumer c.
-func consumerDlv(id int64, c string) outbox.Delivery {
-	return outbox.Delivery{ID: id, Topic: "orders", Consumer: c}
+func consumerDlv(id int64, c string) recordstore.Delivery {
+	return recordstore.Delivery{ID: id, Topic: "orders", Consumer: c}
 }
 
 // untilDue is how long the tests make a failed delivery wait.

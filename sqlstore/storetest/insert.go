@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -33,7 +33,7 @@ func (s *suite) testInsert(t *testing.T) {
 			store := s.store(t, mode)
 			const publishers, batches = 8, 15
 			var mu sync.Mutex
-			var all []outbox.Record
+			var all []recordstore.Record
 			var wg sync.WaitGroup
 			for p := range publishers {
 				wg.Go(func() {

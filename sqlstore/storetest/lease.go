@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -30,16 +30,16 @@ func (s *suite) testLease(t *testing.T) {
 
 		first, second, third := withLease(dlv(id), "first"), withLease(dlv(id), "second"), withLease(dlv(id), "third")
 		require.NoError(t, store.CheckPending(ctx(t), first), "the first delivery claims the record")
-		assert.ErrorIs(t, store.CheckPending(ctx(t), second), outbox.ErrLeased, "a second delivery finds it leased")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), second), recordstore.ErrLeased, "a second delivery finds it leased")
 		assert.NoError(t, store.CheckPending(ctx(t), withLease(dlv(recs[1].ID), "other")), "the lease is per record")
 
 		require.NoError(t, store.Release(ctx(t), second), "releasing with another token is harmless")
-		assert.ErrorIs(t, store.CheckPending(ctx(t), third), outbox.ErrLeased, "and does not release the claim")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), third), recordstore.ErrLeased, "and does not release the claim")
 		require.NoError(t, store.Release(ctx(t), first))
 		require.NoError(t, store.CheckPending(ctx(t), second), "a released record can be claimed again")
 
 		require.NoError(t, store.Complete(ctx(t), second), "the lease holder completes")
-		assert.ErrorIs(t, store.CheckPending(ctx(t), third), outbox.ErrNotPending, "a completed record is not pending, leased or not")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), third), recordstore.ErrNotPending, "a completed record is not pending, leased or not")
 		assert.ErrorIs(t, store.CheckPending(ctx(t), withLease(dlv(neverID), "never")), notStored(mode))
 		require.NoError(t, store.Release(ctx(t), second), "releasing a completed record is harmless")
 	})
@@ -53,7 +53,7 @@ func (s *suite) testLease(t *testing.T) {
 			var claimedAt string
 			require.NoError(t, db.GetContext(ctx(t), &claimedAt, s.f.Now))
 			require.NoError(t, store.CheckPending(ctx(t), withLease(dlv(id), "crashed")), "a delivery claims the record and then crashes")
-			require.ErrorIs(t, store.CheckPending(ctx(t), withLease(dlv(id), "copy")), outbox.ErrLeased)
+			require.ErrorIs(t, store.CheckPending(ctx(t), withLease(dlv(id), "copy")), recordstore.ErrLeased)
 
 			// Polls the claim: the lease runs out by the database clock.
 			var err error
@@ -83,7 +83,7 @@ func (s *suite) testLease(t *testing.T) {
 }
 
 // withLease is d with a lease token of its own.
-func withLease(d outbox.Delivery, token string) outbox.Delivery {
+func withLease(d recordstore.Delivery, token string) recordstore.Delivery {
 	d.Lease = token
 	return d
 }
@@ -93,7 +93,7 @@ func withLease(d outbox.Delivery, token string) outbox.Delivery {
 // a deleting table cannot tell it from a completed one.
 func notStored(mode sqlstore.Completion) error {
 	if mode == sqlstore.Mark {
-		return outbox.ErrUnknownRecord
+		return recordstore.ErrUnknownRecord
 	}
-	return outbox.ErrNotPending
+	return recordstore.ErrNotPending
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -33,7 +33,7 @@ func backdate(t *testing.T, store *sqlstore.Store, column string, ids ...int64) 
 	require.NoError(t, err)
 }
 
-func claimedIDs(recs []outbox.Record) []int64 {
+func claimedIDs(recs []recordstore.Record) []int64 {
 	ids := make([]int64, len(recs))
 	for i, r := range recs {
 		ids[i] = r.ID
@@ -60,21 +60,21 @@ func (s *suite) testAttempts(t *testing.T) {
 			assert.Equal(t, 3, n)
 			assert.True(t, abandoned, "the third failure of three abandons")
 
-			assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(id)), outbox.ErrNotPending, "an abandoned record is not pending")
+			assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(id)), recordstore.ErrNotPending, "an abandoned record is not pending")
 			pending, err := store.PendingAfter(ctx(t), "orders", 0, 10)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{recs[1].ID}, claimedIDs(pending), "replay skips the abandoned record")
 			assert.Equal(t, 2, rowCount(t, store), "the abandoned record is kept")
 			_, _, err = store.RecordFailure(ctx(t), dlv(id), "again", 3, nil)
-			assert.ErrorIs(t, err, outbox.ErrNotPending)
+			assert.ErrorIs(t, err, recordstore.ErrNotPending)
 
 			var lastError string
 			require.NoError(t, store.DB().GetContext(ctx(t), &lastError, store.DB().Rebind("SELECT last_error FROM "+store.Table()+" WHERE id = ?"), id))
 			assert.Equal(t, "last boom", lastError)
 
-			_, err = store.ResubmitAbandoned(ctx(t), recs[1].ID)
-			assert.ErrorIs(t, err, outbox.ErrNotAbandoned, "a pending record is not resubmitted")
-			got, err := store.ResubmitAbandoned(ctx(t), id)
+			_, err = store.Requeue(ctx(t), recs[1].ID)
+			assert.ErrorIs(t, err, recordstore.ErrNotAbandoned, "a pending record is not resubmitted")
+			got, err := store.Requeue(ctx(t), id)
 			require.NoError(t, err)
 			assert.Equal(t, recs[0].UUID, got.UUID)
 			assert.Equal(t, recs[0].Payload, got.Payload)
@@ -118,7 +118,7 @@ func (s *suite) testAttempts(t *testing.T) {
 			id := insert(t, store, records("orders", 1))[0].ID
 			require.NoError(t, store.Complete(ctx(t), dlv(id)))
 			_, _, err := store.RecordFailure(ctx(t), dlv(id), "late", 1, nil)
-			assert.ErrorIs(t, err, outbox.ErrNotPending)
+			assert.ErrorIs(t, err, recordstore.ErrNotPending)
 		})
 	})
 }
@@ -218,18 +218,18 @@ func (s *suite) testPurge(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, abandoned)
 
-		n, err := store.PurgeCompleted(ctx(t), time.Hour, 10)
+		n, err := store.Clean(ctx(t), time.Hour, 10)
 		require.NoError(t, err)
 		assert.Zero(t, n, "recently completed records are kept")
 
 		backdate(t, store, "processed_at", recs[0].ID, recs[1].ID, recs[3].ID)
-		n, err = store.PurgeCompleted(ctx(t), time.Hour, 1)
+		n, err = store.Clean(ctx(t), time.Hour, 1)
 		require.NoError(t, err)
 		assert.Equal(t, 1, n, "one batch deletes at most the limit")
-		n, err = store.PurgeCompleted(ctx(t), time.Hour, 10)
+		n, err = store.Clean(ctx(t), time.Hour, 10)
 		require.NoError(t, err)
 		assert.Equal(t, 1, n)
-		n, err = store.PurgeCompleted(ctx(t), time.Hour, 10)
+		n, err = store.Clean(ctx(t), time.Hour, 10)
 		require.NoError(t, err)
 		assert.Zero(t, n)
 
@@ -244,7 +244,7 @@ func (s *suite) testPurge(t *testing.T) {
 		t.Parallel()
 		store := s.store(t, sqlstore.Delete)
 		insert(t, store, records("orders", 2))
-		n, err := store.PurgeCompleted(ctx(t), 0, 10)
+		n, err := store.Clean(ctx(t), 0, 10)
 		require.NoError(t, err)
 		assert.Zero(t, n)
 		assert.Equal(t, 2, rowCount(t, store))
@@ -272,18 +272,18 @@ func (s *suite) testStatus(t *testing.T) {
 		got, err := store.Status(ctx(t))
 		require.NoError(t, err)
 		require.Len(t, got, 2)
-		assert.Equal(t, "orders", got[0].Name)
+		assert.Equal(t, "orders", got[0].Topic)
 		assert.Equal(t, int64(2), got[0].Pending)
 		assert.Equal(t, int64(1), got[0].Abandoned)
 		assert.Equal(t, completed, got[0].Completed)
 		assert.Greater(t, got[0].OldestPending, 20*365*24*time.Hour, "the oldest pending record's age, by the database clock")
-		assert.Equal(t, outbox.NameStatus{Name: "refunds", Pending: 1, OldestPending: got[1].OldestPending}, got[1])
+		assert.Equal(t, recordstore.TopicStatus{Topic: "refunds", Pending: 1, OldestPending: got[1].OldestPending}, got[1])
 		assert.Less(t, got[1].OldestPending, time.Hour)
 
 		pending, err := store.PendingStatus(ctx(t))
 		require.NoError(t, err)
 		require.Len(t, pending, 2)
-		assert.Equal(t, outbox.NameStatus{Name: "orders", Pending: 2, OldestPending: pending[0].OldestPending}, pending[0])
+		assert.Equal(t, recordstore.TopicStatus{Topic: "orders", Pending: 2, OldestPending: pending[0].OldestPending}, pending[0])
 		assert.Greater(t, pending[0].OldestPending, 20*365*24*time.Hour)
 		assert.Equal(t, int64(1), pending[1].Pending)
 	})

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -31,7 +31,7 @@ func (s *suite) testPendingAfter(t *testing.T) {
 			// Publishers keep inserting while the scan runs.
 			done := make(chan struct{})
 			var wg sync.WaitGroup
-			var late []outbox.Record
+			var late []recordstore.Record
 			wg.Go(func() {
 				for {
 					select {

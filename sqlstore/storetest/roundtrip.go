@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -25,7 +25,7 @@ func (s *suite) testRoundTrip(t *testing.T) {
 		for i := 256; i < len(payload); i++ {
 			payload[i] = byte(rnd.Uint32())
 		}
-		rec := []outbox.Record{{Topic: "blobs", UUID: "big", Payload: bytes.Clone(payload)}}
+		rec := []recordstore.Record{{Topic: "blobs", UUID: "big", Payload: bytes.Clone(payload)}}
 		insert(t, store, rec)
 
 		got := only(t, store, "blobs")
@@ -48,7 +48,7 @@ func (s *suite) testRoundTrip(t *testing.T) {
 			"empty value":     "",
 			"percent %s %d ?": "placeholders are data",
 		}
-		rec := []outbox.Record{{Topic: "unicode", UUID: "ユーユーアイディー", Payload: []byte("x"), Metadata: md}}
+		rec := []recordstore.Record{{Topic: "unicode", UUID: "ユーユーアイディー", Payload: []byte("x"), Metadata: md}}
 		insert(t, store, rec)
 
 		got := only(t, store, "unicode")
@@ -59,7 +59,7 @@ func (s *suite) testRoundTrip(t *testing.T) {
 	t.Run("EmptyPayloadAndMetadata", func(t *testing.T) {
 		t.Parallel()
 		store := s.store(t, sqlstore.Mark)
-		insert(t, store, []outbox.Record{{Topic: "empty", UUID: "u"}})
+		insert(t, store, []recordstore.Record{{Topic: "empty", UUID: "u"}})
 		got := only(t, store, "empty")
 		assert.Equal(t, []byte{}, got.Payload)
 		assert.Empty(t, got.Metadata)
@@ -67,7 +67,7 @@ func (s *suite) testRoundTrip(t *testing.T) {
 }
 
 // only returns the single pending record of the topic.
-func only(t *testing.T, store *sqlstore.Store, topic string) outbox.Record {
+func only(t *testing.T, store *sqlstore.Store, topic string) recordstore.Record {
 	t.Helper()
 	recs, err := store.PendingAfter(ctx(t), topic, 0, 10)
 	require.NoError(t, err)

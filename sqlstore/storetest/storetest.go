@@ -1,5 +1,5 @@
 // Package storetest is the contract suite of the sqlstore stores: what every
-// [outbox.Store] must do, and what sqlstore adds (migrations, table names,
+// [recordstore.Store] must do, and what sqlstore adds (migrations, table names,
 // Verify). It runs against a real database; sqlstore runs it for PostgreSQL,
 // MySQL/MariaDB and SQLite.
 //
@@ -27,7 +27,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -140,19 +140,19 @@ func ctx(t *testing.T) context.Context {
 }
 
 // records builds n records of the topic with distinct UUIDs.
-func records(topic string, n int) []outbox.Record {
-	out := make([]outbox.Record, n)
+func records(topic string, n int) []recordstore.Record {
+	out := make([]recordstore.Record, n)
 	for i := range out {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
 		u := hex.EncodeToString(b[:])
-		out[i] = outbox.Record{Topic: topic, UUID: u, Payload: []byte("payload " + u), Metadata: map[string]string{"n": fmt.Sprint(i)}}
+		out[i] = recordstore.Record{Topic: topic, UUID: u, Payload: []byte("payload " + u), Metadata: map[string]string{"n": fmt.Sprint(i)}}
 	}
 	return out
 }
 
 // insert saves records in one call and returns them with their ids.
-func insert(t *testing.T, store *sqlstore.Store, recs []outbox.Record) []outbox.Record {
+func insert(t *testing.T, store *sqlstore.Store, recs []recordstore.Record) []recordstore.Record {
 	t.Helper()
 	require.NoError(t, store.Insert(ctx(t), recs))
 	return recs
@@ -185,6 +185,6 @@ func rowCount(t *testing.T, store *sqlstore.Store) int {
 const consumer = "handler"
 
 // dlv is the delivery of record id of topic "orders" to consumer.
-func dlv(id int64) outbox.Delivery {
-	return outbox.Delivery{ID: id, Topic: "orders", Consumer: consumer}
+func dlv(id int64) recordstore.Delivery {
+	return recordstore.Delivery{ID: id, Topic: "orders", Consumer: consumer}
 }

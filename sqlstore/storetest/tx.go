@@ -6,7 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -45,7 +45,7 @@ func (s *suite) testCompleteTx(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, store.CompleteTx(ctx(t), tx, dlv(committed)))
 		require.NoError(t, tx.Commit())
-		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(committed)), outbox.ErrNotPending, "completed at commit")
+		assert.ErrorIs(t, store.CheckPending(ctx(t), dlv(committed)), recordstore.ErrNotPending, "completed at commit")
 
 		tx, err = store.DB().BeginTxx(ctx(t), nil)
 		require.NoError(t, err)
@@ -56,8 +56,8 @@ func (s *suite) testCompleteTx(t *testing.T) {
 		tx, err = store.DB().BeginTxx(ctx(t), nil)
 		require.NoError(t, err)
 		defer tx.Rollback() //nolint:errcheck // test cleanup
-		assert.ErrorIs(t, store.CompleteTx(ctx(t), tx, dlv(committed)), outbox.ErrNotPending, "already completed")
-		assert.ErrorIs(t, store.CompleteTx(ctx(t), tx, dlv(neverID)), outbox.ErrNotPending, "never existed")
+		assert.ErrorIs(t, store.CompleteTx(ctx(t), tx, dlv(committed)), recordstore.ErrNotPending, "already completed")
+		assert.ErrorIs(t, store.CompleteTx(ctx(t), tx, dlv(neverID)), recordstore.ErrNotPending, "never existed")
 	})
 
 	t.Run("ConcurrentCopyWaitsAndFindsItCompleted", func(t *testing.T) {
@@ -88,7 +88,7 @@ func (s *suite) testCompleteTx(t *testing.T) {
 			default:
 			}
 			require.NoError(t, first.Commit())
-			assert.ErrorIs(t, <-second, outbox.ErrNotPending)
+			assert.ErrorIs(t, <-second, recordstore.ErrNotPending)
 		})
 	})
 }

@@ -1,4 +1,4 @@
-package outbox
+package recordstore
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 )
 
 // Tx is a database transaction the caller began and will commit or roll
-// back: *sql.Tx and *sqlx.Tx satisfy it, and so does [PublishingTx]. Commit
+// back: *sql.Tx and *sqlx.Tx satisfy it, and so does outbox.PublishingTx. Commit
 // and Rollback are part of it so that a pool (*sql.DB), which would commit
 // each statement on its own, cannot be passed by mistake.
 type Tx interface {
@@ -18,7 +18,7 @@ type Tx interface {
 }
 
 // TxInserter is implemented by a [Store] that can save records inside a
-// caller's transaction, for [TxPublisher]. The sqlstore package's stores
+// caller's transaction, for outbox.TxPublisher. The sqlstore package's stores
 // implement it.
 type TxInserter interface {
 	// InsertTx saves the records through tx, in one round trip as Insert
@@ -26,10 +26,14 @@ type TxInserter interface {
 	// once tx commits and vanish if it rolls back. tx must be a transaction
 	// on the store's database.
 	InsertTx(ctx context.Context, tx Tx, records []Record) error
+	// IdentityTx returns the store's identity ([Store.Identity]), reading
+	// it through tx when the store does not know it yet, so that a caller
+	// holding the pool's only connection in tx does not wait for another.
+	IdentityTx(ctx context.Context, tx Tx) (string, error)
 }
 
 // TxCompleter is implemented by a [Store] that can complete a record inside
-// a caller's transaction, for [CompleteTx]. The sqlstore package's stores
+// a caller's transaction, for outbox.CompleteTx. The sqlstore package's stores
 // implement it.
 type TxCompleter interface {
 	// CompleteTx locks the record through tx and completes the delivery

@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
-var _ outbox.Purger = (*Store)(nil)
+var _ recordstore.Cleaner = (*Store)(nil)
 
-// PurgeCompleted implements [outbox.Purger]: one short transaction deletes
+// PurgeCompleted implements [recordstore.Cleaner]: one short transaction deletes
 // at most limit completed records whose processed_at is older than
 // olderThan by the database clock, oldest first, with the delivery rows of
 // those that had consumers. Abandoned records are kept. On PostgreSQL and
@@ -20,7 +20,7 @@ var _ outbox.Purger = (*Store)(nil)
 // other. A large backlog is purged in bounded batches that never hold
 // locks for long. A deleting table keeps no completed records, so there it
 // deletes nothing.
-func (s *Store) PurgeCompleted(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
 	if olderThan < 0 || limit < 1 {
 		return 0, fmt.Errorf("%w: purging needs a non-negative age and a positive limit (got %v, %d)", ErrInvalidConfig, olderThan, limit)
 	}

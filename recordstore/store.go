@@ -1,4 +1,4 @@
-package outbox
+package recordstore
 
 import (
 	"context"
@@ -18,7 +18,7 @@ type Record struct {
 	Payload  []byte
 	Metadata message.Metadata
 	// Consumers are the declared consumers of the topic at publish
-	// ([Tracked.Consumers]), set by the publisher for Insert: the store
+	// (outbox.Tracked.Consumers), set by the publisher for Insert: the store
 	// keeps one delivery per consumer, and the record is complete once
 	// each of them is. Empty for a topic with one receiver. Stores do not
 	// fill it in the records they return.
@@ -62,7 +62,7 @@ type Store interface {
 	// Identity returns the stable identity of the store's table: created
 	// with the table, the same for every store value on that table, and
 	// different for every other table. The publisher stamps it into each
-	// message ([MetadataStore]) so that a receiver acts only on its own
+	// message (outbox.MetadataStore) so that a receiver acts only on its own
 	// records. It may read the database the first time.
 	Identity(ctx context.Context) (string, error)
 
@@ -105,7 +105,7 @@ type Store interface {
 
 // Verifier is implemented by a [Store] that can check that it is ready for
 // use, e.g. that its table exists at the schema version the code expects.
-// [Replay] and [ReplayPlugin] call Verify once per distinct store before
+// outbox.Replay and outbox.ReplayPlugin call Verify once per distinct store before
 // replaying anything, so that a missing or mismatched table stops the start
 // with the store's own error rather than with a confusing SQL error later.
 // The sqlstore package's stores implement it.

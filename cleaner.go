@@ -7,6 +7,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // CleanerConfig configures [NewCleaner].
@@ -42,11 +43,11 @@ func (c CleanerConfig) Validate() error {
 }
 
 // Cleaner deletes completed records older than [CleanerConfig.OlderThan]
-// from every store of the registry that implements [Purger], in bounded
+// from every store of the registry that implements [recordstore.Cleaner], in bounded
 // batches. Abandoned and pending records are kept. Several instances may run
 // one: each batch is a single short DELETE.
 type Cleaner struct {
-	stores []Store
+	stores []recordstore.Store
 	cfg    CleanerConfig
 	logger watermill.LoggerAdapter
 }
@@ -65,7 +66,7 @@ func NewCleaner(reg *Registry, cfg CleanerConfig, logger watermill.LoggerAdapter
 	}
 	c := &Cleaner{cfg: cfg, logger: logger}
 	for _, t := range reg.stores() {
-		if _, ok := t.store.(Purger); ok {
+		if _, ok := t.store.(recordstore.Cleaner); ok {
 			c.stores = append(c.stores, t.store)
 		}
 	}
@@ -78,7 +79,7 @@ func (c *Cleaner) CleanOnce(ctx context.Context) (int, error) {
 	total := 0
 	for _, s := range c.stores {
 		for {
-			n, err := s.(Purger).PurgeCompleted(ctx, c.cfg.OlderThan, c.cfg.BatchSize)
+			n, err := s.(recordstore.Cleaner).Clean(ctx, c.cfg.OlderThan, c.cfg.BatchSize)
 			total += n
 			if err != nil {
 				return total, fmt.Errorf("outbox: cleanup: %w", err)

@@ -1,7 +1,8 @@
-package outbox
+package recordstore
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 )
 
@@ -30,19 +31,19 @@ type FailureRecorder interface {
 	RecordFailure(ctx context.Context, d Delivery, reason string, maxAttempts int, retryIn func(attempts int) time.Duration) (attempts int, abandoned bool, err error)
 }
 
-// Resubmitter is implemented by a [Store] whose abandoned records can be
+// Requeuer is implemented by a [Store] whose abandoned records can be
 // made pending again.
-type Resubmitter interface {
-	// ResubmitAbandoned makes the abandoned record pending again, with the
+type Requeuer interface {
+	// Requeue makes the abandoned record pending again, with the
 	// attempts of its abandoned deliveries reset (the deliveries other
 	// consumers completed stay complete), and returns it so that the caller
 	// sends it. It returns an error wrapping ErrNotAbandoned when the
 	// record is not abandoned.
-	ResubmitAbandoned(ctx context.Context, id int64) (Record, error)
+	Requeue(ctx context.Context, id int64) (Record, error)
 }
 
 // StaleClaimer is implemented by a [Store] that can find pending records
-// whose last send is older than an age, for the [StaleResubmitter].
+// whose last send is older than an age, for the outbox.StaleResubmitter.
 type StaleClaimer interface {
 	// ClaimStale returns up to limit pending records of topic last sent
 	// more than olderThan ago by the database clock, and due (see
@@ -53,19 +54,19 @@ type StaleClaimer interface {
 	ClaimStale(ctx context.Context, topic string, olderThan time.Duration, limit int) ([]Record, error)
 }
 
-// Purger is implemented by a [Store] that keeps completed records and can
-// delete them, for the [Cleaner].
-type Purger interface {
-	// PurgeCompleted deletes up to limit completed, not abandoned records
+// Cleaner is implemented by a [Store] that keeps completed records and can
+// delete them, for the outbox.Cleaner.
+type Cleaner interface {
+	// Clean deletes up to limit completed, not abandoned records
 	// completed more than olderThan ago by the database clock, and returns
 	// how many it deleted.
-	PurgeCompleted(ctx context.Context, olderThan time.Duration, limit int) (int, error)
+	Clean(ctx context.Context, olderThan time.Duration, limit int) (int, error)
 }
 
-// NameStatus is the state of one tracked name's records in its store.
-type NameStatus struct {
-	// Name is the tracked name (the records' topic).
-	Name string
+// TopicStatus is the state of one tracked topic's records in its store.
+type TopicStatus struct {
+	// Topic is the records' topic.
+	Topic string
 	// Pending is how many records wait to be completed.
 	Pending int64
 	// OldestPending is the age of the oldest pending record by the
@@ -99,18 +100,42 @@ type StatusReader interface {
 	// PendingStatus reports Pending and OldestPending of every name with
 	// pending records, read from the pending records only, so it stays
 	// cheap however many completed records the table keeps.
-	PendingStatus(ctx context.Context) ([]NameStatus, error)
+	PendingStatus(ctx context.Context) ([]TopicStatus, error)
 	// Status reports every field of every name with records; it reads the
 	// whole table.
-	Status(ctx context.Context) ([]NameStatus, error)
+	Status(ctx context.Context) ([]TopicStatus, error)
 }
 
 // SendStamper is implemented by a [Store] that records when a record was
 // last sent. Startup replay calls it once per page it sent, so that the
-// [StaleResubmitter] counts from the replay rather than from the record's
+// outbox.StaleResubmitter counts from the replay rather than from the record's
 // creation.
 type SendStamper interface {
 	// StampSent sets the last send time of the records to now, by the
 	// database clock.
 	StampSent(ctx context.Context, ids []int64) error
+}
+
+// MarshalJSON writes the status with snake_case keys and ages in seconds, as
+// dashboards read it.
+func (s TopicStatus) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Topic         string           `json:"topic"`
+		Pending       int64            `json:"pending"`
+		OldestPending float64          `json:"oldest_pending_seconds"`
+		Abandoned     int64            `json:"abandoned"`
+		Completed     int64            `json:"completed"`
+		Consumers     []ConsumerStatus `json:"consumers,omitempty"`
+	}{s.Topic, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Consumers})
+}
+
+// MarshalJSON writes the status with snake_case keys and ages in seconds.
+func (s ConsumerStatus) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Consumer      string  `json:"consumer"`
+		Pending       int64   `json:"pending"`
+		OldestPending float64 `json:"oldest_pending_seconds"`
+		Abandoned     int64   `json:"abandoned"`
+		Completed     int64   `json:"completed"`
+	}{s.Consumer, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed})
 }

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+func (c *cli) replay(ctx context.Context, s *sqlstore.Store) error {
+	bar := newProgress(c.errOut, pendingTotal(ctx, s))
+	var after int64
+	done := 0
+	for {
+		ids, err := s.MakeDue(ctx, after, c.batch, c.dryRun)
+		if err != nil {
+			return err
+		}
+		done += len(ids)
+		bar.set(int64(done))
+		if len(ids) < c.batch {
+			break
+		}
+		after = ids[len(ids)-1]
+	}
+	bar.finish()
+	if c.json {
+		return c.printJSON(map[string]any{"records": done, "dry_run": c.dryRun})
+	}
+	verb := "made due for the service's stale resubmitter"
+	if c.dryRun {
+		verb = "would be made due (dry run, nothing changed)"
+	}
+	fmt.Fprintf(c.out, "%d pending record(s) %s\n", done, verb)
+	return nil
+}
+
+func (c *cli) requeue(ctx context.Context, s *sqlstore.Store) error {
+	ids, err := parseIDs(c.args, -1)
+	if err != nil {
+		return err
+	}
+	for i, id := range ids {
+		if err := s.RequeueLater(ctx, id); err != nil {
+			if i > 0 {
+				return fmt.Errorf("%w (requeued before it: %v)", err, ids[:i])
+			}
+			return err
+		}
+	}
+	if c.json {
+		return c.printJSON(map[string]any{"requeued": ids})
+	}
+	fmt.Fprintf(c.out, "%d abandoned record(s) pending again, due for the service's stale resubmitter\n", len(ids))
+	return nil
+}
+
+func (c *cli) purge(ctx context.Context, s *sqlstore.Store) error {
+	total := 0
+	for {
+		n, err := s.Clean(ctx, c.olderThan, c.batch)
+		total += n
+		if err != nil {
+			return err
+		}
+		if n < c.batch {
+			break
+		}
+	}
+	if c.json {
+		return c.printJSON(map[string]any{"deleted": total})
+	}
+	fmt.Fprintf(c.out, "%d completed record(s) deleted\n", total)
+	return nil
+}

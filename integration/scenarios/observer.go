@@ -1,0 +1,43 @@
+package scenarios
+
+import (
+	"sync"
+
+	"github.com/wmoutbox/outbox"
+)
+
+// counts is an [outbox.Observer] that counts what the outbox reports per
+// event and consumer, so that a scenario can tell a handler that ran
+// tracked from one that ran untracked, and a skipped copy from a lost one.
+type counts struct {
+	mu sync.Mutex
+	n  map[event]int
+}
+
+type event struct{ what, consumer string }
+
+var _ outbox.Observer = (*counts)(nil)
+
+func newCounts() *counts { return &counts{n: map[event]int{}} }
+
+func (c *counts) add(what, consumer string, n int) {
+	c.mu.Lock()
+	c.n[event{what, consumer}] += n
+	c.mu.Unlock()
+}
+
+// get returns how many times the event was reported for the consumer.
+func (c *counts) get(what, consumer string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[event{what, consumer}]
+}
+
+func (c *counts) Published(string, int)               {}
+func (c *counts) Replayed(string, int)                {}
+func (c *counts) Handled(_, consumer string)          { c.add("handled", consumer, 1) }
+func (c *counts) DuplicateSkipped(_, consumer string) { c.add("duplicate", consumer, 1) }
+func (c *counts) Failed(_, consumer string)           { c.add("failed", consumer, 1) }
+func (c *counts) Abandoned(_, consumer string)        { c.add("abandoned", consumer, 1) }
+func (c *counts) NotOwned(_, consumer string)         { c.add("not-owned", consumer, 1) }
+func (c *counts) UnknownRecord(_, consumer string)    { c.add("unknown", consumer, 1) }

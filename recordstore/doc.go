@@ -1,0 +1,10 @@
+// Package recordstore is the contract between the outbox and the stores
+// that keep its records: the record and delivery types, the [Store]
+// interface with the optional interfaces a store may add, and the sentinels
+// a store returns. The sqlstore package implements it for PostgreSQL,
+// MySQL/MariaDB and SQLite; a store of another kind implements it too, and
+// runs the contract suite in sqlstore/storetest against itself.
+//
+// Code that adopts the outbox does not need this package: it hands a store
+// to outbox.Tracked and handles outbox's errors.
+package recordstore

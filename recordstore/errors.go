@@ -1,0 +1,81 @@
+package recordstore
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// The sentinels a [Store] returns; their contract is written on the methods
+// that return them.
+var (
+	// ErrNotPending is returned when a delivery is not pending: its
+	// consumer completed it, it was abandoned, or (on a table that deletes
+	// completed records) it is gone.
+	ErrNotPending = errors.New("outbox: record is not pending")
+
+	// ErrLeased is returned by the CheckPending of a store with a delivery
+	// lease when another delivery holds the record's lease: the handler may
+	// be running elsewhere right now.
+	ErrLeased = errors.New("outbox: record is leased by another delivery")
+
+	// ErrUnknownRecord is wrapped by the CheckPending of a store that keeps
+	// completed records when no record has the delivery's id and topic: the
+	// id was never saved in this table under this topic, or its record was
+	// cleaned up.
+	ErrUnknownRecord = errors.New("outbox: no record with this id and topic")
+
+	// ErrNoDelivery is wrapped by CheckPending when the record declares its
+	// consumers and the delivery's consumer is not one of them (the record
+	// was saved before the consumer was declared).
+	ErrNoDelivery = errors.New("outbox: the record has no delivery for this consumer")
+
+	// ErrCompletedByOther is wrapped by [*ConsumerConflictError].
+	ErrCompletedByOther = errors.New("outbox: record completed by another consumer")
+
+	// ErrNotDue is wrapped by [*NotDueError].
+	ErrNotDue = errors.New("outbox: the record's next attempt is not due yet")
+
+	// ErrNotAbandoned is returned by a [Requeuer] asked to requeue a record
+	// that is not abandoned (pending, completed or missing).
+	ErrNotAbandoned = errors.New("outbox: record is not abandoned")
+
+	// ErrNotSupported is wrapped when a store lacks an optional operation a
+	// call needs, such as [TxInserter] or [TxCompleter].
+	ErrNotSupported = errors.New("outbox: not supported by the store")
+
+	// ErrInvalidConfig is wrapped by every configuration error, of the
+	// outbox and of its stores.
+	ErrInvalidConfig = errors.New("outbox: invalid configuration")
+)
+
+// ConsumerConflictError is returned by CheckPending when a record whose
+// topic declares no consumers was completed by another consumer: two
+// handlers receive the topic, and the copy is not a duplicate for this one.
+type ConsumerConflictError struct {
+	ID          int64
+	Consumer    string
+	CompletedBy string
+}
+
+func (e *ConsumerConflictError) Error() string {
+	return fmt.Sprintf("outbox: record %d was completed by consumer %q, not by %q", e.ID, e.CompletedBy, e.Consumer)
+}
+
+// Unwrap returns [ErrCompletedByOther].
+func (e *ConsumerConflictError) Unwrap() error { return ErrCompletedByOther }
+
+// NotDueError is returned by CheckPending when the delivery failed before
+// and its next attempt is not due for Wait, by the database clock (see
+// [FailureRecorder]).
+type NotDueError struct {
+	ID   int64
+	Wait time.Duration
+}
+
+func (e *NotDueError) Error() string {
+	return fmt.Sprintf("outbox: record %d is due again in %v", e.ID, e.Wait)
+}
+
+// Unwrap returns [ErrNotDue].
+func (e *NotDueError) Unwrap() error { return ErrNotDue }
