@@ -535,6 +535,7 @@ func TestBackoff(t *testing.T) {
 					notDue++
 				}
 			}
+			t.Logf("handler runs %d, deliveries %d, held not due %d", runs.count(), deliveries, notDue)
 			assert.GreaterOrEqual(t, notDue, 3, "a copy came back before each retry was due and was held")
 			assert.LessOrEqual(t, deliveries, 20, "GoChannel redelivers at once; the holds keep it from spinning")
 		})

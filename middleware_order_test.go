@@ -320,6 +320,7 @@ func TestMiddlewareOrders(t *testing.T) {
 
 					deliveries, _ := s.seen.snapshot()
 					lines := errorLines(b.logger, s.logger)
+					t.Logf("handler runs %d, deliveries %d, error lines %d, poisoned %d", got, deliveries, len(lines), len(poisoned))
 					assert.LessOrEqual(t, deliveries, 20, "deliveries: nothing spins")
 					assert.LessOrEqual(t, len(lines), 30, "error lines: nothing spins")
 					if sc.name == "MalformedID" {
