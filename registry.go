@@ -38,10 +38,9 @@ type tracked struct {
 	name      string
 	store     recordstore.Store
 	consumers []string
-	// receivers remembers which handlers received the name, to detect a
+	// first is the first handler that received the name, to detect a
 	// second handler of a name without declared consumers; conflicts logs
 	// each conflict once.
-	receivers sync.Map // handler name -> struct{}
 	first     atomic.Pointer[string]
 	conflicts sync.Map // "a\x00b" -> struct{}
 	// subscriptions counts the router subscriptions to the name seen by

@@ -352,14 +352,19 @@ func (m *middleware) admitsConsumer(t *tracked, consumer string) bool {
 		// Outside a router the handler has no name to tell apart.
 		return true
 	}
-	if _, seen := t.receivers.Load(consumer); seen {
-		return *t.first.Load() == consumer
+	first := t.first.Load()
+	if first == nil {
+		// Deliveries that arrive together (a replay) race to be first;
+		// every one of the winner's is the first receiver's too.
+		if t.first.CompareAndSwap(nil, &consumer) {
+			return true
+		}
+		first = t.first.Load()
 	}
-	t.receivers.Store(consumer, struct{}{})
-	if t.first.CompareAndSwap(nil, &consumer) {
+	if *first == consumer {
 		return true
 	}
-	m.conflict(t, consumer, *t.first.Load())
+	m.conflict(t, consumer, *first)
 	return false
 }
 
