@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/wmoutbox/outbox/recordstore"
 )
 

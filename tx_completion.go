@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/wmoutbox/outbox/recordstore"
 )
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
 	"github.com/wmoutbox/outbox/recordstore"
 )
 

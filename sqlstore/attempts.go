@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jmoiron/sqlx"
+
 	"github.com/wmoutbox/outbox/recordstore"
 )
 

@@ -11,6 +11,7 @@ import (
 
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/jmoiron/sqlx"
+
 	"github.com/wmoutbox/outbox/recordstore"
 )
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jmoiron/sqlx"
+
 	"github.com/wmoutbox/outbox/recordstore"
 )
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -37,10 +38,13 @@ type connection struct {
 	closers []func() error
 }
 
-func (c *connection) close() {
+// close closes everything in the reverse order of opening.
+func (c *connection) close() error {
+	var errs []error
 	for i := len(c.closers) - 1; i >= 0; i-- {
-		_ = c.closers[i]()
+		errs = append(errs, c.closers[i]())
 	}
+	return errors.Join(errs...)
 }
 
 // brokers builds each pub/sub. Addresses come from the environment, with
@@ -58,7 +62,7 @@ var brokers = map[string]func(c *connection, logger watermill.LoggerAdapter) err
 			return err
 		}
 		c.closers = append(c.closers, db.Close)
-		if c.store, err = sqlstore.New(sqlstore.Config{Dialect: sqlstore.Postgres(), DB: db}); err != nil {
+		if c.store, err = sqlstore.New(sqlstore.Config{Dialect: sqlstore.Postgres(), DB: db}); err != nil { // outbox
 			return err
 		}
 		if c.pub, err = wsql.NewPublisher(db, wsql.PublisherConfig{
@@ -151,31 +155,40 @@ func brokerNames() []string {
 
 // connect builds the broker's pub/sub and the record store: in a SQLite file
 // of the service unless the broker put it elsewhere.
-func connect(ctx context.Context, broker string, logger watermill.LoggerAdapter) (*connection, error) {
+func connect(ctx context.Context, broker string, logger watermill.LoggerAdapter) (c *connection, err error) {
 	build, ok := brokers[broker]
 	if !ok {
 		return nil, fmt.Errorf("unknown broker %q, want one of %v", broker, brokerNames())
 	}
-	c := &connection{}
+	c = &connection{}
+	defer func() {
+		if err != nil {
+			err, c = errors.Join(err, c.close()), nil
+		}
+	}()
 	if err := build(c, logger); err != nil {
-		c.close()
 		return nil, fmt.Errorf("%s: %w", broker, err)
 	}
 	c.closers = append(c.closers, c.pub.Close, c.sub.Close)
 	if c.store == nil {
-		db, err := sqlx.Open("sqlite", "file:"+filepath.Join(os.TempDir(), "outbox-example-"+broker+".db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
+		// A file removed first (with its WAL files) so that every run starts clean.
+		file := filepath.Join(os.TempDir(), "outbox-example-anybroker-"+broker+".db")
+		for _, f := range []string{file, file + "-wal", file + "-shm"} {
+			if err := os.RemoveAll(f); err != nil {
+				return nil, err
+			}
+		}
+		db, err := sqlx.Open("sqlite", "file:"+file+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
 		if err != nil {
-			c.close()
 			return nil, err
 		}
+		db.SetMaxOpenConns(1) // SQLite has one writer
 		c.closers = append([]func() error{db.Close}, c.closers...)
-		if c.store, err = sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite(), DB: db}); err != nil {
-			c.close()
+		if c.store, err = sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite(), DB: db}); err != nil { // outbox
 			return nil, err
 		}
 	}
-	if err := c.store.Migrate(ctx); err != nil {
-		c.close()
+	if err := c.store.Migrate(ctx); err != nil { // outbox
 		return nil, err
 	}
 	return c, nil

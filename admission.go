@@ -1,0 +1,186 @@
+package outbox
+
+// Admission: whether a delivered message with outbox metadata is this
+// service's and this consumer's to track, and whether its record is pending.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/wmoutbox/outbox/recordstore"
+)
+
+// admission is a tracked message on its way to the handler.
+type admission struct {
+	t      *tracked
+	d      recordstore.Delivery
+	idText string
+	fields watermill.LogFields
+}
+
+// admit decides whether the message is this consumer's to handle and
+// tracks, and checks its record.
+func (m *middleware) admit(msg *message.Message, idText string) (*admission, verdict, error) {
+	ctx := msg.Context()
+	name := msg.Metadata[MetadataTopic]
+	topic := message.SubscribeTopicFromCtx(ctx)
+	if topic == "" {
+		// Outside a router there is no subscription to trust.
+		topic = name
+	}
+	consumer := message.HandlerNameFromCtx(ctx)
+	t := m.reg.lookup(topic)
+	if t == nil || name != topic {
+		m.notOwned(msg, topic, consumer, "the message's topic is not tracked here, or its record is another topic's")
+		return nil, untracked, nil
+	}
+	id, perr := parseID(idText)
+	identity, err := m.identity(ctx, t)
+	if err != nil {
+		return nil, refuse, &FetchError{Topic: topic, ID: id, Err: fmt.Errorf("reading the table identity: %w", err)}
+	}
+	if msg.Metadata[MetadataStore] != identity {
+		m.notOwned(msg, topic, consumer, "the record lives in another table")
+		return nil, untracked, nil
+	}
+	if err := perr; err != nil {
+		// Nacking would bring the same message back without end; it has
+		// no record to complete, so it is handled once, untracked.
+		m.logger.Error("Malformed outbox metadata; handling the message untracked", fmt.Errorf("message %s of %q: %w", msg.UUID, name, err),
+			watermill.LogFields{"message_uuid": msg.UUID, "topic": name, "consumer": consumer})
+		m.reg.observer().NotOwned(topic, consumer)
+		return nil, untracked, nil
+	}
+	if !m.admitsConsumer(t, consumer) {
+		m.reg.observer().NotOwned(topic, consumer)
+		return nil, untracked, nil
+	}
+	a := &admission{t: t, idText: idText,
+		d:      recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Lease: m.leasePrefix + strconv.FormatUint(m.leaseSeq.Add(1), 36)},
+		fields: watermill.LogFields{"message_uuid": msg.UUID, "topic": name, "outbox_id": id, "consumer": consumer}}
+	v, err := m.check(ctx, a)
+	return a, v, err
+}
+
+func (m *middleware) identity(ctx context.Context, t *tracked) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.FetchTimeout)
+	defer cancel()
+	return t.store.Identity(ctx)
+}
+
+// check reads the record's state for the delivery's consumer.
+func (m *middleware) check(ctx context.Context, a *admission) (verdict, error) {
+	cctx, cancel := context.WithTimeout(ctx, m.cfg.FetchTimeout)
+	err := a.t.store.CheckPending(cctx, a.d)
+	cancel()
+	var conflict *recordstore.ConsumerConflictError
+	var notDue *recordstore.NotDueError
+	switch {
+	case err == nil:
+		return run, nil
+	case errors.Is(err, ErrNotPending):
+		m.logger.Debug("Record already completed, acking copy without handling", a.fields)
+		m.reg.observer().DuplicateSkipped(a.t.name, a.d.Consumer)
+		return skip, nil
+	case errors.As(err, &conflict):
+		m.conflict(a.t, a.d.Consumer, conflict.CompletedBy)
+		m.reg.observer().NotOwned(a.t.name, a.d.Consumer)
+		return untracked, nil
+	case errors.Is(err, recordstore.ErrUnknownRecord):
+		warn(m.logger, "No record with this id in the topic's table (never saved, or cleaned up); acking without handling", a.fields)
+		m.reg.observer().UnknownRecord(a.t.name, a.d.Consumer)
+		return skip, nil
+	case errors.Is(err, recordstore.ErrNoDelivery):
+		m.logger.Error("Record was saved before this consumer was declared; handling it untracked", err, a.fields)
+		m.reg.observer().NotOwned(a.t.name, a.d.Consumer)
+		return untracked, nil
+	case errors.As(err, &notDue):
+		m.logger.Debug("Record not due for its next attempt, holding and nacking the copy", a.fields.Add(watermill.LogFields{"wait": notDue.Wait}))
+		m.hold(ctx, notDue.Wait)
+		return refuse, err
+	case errors.Is(err, recordstore.ErrLeased):
+		m.logger.Debug("Record leased by another delivery, nacking copy without handling", a.fields)
+		m.hold(ctx, m.cfg.LeasedNackDelay)
+		return refuse, &FetchError{Topic: a.t.name, ID: a.d.ID, Err: err}
+	}
+	return refuse, &FetchError{Topic: a.t.name, ID: a.d.ID, Err: err}
+}
+
+// warner is a logger with a warning level, such as Watermill's slog
+// adapter wrapped by the user; [watermill.LoggerAdapter] itself has none.
+type warner interface {
+	Warn(msg string, fields watermill.LogFields)
+}
+
+// warn logs at warning level where the logger has one, and at Info
+// otherwise.
+func warn(logger watermill.LoggerAdapter, msg string, fields watermill.LogFields) {
+	if w, ok := logger.(warner); ok {
+		w.Warn(msg, fields)
+		return
+	}
+	logger.Info("WARNING: "+msg, fields)
+}
+
+// notOwned lets a message this service does not own through untracked.
+// Receiving another service's tracked messages is normal, so it is counted
+// and logged at Debug only.
+func (m *middleware) notOwned(msg *message.Message, topic, consumer, why string) {
+	m.logger.Debug("Message with outbox metadata this service does not own; handling it untracked", watermill.LogFields{
+		"message_uuid": msg.UUID, "topic": topic, "consumer": consumer, "reason": why,
+		"outbox_topic": truncate(msg.Metadata[MetadataTopic], 128), "outbox_id": truncate(msg.Metadata[MetadataID], 64),
+	})
+	m.reg.observer().NotOwned(topic, consumer)
+}
+
+// admitsConsumer reports whether the handler is the name's consumer: one of
+// the declared consumers, or, without a declaration, the first handler seen
+// receiving the name. Any other handler is logged once and runs untracked,
+// so it never takes another consumer's completion for a duplicate.
+func (m *middleware) admitsConsumer(t *tracked, consumer string) bool {
+	if len(t.consumers) > 0 {
+		if t.declares(consumer) {
+			return true
+		}
+		m.reportOnce(t, consumer, "", fmt.Sprintf("handler %q receives tracked topic %q but is not one of its declared consumers %q; it runs untracked. Add it to Tracked.Consumers to track it",
+			consumer, t.name, t.consumers))
+		return false
+	}
+	if consumer == "" {
+		// Outside a router the handler has no name to tell apart.
+		return true
+	}
+	first := t.first.Load()
+	if first == nil {
+		// Deliveries that arrive together (a replay) race to be first;
+		// every one of the winner's is the first receiver's too.
+		if t.first.CompareAndSwap(nil, &consumer) {
+			return true
+		}
+		first = t.first.Load()
+	}
+	if *first == consumer {
+		return true
+	}
+	m.conflict(t, consumer, *first)
+	return false
+}
+
+// conflict logs, once per pair, a second handler of a topic that declares
+// no consumers.
+func (m *middleware) conflict(t *tracked, consumer, other string) {
+	m.reportOnce(t, consumer, other, fmt.Sprintf("handlers %q and %q both receive tracked topic %q, which declares no consumers; %q runs untracked so that it skips nothing. "+
+		"Declare them: Tracked{Topic: %q, Consumers: []string{%q, %q}}", other, consumer, t.name, consumer, t.name, other, consumer))
+}
+
+func (m *middleware) reportOnce(t *tracked, consumer, other, text string) {
+	if _, done := t.conflicts.LoadOrStore(consumer+"\x00"+other, struct{}{}); done {
+		return
+	}
+	m.logger.Error("Tracked topic received by an undeclared consumer", errors.New(text),
+		watermill.LogFields{"topic": t.name, "consumer": consumer, "other_consumer": other})
+}

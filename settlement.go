@@ -1,0 +1,178 @@
+package outbox
+
+// Settlement: what the handler's outcome does to the consumer's delivery
+// (complete it, count a failure, release its lease, abandon it).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/wmoutbox/outbox/recordstore"
+)
+
+// settle runs the handler of an admitted message and completes, counts or
+// releases its delivery according to the outcome.
+func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admission) ([]*message.Message, error) {
+	ctx := msg.Context()
+	for _, k := range outboxKeys {
+		delete(msg.Metadata, k)
+	}
+	identity := a.t.identityText(ctx)
+	d := &delivery{ref: RecordRef{Topic: a.t.name, ID: a.d.ID, Consumer: a.d.Consumer}, d: a.d, store: a.t.store}
+	msg.SetContext(context.WithValue(ctx, recordKey{}, d))
+
+	produced, herr, panicked := runHandler(h, msg)
+	msg.SetContext(ctx)
+	if panicked != nil {
+		// The panic counts as a failed attempt whichever side of the
+		// outbox middleware a Recoverer sits; unless the record was
+		// abandoned, it goes on up as it came.
+		ferr := m.failed(ctx, msg, a, d, fmt.Errorf("handler panicked: %v", panicked), identity)
+		if IsAbandoned(ferr) {
+			return nil, ferr
+		}
+		panic(panicked)
+	}
+	if herr != nil && !IsDrop(herr) {
+		return produced, m.failed(ctx, msg, a, d, herr, identity)
+	}
+	if d.completed.Load() {
+		// The handler's transaction completed the record (CompleteTx).
+		return produced, nil
+	}
+	if herr != nil {
+		m.logger.Info("Handler dropped message, completing its record", a.fields.Add(watermill.LogFields{"reason": herr.Error()}))
+		produced = nil
+	}
+	if len(produced) > 0 {
+		// The router publishes what the handler produced after this returns
+		// and nacks if that fails. Completing now would turn the redelivery
+		// into a skipped duplicate and lose the produced messages, so the
+		// record is completed only once the router acks.
+		go m.completeOnAck(ctx, msg, a)
+		return produced, nil
+	}
+	m.complete(ctx, a)
+	return nil, nil
+}
+
+// runHandler runs h and returns what it panicked with, if it did.
+func runHandler(h message.HandlerFunc, msg *message.Message) (produced []*message.Message, err error, panicked any) {
+	defer func() {
+		if p := recover(); p != nil {
+			panicked = p
+		}
+	}()
+	produced, err = h(msg)
+	return produced, err, nil
+}
+
+// failed settles a handler failure: counts it, abandons after the last
+// allowed attempt, or puts the outbox keys back and releases the lease.
+func (m *middleware) failed(ctx context.Context, msg *message.Message, a *admission, d *delivery, herr error, identity string) error {
+	m.reg.observer().Failed(a.t.name, a.d.Consumer)
+	if aerr := m.recordFailure(ctx, a, herr); aerr != nil {
+		// The record is no longer pending: the message leaves without
+		// its outbox keys, so a poison queue that keeps it does not
+		// carry a stale record id.
+		if m.cfg.OnAbandon != nil {
+			m.cfg.OnAbandon(msg, aerr)
+		}
+		return aerr
+	}
+	msg.Metadata[MetadataID] = a.idText
+	msg.Metadata[MetadataTopic] = a.t.name
+	msg.Metadata[MetadataStore] = identity
+	if !d.completed.Load() {
+		m.release(ctx, a)
+	}
+	return herr
+}
+
+// identityText is the identity the admission already read; reading it
+// again hits the store's cache.
+func (t *tracked) identityText(ctx context.Context) string {
+	id, _ := t.store.Identity(ctx)
+	return id
+}
+
+func (m *middleware) completeOnAck(ctx context.Context, msg *message.Message, a *admission) {
+	select {
+	case <-msg.Acked():
+		m.complete(ctx, a)
+	case <-msg.Nacked():
+		m.logger.Debug("Publishing produced messages failed, record stays pending", a.fields)
+	}
+}
+
+func (m *middleware) complete(ctx context.Context, a *admission) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
+	defer cancel()
+	err := a.t.store.Complete(ctx, a.d)
+	switch {
+	case err == nil:
+		m.reg.observer().Handled(a.t.name, a.d.Consumer)
+	case errors.Is(err, ErrNotPending):
+		m.logger.Debug("Record was completed by another delivery", a.fields)
+	default:
+		m.logger.Error("Completing record failed; it stays pending for the next replay", err, a.fields)
+	}
+}
+
+// release gives up the delivery lease of a record whose handler failed, so
+// that the redelivery need not wait for the lease to run out. Only stores
+// with a lease implement [recordstore.Releaser]; a failure is logged and the lease runs
+// out on its own.
+func (m *middleware) release(ctx context.Context, a *admission) {
+	r, ok := a.t.store.(recordstore.Releaser)
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
+	defer cancel()
+	if err := r.Release(ctx, a.d); err != nil {
+		m.logger.Error("Releasing the lease of a failed delivery failed; it runs out on its own", err, a.fields)
+	}
+}
+
+// hold waits d, or until the message is cancelled, before a nack, so that
+// a broker that redelivers at once does not spin.
+func (m *middleware) hold(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// recordFailure counts a failed handling on a store that keeps attempts and
+// returns the [*AbandonedError] when it abandoned the delivery; nil
+// otherwise. A store that cannot count leaves the record pending, as
+// without it.
+func (m *middleware) recordFailure(ctx context.Context, a *admission, herr error) *AbandonedError {
+	fr, ok := a.t.store.(recordstore.FailureRecorder)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
+	defer cancel()
+	attempts, abandoned, err := fr.RecordFailure(ctx, a.d, herr.Error(), m.cfg.MaxAttempts, m.cfg.Backoff.Delay)
+	switch {
+	case errors.Is(err, ErrNotPending):
+		return nil
+	case err != nil:
+		m.logger.Error("Counting the failed attempt failed; the record stays pending", err, a.fields)
+		return nil
+	case !abandoned:
+		return nil
+	}
+	aerr := &AbandonedError{Topic: a.t.name, ID: a.d.ID, Attempts: attempts, Err: herr}
+	m.reg.observer().Abandoned(a.t.name, a.d.Consumer)
+	m.logger.Error("Record abandoned after its last allowed attempt", herr, a.fields.Add(watermill.LogFields{"attempts": attempts}))
+	return aerr
+}
