@@ -106,13 +106,12 @@ func (s *Store) stateCond(st State) (string, error) {
 }
 
 func (s *Store) infoColumns(d Dialect) string {
-	o := opsOf(d)
 	state := "CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' ELSE 'pending' END"
 	if s.mode == Mark {
 		state = "CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' WHEN processed_at IS NOT NULL THEN 'completed' ELSE 'pending' END"
 	}
 	return fmt.Sprintf("id, topic, uuid, payload, metadata, %s, attempts, COALESCE(last_error, ''), %s, %s, %s",
-		state, o.ageMicros("created_at"), o.ageMicros("COALESCE(last_sent_at, created_at)"), sendKind())
+		state, d.ageMicros("created_at"), d.ageMicros("COALESCE(last_sent_at, created_at)"), sendKind())
 }
 
 // The kinds of last send a record can have, as sendKind reads them.
@@ -226,7 +225,7 @@ func (s *Store) MakeDue(ctx context.Context, afterID int64, limit int, dryRun bo
 	err := s.inTx(ctx, "make due", func(tx *sqlx.Tx, d Dialect) error {
 		p := d.placeholder
 		t := d.quote(s.table)
-		q := fmt.Sprintf("SELECT id FROM %s WHERE %s AND id > %s ORDER BY id LIMIT %s%s", t, s.pendingCond(), p(1), p(2), opsOf(d).lockRows(true))
+		q := fmt.Sprintf("SELECT id FROM %s WHERE %s AND id > %s ORDER BY id LIMIT %s%s", t, s.pendingCond(), p(1), p(2), d.lockRows(true))
 		if err := tx.SelectContext(ctx, &ids, q, afterID, limit); err != nil {
 			return s.fail("make due", err)
 		}

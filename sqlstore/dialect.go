@@ -64,6 +64,16 @@ type Dialect interface {
 	// argument, in the form leaseArg gives it.
 	leaseUntil(n int) string
 	leaseArg(lease time.Duration) any
+	// ago is the database clock minus the microseconds in placeholder n,
+	// for the ages the operational queries (stale resubmit, retention)
+	// compare with.
+	ago(n int) string
+	// lockRows is the row-locking clause of a SELECT in a transaction, ""
+	// where the database locks more coarsely (SQLite).
+	lockRows(skipLocked bool) string
+	// ageMicros is the microseconds from the timestamp expression ts to
+	// the database clock.
+	ageMicros(ts string) string
 }
 
 // dbtx is the store's pool or a caller's transaction; *sqlx.DB, *sql.Tx,

@@ -371,8 +371,6 @@ func (mysql) leaseUntil(int) string { return "UTC_TIMESTAMP(6) + INTERVAL ? MICR
 
 func (mysql) leaseArg(lease time.Duration) any { return lease.Microseconds() }
 
-var _ opsDialect = mysql{}
-
 func (mysql) ago(int) string { return "UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND" }
 
 // lockRows: SKIP LOCKED needs MySQL 8.0 or MariaDB 10.6.

@@ -163,8 +163,6 @@ func (postgres) leaseUntil(n int) string {
 
 func (postgres) leaseArg(lease time.Duration) any { return lease.Seconds() }
 
-var _ opsDialect = postgres{}
-
 func (postgres) ago(n int) string {
 	return fmt.Sprintf("now() - ($%d::bigint * interval '1 microsecond')", n)
 }

@@ -163,8 +163,6 @@ func (sqlite) leaseUntil(int) string { return "strftime('%Y-%m-%d %H:%M:%f', 'no
 
 func (sqlite) leaseArg(lease time.Duration) any { return fmt.Sprintf("%+.3f seconds", lease.Seconds()) }
 
-var _ opsDialect = sqlite{}
-
 // ago turns the microseconds into an SQLite time modifier ("-1.5 seconds").
 func (sqlite) ago(int) string {
 	return "strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (? / 1000000.0) || ' seconds')"

@@ -11,29 +11,6 @@ import (
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
-// opsDialect is what the operational queries (attempts, stale resubmit,
-// retention) need from a dialect beyond [Dialect].
-type opsDialect interface {
-	// ago is the database clock minus the microseconds in placeholder n.
-	ago(n int) string
-	// lockRows is the row-locking clause of a SELECT in a transaction, ""
-	// where the database locks more coarsely (SQLite).
-	lockRows(skipLocked bool) string
-	// ageMicros is the microseconds from the timestamp expression ts to
-	// the database clock.
-	ageMicros(ts string) string
-}
-
-func opsOf(d Dialect) opsDialect {
-	o, ok := d.(opsDialect)
-	if !ok {
-		// Every dialect of this package implements it; the check is a
-		// compile-time one in each dialect file.
-		panic(fmt.Sprintf("sqlstore: dialect %s lacks the operational queries", d.Name()))
-	}
-	return o
-}
-
 // pendingCond selects pending records: not completed (on a marking table)
 // and not abandoned.
 func (s *Store) pendingCond() string {
@@ -43,7 +20,7 @@ func (s *Store) pendingCond() string {
 	return "abandoned_at IS NULL"
 }
 
-// micros is a duration as the integer argument of [opsDialect.ago].
+// micros is a duration as the integer argument of [Dialect.ago].
 func micros(d time.Duration) int64 { return d.Microseconds() }
 
 // idList is "(p1, p2, …)" for n ids starting at placeholder first.

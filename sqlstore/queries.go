@@ -85,7 +85,6 @@ type queries struct {
 }
 
 func buildQueries(d Dialect, table string, mode Completion) *queries {
-	o := opsOf(d)
 	t := d.quote(table)
 	tc := d.quote(consumersTable(table))
 	p := d.placeholder
@@ -108,7 +107,7 @@ func buildQueries(d Dialect, table string, mode Completion) *queries {
 	const deliveryPending = "processed_at IS NULL AND abandoned_at IS NULL"
 	due := func(col string) string { return fmt.Sprintf("(%s IS NULL OR %s <= %s)", col, col, clock) }
 	wait := func(col string) string {
-		return fmt.Sprintf("CASE WHEN %s > %s THEN 0 - %s END", col, clock, o.ageMicros(col))
+		return fmt.Sprintf("CASE WHEN %s > %s THEN 0 - %s END", col, clock, d.ageMicros(col))
 	}
 	free := fmt.Sprintf("(lease_until IS NULL OR lease_until < %s)", clock)
 
@@ -149,23 +148,23 @@ WHERE r.id = %s`, recordDone, completedBy, wait("r.due_at"), wait("c.due_at"), t
 	q.completeDelivery = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE record_id = %s AND consumer = %s AND %s",
 		tc, clock, p(1), p(2), deliveryPending)
 	q.deliveries = fmt.Sprintf("SELECT CASE WHEN %s THEN 1 ELSE 0 END, CASE WHEN abandoned_at IS NULL THEN 0 ELSE 1 END FROM %s WHERE record_id = %s%s",
-		deliveryPending, tc, p(1), o.lockRows(false))
+		deliveryPending, tc, p(1), d.lockRows(false))
 	q.dropDeliveries = fmt.Sprintf("DELETE FROM %s WHERE record_id = %s", tc, p(1))
 
 	abandonSet := "abandoned_at = " + clock
 	if q.mark {
 		abandonSet += ", processed_at = " + clock
 	}
-	q.failureRecord = fmt.Sprintf("SELECT consumers, attempts FROM %s WHERE id = %s AND %s%s", t, p(1), pending, o.lockRows(false))
+	q.failureRecord = fmt.Sprintf("SELECT consumers, attempts FROM %s WHERE id = %s AND %s%s", t, p(1), pending, d.lockRows(false))
 	q.failRecord = fmt.Sprintf("UPDATE %s SET attempts = %s, last_error = %s, due_at = %s WHERE id = %s", t, p(1), p(2), d.leaseUntil(3), p(4))
 	q.abandonFailed = fmt.Sprintf("UPDATE %s SET attempts = %s, last_error = %s, %s WHERE id = %s", t, p(1), p(2), abandonSet, p(3))
-	q.failureDelivery = fmt.Sprintf("SELECT attempts FROM %s WHERE record_id = %s AND consumer = %s AND %s%s", tc, p(1), p(2), deliveryPending, o.lockRows(false))
+	q.failureDelivery = fmt.Sprintf("SELECT attempts FROM %s WHERE record_id = %s AND consumer = %s AND %s%s", tc, p(1), p(2), deliveryPending, d.lockRows(false))
 	q.failDelivery = fmt.Sprintf("UPDATE %s SET attempts = %s, last_error = %s, due_at = %s WHERE record_id = %s AND consumer = %s",
 		tc, p(1), p(2), d.leaseUntil(3), p(4), p(5))
 	q.abandonDelivery = fmt.Sprintf("UPDATE %s SET attempts = %s, last_error = %s, abandoned_at = %s WHERE record_id = %s AND consumer = %s",
 		tc, p(1), p(2), clock, p(3), p(4))
 
-	q.resubmitSelect = fmt.Sprintf("SELECT id, topic, uuid, payload, metadata FROM %s WHERE id = %s AND abandoned_at IS NOT NULL%s", t, p(1), o.lockRows(false))
+	q.resubmitSelect = fmt.Sprintf("SELECT id, topic, uuid, payload, metadata FROM %s WHERE id = %s AND abandoned_at IS NOT NULL%s", t, p(1), d.lockRows(false))
 	revive := "abandoned_at = NULL, attempts = 0, due_at = NULL, lease_until = NULL, lease_owner = NULL"
 	recordRevive := revive + ", last_sent_at = " + clock
 	if q.mark {
@@ -183,11 +182,11 @@ WHERE r.id = %s`, recordDone, completedBy, wait("r.due_at"), wait("c.due_at"), t
 WHERE topic = %s AND %s AND COALESCE(last_sent_at, created_at) < %s
   AND ((consumers = 0 AND %s) OR (consumers > 0 AND EXISTS (SELECT 1 FROM %s c WHERE c.record_id = r.id AND %s AND %s)))
 ORDER BY id LIMIT %s%s`,
-		t, p(1), pending, o.ago(2), due("due_at"), tc, cPending, due("c.due_at"), p(3), o.lockRows(true))
+		t, p(1), pending, d.ago(2), due("due_at"), tc, cPending, due("c.due_at"), p(3), d.lockRows(true))
 	q.stamp = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN ", t, clock)
 
 	q.purgeSelect = fmt.Sprintf("SELECT id, consumers FROM %s WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT %s%s",
-		t, o.ago(1), p(2), o.lockRows(true))
+		t, d.ago(1), p(2), d.lockRows(true))
 	q.purgeDeliveries = fmt.Sprintf("DELETE FROM %s WHERE record_id IN ", tc)
 	q.purgeRecords = fmt.Sprintf("DELETE FROM %s WHERE id IN ", t)
 
@@ -196,18 +195,18 @@ ORDER BY id LIMIT %s%s`,
 		completed = "SUM(CASE WHEN processed_at IS NOT NULL AND abandoned_at IS NULL THEN 1 ELSE 0 END)"
 	}
 	q.pendingStatus = fmt.Sprintf("SELECT topic, COUNT(*), %s FROM %s WHERE %s GROUP BY topic ORDER BY topic",
-		o.ageMicros("MIN(created_at)"), t, pending)
+		d.ageMicros("MIN(created_at)"), t, pending)
 	q.status = fmt.Sprintf(`SELECT topic, SUM(CASE WHEN %s THEN 1 ELSE 0 END), %s,
 SUM(CASE WHEN abandoned_at IS NOT NULL THEN 1 ELSE 0 END), %s
 FROM %s GROUP BY topic ORDER BY topic`,
-		pending, o.ageMicros("MIN(CASE WHEN "+pending+" THEN created_at END)"), completed, t)
+		pending, d.ageMicros("MIN(CASE WHEN "+pending+" THEN created_at END)"), completed, t)
 	q.consumerPendingStatus = fmt.Sprintf(`SELECT r.topic, c.consumer, COUNT(*), %s
 FROM %s c JOIN %s r ON r.id = c.record_id WHERE %s GROUP BY r.topic, c.consumer`,
-		o.ageMicros("MIN(r.created_at)"), tc, t, cPending)
+		d.ageMicros("MIN(r.created_at)"), tc, t, cPending)
 	q.consumerStatus = fmt.Sprintf(`SELECT r.topic, c.consumer, SUM(CASE WHEN %s THEN 1 ELSE 0 END), %s,
 SUM(CASE WHEN c.abandoned_at IS NOT NULL THEN 1 ELSE 0 END), SUM(CASE WHEN c.processed_at IS NOT NULL THEN 1 ELSE 0 END)
 FROM %s c JOIN %s r ON r.id = c.record_id GROUP BY r.topic, c.consumer`,
-		cPending, o.ageMicros("MIN(CASE WHEN "+cPending+" THEN r.created_at END)"), tc, t)
+		cPending, d.ageMicros("MIN(CASE WHEN "+cPending+" THEN r.created_at END)"), tc, t)
 	q.listDeliveriesByRecord = fmt.Sprintf(`SELECT record_id, consumer,
     CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' WHEN processed_at IS NOT NULL THEN 'completed' ELSE 'pending' END,
     attempts, COALESCE(last_error, '')
