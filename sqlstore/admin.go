@@ -221,12 +221,20 @@ func (s *Store) MakeDue(ctx context.Context, afterID int64, limit int, dryRun bo
 	if limit < 1 {
 		return nil, fmt.Errorf("%w: limit %d must be positive", ErrInvalidConfig, limit)
 	}
+	db, d, err := s.bound(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var ids []int64
-	err := s.inTx(ctx, "make due", func(tx *sqlx.Tx, d Dialect) error {
+	err = s.inTx(ctx, db, "make due", func(tx executor) error {
 		p := d.placeholder
 		t := d.quote(s.table)
 		q := fmt.Sprintf("SELECT id FROM %s WHERE %s AND id > %s ORDER BY id LIMIT %s%s", t, s.pendingCond(), p(1), p(2), d.lockRows(true))
-		if err := tx.SelectContext(ctx, &ids, q, afterID, limit); err != nil {
+		rows, err := tx.QueryContext(ctx, q, afterID, limit)
+		if err != nil {
+			return s.fail("make due", err)
+		}
+		if ids, err = scanIDList(rows, nil); err != nil {
 			return s.fail("make due", err)
 		}
 		if dryRun || len(ids) == 0 {

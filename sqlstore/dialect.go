@@ -2,8 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
 	"strings"
 	"time"
 
@@ -22,9 +20,15 @@ type Dialect interface {
 	quote(ident string) string
 	placeholder(n int) string
 	clock() string
-	// insert saves records in one round trip and sets their ids in order,
-	// through the pool or a caller's transaction (see inTx).
-	insert(ctx context.Context, db dbtx, q *queries, records []recordstore.Record) error
+	// splitInsert returns the boundaries of the statements that save a
+	// batch: 0, then the end of each statement. Most batches need one
+	// statement; several run in one transaction (see Store.insertWith). A
+	// record that fits no statement is refused here, before anything is
+	// sent, with an error wrapping ErrRecordTooLarge.
+	splitInsert(q *queries, records []recordstore.Record, metadata []string) ([]int, error)
+	// insert saves records, with their encoded metadata, in one statement
+	// and sets their ids in order.
+	insert(ctx context.Context, db executor, q *queries, records []recordstore.Record, metadata []string) error
 	// insertQuery is the batch insert statement for the quoted table, when
 	// the dialect has one of fixed text; "" when it builds one per batch.
 	insertQuery(table string) string
@@ -36,7 +40,7 @@ type Dialect interface {
 	// completeMany completes the records without consumers of ids for the
 	// consumer with one statement and returns the ids it completed, those
 	// that were pending, in any order.
-	completeMany(ctx context.Context, db *sqlx.DB, q *queries, consumer string, ids []int64) ([]int64, error)
+	completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64) ([]int64, error)
 	// completeManyQuery is completeMany's statement for the quoted table,
 	// when the dialect has one of fixed text; "" when it lists the ids.
 	completeManyQuery(table string, mode Completion) string
@@ -74,33 +78,6 @@ type Dialect interface {
 	// ageMicros is the microseconds from the timestamp expression ts to
 	// the database clock.
 	ageMicros(ts string) string
-}
-
-// dbtx is the store's pool or a caller's transaction; *sqlx.DB, *sql.Tx,
-// *sqlx.Tx and recordstore.Tx all have these methods.
-type dbtx interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// inTx runs fn, whose statements must succeed or fail together, in a
-// transaction: one of its own on the store's pool, or the caller's
-// transaction as it is.
-func inTx(ctx context.Context, db dbtx, fn func(dbtx) error) error {
-	pool, ok := db.(*sqlx.DB)
-	if !ok {
-		return fn(db)
-	}
-	tx, err := pool.BeginTxx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
 }
 
 // serverProber is implemented by dialects that must look at the server
@@ -161,10 +138,9 @@ func scanIDList(rows rowsScanner, into []int64) ([]int64, error) {
 // insertSingle saves one record with a statement of fixed text, for
 // dialects with INSERT … RETURNING: the common case of one message per
 // Publish needs no array and no statement built per call.
-func insertSingle(ctx context.Context, db dbtx, q *queries, r *recordstore.Record) error {
-	md, err := encodeMetadata(r.Metadata)
-	if err != nil {
-		return fmt.Errorf("record #0: %w", err)
-	}
-	return db.QueryRowContext(ctx, q.insertOne, r.Topic, r.UUID, payloadOf(r.Payload), md).Scan(&r.ID)
+func insertSingle(ctx context.Context, db executor, q *queries, r *recordstore.Record, metadata string) error {
+	return db.QueryRowContext(ctx, q.insertOne, r.Topic, r.UUID, payloadOf(r.Payload), metadata).Scan(&r.ID)
 }
+
+// oneStatement is the split of a batch that always fits one statement.
+func oneStatement(records []recordstore.Record) []int { return []int{0, len(records)} }

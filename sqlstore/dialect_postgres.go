@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jmoiron/sqlx"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -42,20 +41,20 @@ ORDER BY u.ord
 RETURNING id`, table)
 }
 
-func (postgres) insert(ctx context.Context, db dbtx, q *queries, records []recordstore.Record) error {
+// splitInsert: the arrays carry any number of rows in one statement.
+func (postgres) splitInsert(_ *queries, records []recordstore.Record, _ []string) ([]int, error) {
+	return oneStatement(records), nil
+}
+
+func (postgres) insert(ctx context.Context, db executor, q *queries, records []recordstore.Record, metadata []string) error {
 	if len(records) == 1 {
-		return insertSingle(ctx, db, q, &records[0])
+		return insertSingle(ctx, db, q, &records[0], metadata[0])
 	}
 	topics := make([]string, len(records))
 	uuids := make([]string, len(records))
 	payloads := make([][]byte, len(records))
-	metadata := make([]string, len(records))
 	for i, r := range records {
-		md, err := encodeMetadata(r.Metadata)
-		if err != nil {
-			return fmt.Errorf("record #%d: %w", i, err)
-		}
-		topics[i], uuids[i], payloads[i], metadata[i] = r.Topic, r.UUID, payloadOf(r.Payload), md
+		topics[i], uuids[i], payloads[i] = r.Topic, r.UUID, payloadOf(r.Payload)
 	}
 	rows, err := db.QueryContext(ctx, q.insertBatch, topics, uuids, payloads, metadata)
 	if err != nil {
@@ -77,7 +76,7 @@ func (postgres) completeManyQuery(table string, mode Completion) string {
 	return fmt.Sprintf("DELETE FROM %s WHERE id = ANY($1::bigint[]) AND consumers = 0 AND abandoned_at IS NULL RETURNING id", table)
 }
 
-func (postgres) completeMany(ctx context.Context, db *sqlx.DB, q *queries, consumer string, ids []int64) ([]int64, error) {
+func (postgres) completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64) ([]int64, error) {
 	args := []any{ids}
 	if q.mark {
 		args = append(args, consumer)

@@ -57,7 +57,7 @@ func (s *Store) IdentityTx(ctx context.Context, tx recordstore.Tx) (string, erro
 
 // identityThrough reads the identity through q and keeps it with the
 // attachment of db.
-func (s *Store) identityThrough(ctx context.Context, q querier, db *sqlx.DB) (string, error) {
+func (s *Store) identityThrough(ctx context.Context, q executor, db *sqlx.DB) (string, error) {
 	version, _, err := s.readVersion(ctx, q)
 	switch {
 	case errors.Is(err, ErrTableMissing) || (err == nil && version == 0):
@@ -79,7 +79,7 @@ func (s *Store) identityThrough(ctx context.Context, q querier, db *sqlx.DB) (st
 }
 
 // readIdentity reads the table's identity, "" when it has none yet.
-func (s *Store) readIdentity(ctx context.Context, q querier) (string, error) {
+func (s *Store) readIdentity(ctx context.Context, q executor) (string, error) {
 	var identity sql.NullString
 	err := q.QueryRowContext(ctx, s.q.readIdentity, s.table).Scan(&identity)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -107,7 +107,7 @@ func (s *Store) cacheIdentity(db *sqlx.DB, identity string) {
 // prepareVersionTable creates the schema version table, or adds the
 // identity column to one created before identities existed. It runs under
 // the migration lock, so two processes never add the column at once.
-func (s *Store) prepareVersionTable(ctx context.Context, tx *sqlx.Tx, d Dialect) error {
+func (s *Store) prepareVersionTable(ctx context.Context, tx executor, d Dialect) error {
 	if _, err := tx.ExecContext(ctx, d.versionTableDDL()); err != nil {
 		return s.fail("create schema version table", err)
 	}

@@ -227,12 +227,7 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 	return nil
 }
 
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-func (s *Store) readVersion(ctx context.Context, q querier) (int, string, error) {
+func (s *Store) readVersion(ctx context.Context, q executor) (int, string, error) {
 	var version int
 	var mode string
 	err := q.QueryRowContext(ctx, s.q.readVersion, s.table).Scan(&version, &mode)
@@ -248,7 +243,7 @@ func (s *Store) readVersion(ctx context.Context, q querier) (int, string, error)
 // writeVersion records the version the table is at, and its identity, in
 // one statement: on MySQL, where the migration's DDL committed on its own,
 // the version and the identity still appear together.
-func (s *Store) writeVersion(ctx context.Context, q querier, from, to int, identity string) error {
+func (s *Store) writeVersion(ctx context.Context, q executor, from, to int, identity string) error {
 	id := sql.NullString{String: identity, Valid: identity != ""}
 	p := s.dialect.placeholder
 	vt := s.dialect.quote(VersionTable)

@@ -1,13 +1,11 @@
 package sqlstore
 
 import (
-	"context"
 	"database/sql"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/jmoiron/sqlx"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -60,25 +58,4 @@ func (s *Store) scanRecords(rows *sql.Rows, op string) ([]recordstore.Record, er
 		return nil, s.fail(op, err)
 	}
 	return out, nil
-}
-
-// inTx runs fn in a transaction on the store's pool, committing when fn
-// returns nil.
-func (s *Store) inTx(ctx context.Context, op string, fn func(tx *sqlx.Tx, d Dialect) error) error {
-	db, d, err := s.bound(ctx)
-	if err != nil {
-		return err
-	}
-	tx, err := db.BeginTxx(ctx, nil)
-	if err != nil {
-		return s.fail(op, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
-	if err := fn(tx, d); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return s.fail(op, err)
-	}
-	return nil
 }
