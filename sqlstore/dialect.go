@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -103,23 +102,6 @@ type sessionLocker interface {
 // already exists has already done its work.
 type rerunTolerant interface {
 	alreadyApplied(err error) bool
-}
-
-// completeInQuery lists n ids after the completion prefix, from placeholder
-// first on, and returns the ids completed, for dialects that have RETURNING
-// but no array parameter.
-func completeInQuery(d Dialect, q *queries, first, n int) string {
-	var b strings.Builder
-	b.Grow(len(q.completeIn) + n*4 + 14)
-	b.WriteString(q.completeIn)
-	for i := first; i < first+n; i++ {
-		if i > first {
-			b.WriteByte(',')
-		}
-		b.WriteString(d.placeholder(i))
-	}
-	b.WriteString(") RETURNING id")
-	return b.String()
 }
 
 // scanIDList reads a column of ids.

@@ -108,17 +108,17 @@ func (s *Store) cacheIdentity(db *sqlx.DB, identity string) {
 // identity column to one created before identities existed. It runs under
 // the migration lock, so two processes never add the column at once.
 func (s *Store) prepareVersionTable(ctx context.Context, tx executor, d Dialect) error {
-	if _, err := tx.ExecContext(ctx, d.versionTableDDL()); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q.versionTableDDL); err != nil {
 		return s.fail("create schema version table", err)
 	}
 	var n int
-	if err := tx.QueryRowContext(ctx, d.versionIdentityColumn()).Scan(&n); err != nil {
+	if err := tx.QueryRowContext(ctx, s.q.versionIdentityColumn).Scan(&n); err != nil {
 		return s.fail("read schema version table", err)
 	}
 	if n > 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, d.addVersionIdentity()); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q.addVersionIdentity); err != nil {
 		if r, ok := d.(rerunTolerant); ok && r.alreadyApplied(err) {
 			return nil
 		}

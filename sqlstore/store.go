@@ -73,7 +73,9 @@ type Store struct {
 	table   string
 	mode    Completion
 	lease   time.Duration
-	q       *queries
+	// leaseArg is lease as the claim's argument, made once.
+	leaseArg any
+	q        *queries
 	// att is the attached pool; probeMu serializes probing it.
 	att     atomic.Pointer[attachment]
 	probeMu sync.Mutex
@@ -108,6 +110,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{dialect: cfg.Dialect, table: cfg.Table, mode: cfg.Completion, lease: cfg.Lease, migrations: migrationFiles}
 	s.q = buildQueries(cfg.Dialect, cfg.Table, cfg.Completion)
+	s.leaseArg = cfg.Dialect.leaseArg(cfg.Lease)
 	co := cfg.Coalescing
 	s.coalescing = co
 	if !co.DisableInsert {
