@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -69,21 +68,8 @@ func (s *Store) addDeliveries(ctx context.Context, db *sqlx.DB, d Dialect, infos
 		if err != nil {
 			return s.fail("list deliveries", err)
 		}
-		for rows.Next() {
-			var id int64
-			var di DeliveryInfo
-			var state string
-			if err := rows.Scan(&id, &di.Consumer, &state, &di.Attempts, &di.LastError); err != nil {
-				rows.Close()
-				return s.fail("list deliveries", err)
-			}
-			di.State = State(state)
-			r := &infos[at[id]]
-			r.Deliveries = append(r.Deliveries, di)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return s.fail("list deliveries", err)
+		if err := s.scanDeliveryInfos(rows, infos, at); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -116,34 +102,6 @@ func sendKind() string {
 }
 
 const dueBefore = "2000-01-02"
-
-func (s *Store) scanInfos(rows *sql.Rows) ([]RecordInfo, error) {
-	defer rows.Close()
-	var out []RecordInfo
-	for rows.Next() {
-		var r RecordInfo
-		var md, state string
-		var age, sent int64
-		var kind int
-		if err := rows.Scan(&r.ID, &r.Topic, &r.UUID, &r.Payload, &md, &state, &r.Attempts, &r.LastError, &age, &sent, &kind); err != nil {
-			return nil, s.fail("list", err)
-		}
-		var err error
-		if r.Metadata, err = decodeMetadata(md); err != nil {
-			return nil, s.fail("list", fmt.Errorf("record %d: %w", r.ID, err))
-		}
-		r.State, r.Age, r.SinceSent = State(state), time.Duration(age)*time.Microsecond, time.Duration(sent)*time.Microsecond
-		r.Resent, r.Due = kind == sentAgain, kind == sentMadeDue
-		if r.Due {
-			r.SinceSent = 0
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.fail("list", err)
-	}
-	return out, nil
-}
 
 // List returns up to limit records in the state whose id is greater than
 // afterID, ordered by id.

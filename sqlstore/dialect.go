@@ -79,6 +79,10 @@ type Dialect interface {
 	ageMicros(ts string) string
 }
 
+// The interfaces below are optional: only the MySQL dialect has these
+// behaviours, and the store finds them by type assertion, so that the other
+// dialects carry no methods that do nothing.
+
 // serverProber is implemented by dialects that must look at the server
 // behind a pool before they can insert: the MySQL dialect tells MariaDB from
 // MySQL and checks the connection settings. The store probes once per
@@ -104,25 +108,9 @@ type rerunTolerant interface {
 	alreadyApplied(err error) bool
 }
 
-// scanIDList reads a column of ids.
-func scanIDList(rows rowsScanner, into []int64) ([]int64, error) {
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return into, err
-		}
-		into = append(into, id)
-	}
-	return into, rows.Err()
-}
-
 // insertSingle saves one record with a statement of fixed text, for
 // dialects with INSERT … RETURNING: the common case of one message per
 // Publish needs no array and no statement built per call.
 func insertSingle(ctx context.Context, db executor, q *queries, r *recordstore.Record, metadata string) error {
 	return db.QueryRowContext(ctx, q.insertOne, r.Topic, r.UUID, payloadOf(r.Payload), metadata).Scan(&r.ID)
 }
-
-// oneStatement is the split of a batch that always fits one statement.
-func oneStatement(records []recordstore.Record) []int { return []int{0, len(records)} }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -43,7 +42,7 @@ RETURNING id`, table)
 
 // splitInsert: the arrays carry any number of rows in one statement.
 func (postgres) splitInsert(_ *queries, records []recordstore.Record, _ []string) ([]int, error) {
-	return oneStatement(records), nil
+	return []int{0, len(records)}, nil
 }
 
 func (postgres) insert(ctx context.Context, db executor, q *queries, records []recordstore.Record, metadata []string) error {
@@ -128,31 +127,6 @@ func (postgres) convertError(err error) error {
 }
 
 func (postgres) databaseQuery() string { return "SELECT current_database()" }
-
-// rowsScanner is what scanIDs needs of *sql.Rows.
-type rowsScanner interface {
-	Next() bool
-	Scan(dest ...any) error
-	Err() error
-	Close() error
-}
-
-// scanIDs reads the ids a batch insert returned and assigns them in
-// ascending order, which is the order the rows were inserted in.
-func scanIDs(rows rowsScanner, records []recordstore.Record) error {
-	ids, err := scanIDList(rows, make([]int64, 0, len(records)))
-	if err != nil {
-		return err
-	}
-	if len(ids) != len(records) {
-		return fmt.Errorf("insert returned %d ids for %d records", len(ids), len(records))
-	}
-	slices.Sort(ids)
-	for i := range records {
-		records[i].ID = ids[i]
-	}
-	return nil
-}
 
 // leaseUntil: now() is the start of the statement's transaction, which for
 // the claim, run on its own, is the statement's time.

@@ -282,24 +282,5 @@ func (s *Store) PendingAfter(ctx context.Context, topic string, afterID int64, l
 	if err != nil {
 		return nil, s.fail("read pending", err)
 	}
-	defer rows.Close()
-	out := make([]recordstore.Record, 0, min(limit, 1024))
-	var md string
-	for rows.Next() {
-		r := recordstore.Record{Topic: topic}
-		if err := rows.Scan(&r.ID, &r.UUID, &r.Payload, &md); err != nil {
-			return nil, s.fail("read pending", err)
-		}
-		if r.Metadata, err = decodeMetadata(md); err != nil {
-			return nil, s.fail("read pending", fmt.Errorf("record %d: %w", r.ID, err))
-		}
-		if r.Payload == nil {
-			r.Payload = []byte{}
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.fail("read pending", err)
-	}
-	return out, nil
+	return s.scanPending(rows, topic, min(limit, 1024))
 }
