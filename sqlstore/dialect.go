@@ -9,64 +9,24 @@ import (
 )
 
 // Dialect is what differs between databases: identifier quoting,
-// placeholders, the clock expression, the batch insert and the schema. Use
-// [Postgres], [MySQL] or [SQLite].
+// placeholders, the clock, row locking, the batch insert, the completion of
+// many records at once, error codes and the schema. Use [Postgres],
+// [MySQL] or [SQLite]; its other methods are unexported, so no other
+// implementation exists.
 type Dialect interface {
 	// Name is the dialect's name, used in the schema version table and in
 	// migration paths.
 	Name() string
 
+	// The fragments and fixed statements below are read once per store,
+	// when its statements are built (see buildQueries).
+
 	quote(ident string) string
 	placeholder(n int) string
 	clock() string
-	// splitInsert returns the boundaries of the statements that save a
-	// batch: 0, then the end of each statement. Most batches need one
-	// statement; several run in one transaction (see Store.insertWith). A
-	// record that fits no statement is refused here, before anything is
-	// sent, with an error wrapping ErrRecordTooLarge.
-	splitInsert(q *queries, records []recordstore.Record, metadata []string) ([]int, error)
-	// insert saves records, with their encoded metadata, in one statement
-	// and sets their ids in order.
-	insert(ctx context.Context, db executor, q *queries, records []recordstore.Record, metadata []string) error
-	// insertQuery is the batch insert statement for the quoted table, when
-	// the dialect has one of fixed text; "" when it builds one per batch.
-	insertQuery(table string) string
-	// batchComplete reports whether completeMany exists for the mode. It
-	// needs UPDATE … RETURNING (Mark) or DELETE … RETURNING (Delete), so that
-	// each caller of a combined completion learns whether its own record was
-	// pending; without it the store completes one id per statement.
-	batchComplete(mode Completion) bool
-	// completeMany completes the records without consumers of ids for the
-	// consumer with one statement and returns the ids it completed, those
-	// that were pending, in any order.
-	completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64) ([]int64, error)
-	// completeManyQuery is completeMany's statement for the quoted table,
-	// when the dialect has one of fixed text; "" when it lists the ids.
-	completeManyQuery(table string, mode Completion) string
-	// recordError reports whether err is the database refusing the data of
-	// a row (a value, a constraint) rather than the connection or the
-	// statement failing: a combined insert that fails so is retried call by
-	// call, so that only the call whose record was refused fails.
-	recordError(err error) bool
-	// migrationLock is run inside the migration transaction to serialize
-	// concurrent migrations; "" when the database needs none.
-	migrationLock() string
-	// versionTableDDL creates the schema version table if it is missing.
-	versionTableDDL() string
-	// versionIdentityColumn counts the identity columns of the schema
-	// version table (0 in one created before identities); addVersionIdentity
-	// adds the column.
-	versionIdentityColumn() string
-	addVersionIdentity() string
-	// convertError turns a driver error into the package's sentinels.
-	convertError(err error) error
-	// databaseQuery reads the name of the database a connection is in,
-	// for errors that name it.
-	databaseQuery() string
 	// leaseUntil is the database clock plus the lease passed as the nth
 	// argument, in the form leaseArg gives it.
 	leaseUntil(n int) string
-	leaseArg(lease time.Duration) any
 	// ago is the database clock minus the microseconds in placeholder n,
 	// for the ages the operational queries (stale resubmit, retention)
 	// compare with.
@@ -77,6 +37,55 @@ type Dialect interface {
 	// ageMicros is the microseconds from the timestamp expression ts to
 	// the database clock.
 	ageMicros(ts string) string
+	// insertQuery is the batch insert statement for the quoted table, when
+	// the dialect has one of fixed text; "" when it builds one per batch.
+	insertQuery(table string) string
+	// completeManyQuery is completeMany's statement for the quoted table,
+	// when the dialect has one of fixed text; "" when it lists the ids.
+	completeManyQuery(table string, mode Completion) string
+	// migrationLock is run inside the migration transaction to serialize
+	// concurrent migrations; "" when the database needs none.
+	migrationLock() string
+	// versionTableDDL creates the schema version table if it is missing.
+	versionTableDDL() string
+	// versionIdentityColumn counts the identity columns of the schema
+	// version table (0 in one created before identities); addVersionIdentity
+	// adds the column.
+	versionIdentityColumn() string
+	addVersionIdentity() string
+	// databaseQuery reads the name of the database a connection is in,
+	// for errors that name it.
+	databaseQuery() string
+
+	// The methods below run on every call.
+
+	// leaseArg is a lease or a retry delay as the argument of leaseUntil.
+	leaseArg(lease time.Duration) any
+	// splitInsert returns the boundaries of the statements that save a
+	// batch: 0, then the end of each statement. Most batches need one
+	// statement; several run in one transaction (see Store.insertWith). A
+	// record that fits no statement is refused here, before anything is
+	// sent, with an error wrapping ErrRecordTooLarge.
+	splitInsert(q *queries, records []recordstore.Record, metadata []string) ([]int, error)
+	// insert saves records, with their encoded metadata, in one statement
+	// and sets their ids in order.
+	insert(ctx context.Context, db executor, q *queries, records []recordstore.Record, metadata []string) error
+	// batchComplete reports whether completeMany exists for the mode. It
+	// needs UPDATE … RETURNING (Mark) or DELETE … RETURNING (Delete), so that
+	// each caller of a combined completion learns whether its own record was
+	// pending; without it the store completes one id per statement.
+	batchComplete(mode Completion) bool
+	// completeMany completes the records without consumers of ids for the
+	// consumer with one statement and returns the ids it completed, those
+	// that were pending, in any order.
+	completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64) ([]int64, error)
+	// recordError reports whether err is the database refusing the data of
+	// a row (a value, a constraint) rather than the connection or the
+	// statement failing: a combined insert that fails so is retried call by
+	// call, so that only the call whose record was refused fails.
+	recordError(err error) bool
+	// convertError turns a driver error into the package's sentinels.
+	convertError(err error) error
 }
 
 // The interfaces below are optional: only the MySQL dialect has these
