@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -70,50 +69,22 @@ func (s *Store) addDeliveries(ctx context.Context, db *sqlx.DB, d Dialect, infos
 		if err != nil {
 			return s.fail("list deliveries", err)
 		}
-		for rows.Next() {
-			var id int64
-			var di DeliveryInfo
-			var state string
-			if err := rows.Scan(&id, &di.Consumer, &state, &di.Attempts, &di.LastError); err != nil {
-				rows.Close()
-				return s.fail("list deliveries", err)
-			}
-			di.State = State(state)
-			r := &infos[at[id]]
-			r.Deliveries = append(r.Deliveries, di)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return s.fail("list deliveries", err)
+		if err := s.scanDeliveryInfos(rows, infos, at); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// stateCond is the WHERE condition of a state.
-func (s *Store) stateCond(st State) (string, error) {
-	switch st {
-	case Pending:
-		return s.pendingCond(), nil
-	case Abandoned:
-		return "abandoned_at IS NOT NULL", nil
-	case Completed:
-		if s.mode != Mark {
-			return "", fmt.Errorf("%w: a deleting table keeps no completed records", ErrInvalidConfig)
-		}
-		return "processed_at IS NOT NULL AND abandoned_at IS NULL", nil
+// listQuery is the statement of List for a state.
+func (s *Store) listQuery(st State) (string, error) {
+	if q, ok := s.q.list[st]; ok {
+		return q, nil
+	}
+	if st == Completed {
+		return "", fmt.Errorf("%w: a deleting table keeps no completed records", ErrInvalidConfig)
 	}
 	return "", fmt.Errorf("%w: unknown record state %q (pending, abandoned or completed)", ErrInvalidConfig, st)
-}
-
-func (s *Store) infoColumns(d Dialect) string {
-	o := opsOf(d)
-	state := "CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' ELSE 'pending' END"
-	if s.mode == Mark {
-		state = "CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' WHEN processed_at IS NOT NULL THEN 'completed' ELSE 'pending' END"
-	}
-	return fmt.Sprintf("id, topic, uuid, payload, metadata, %s, attempts, COALESCE(last_error, ''), %s, %s, %s",
-		state, o.ageMicros("created_at"), o.ageMicros("COALESCE(last_sent_at, created_at)"), sendKind())
 }
 
 // The kinds of last send a record can have, as sendKind reads them.
@@ -133,38 +104,10 @@ func sendKind() string {
 
 const dueBefore = "2000-01-02"
 
-func (s *Store) scanInfos(rows *sql.Rows) ([]RecordInfo, error) {
-	defer rows.Close()
-	var out []RecordInfo
-	for rows.Next() {
-		var r RecordInfo
-		var md, state string
-		var age, sent int64
-		var kind int
-		if err := rows.Scan(&r.ID, &r.Topic, &r.UUID, &r.Payload, &md, &state, &r.Attempts, &r.LastError, &age, &sent, &kind); err != nil {
-			return nil, s.fail("list", err)
-		}
-		var err error
-		if r.Metadata, err = decodeMetadata(md); err != nil {
-			return nil, s.fail("list", fmt.Errorf("record %d: %w", r.ID, err))
-		}
-		r.State, r.Age, r.SinceSent = State(state), time.Duration(age)*time.Microsecond, time.Duration(sent)*time.Microsecond
-		r.Resent, r.Due = kind == sentAgain, kind == sentMadeDue
-		if r.Due {
-			r.SinceSent = 0
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.fail("list", err)
-	}
-	return out, nil
-}
-
 // List returns up to limit records in the state whose id is greater than
 // afterID, ordered by id.
 func (s *Store) List(ctx context.Context, st State, afterID int64, limit int) ([]RecordInfo, error) {
-	cond, err := s.stateCond(st)
+	query, err := s.listQuery(st)
 	if err != nil {
 		return nil, err
 	}
@@ -175,9 +118,7 @@ func (s *Store) List(ctx context.Context, st State, afterID int64, limit int) ([
 	if err != nil {
 		return nil, err
 	}
-	p := d.placeholder
-	rows, err := db.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE %s AND id > %s ORDER BY id LIMIT %s",
-		s.infoColumns(d), d.quote(s.table), cond, p(1), p(2)), afterID, limit)
+	rows, err := db.QueryContext(ctx, query, afterID, limit)
 	if err != nil {
 		return nil, s.fail("list", err)
 	}
@@ -194,7 +135,7 @@ func (s *Store) Get(ctx context.Context, id int64) (RecordInfo, error) {
 	if err != nil {
 		return RecordInfo{}, err
 	}
-	rows, err := db.QueryContext(ctx, fmt.Sprintf("SELECT %s FROM %s WHERE id = %s", s.infoColumns(d), d.quote(s.table), d.placeholder(1)), id)
+	rows, err := db.QueryContext(ctx, s.q.get, id)
 	if err != nil {
 		return RecordInfo{}, s.fail("get", err)
 	}
@@ -223,12 +164,17 @@ func (s *Store) MakeDue(ctx context.Context, afterID int64, limit int, dryRun bo
 	if limit < 1 {
 		return nil, fmt.Errorf("%w: limit %d must be positive", ErrInvalidConfig, limit)
 	}
+	db, d, err := s.bound(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var ids []int64
-	err := s.inTx(ctx, "make due", func(tx *sqlx.Tx, d Dialect) error {
-		p := d.placeholder
-		t := d.quote(s.table)
-		q := fmt.Sprintf("SELECT id FROM %s WHERE %s AND id > %s ORDER BY id LIMIT %s%s", t, s.pendingCond(), p(1), p(2), opsOf(d).lockRows(true))
-		if err := tx.SelectContext(ctx, &ids, q, afterID, limit); err != nil {
+	err = s.inTx(ctx, db, "make due", func(tx executor) error {
+		rows, err := tx.QueryContext(ctx, s.q.makeDueSelect, afterID, limit)
+		if err != nil {
+			return s.fail("make due", err)
+		}
+		if ids, err = scanIDList(rows, nil); err != nil {
 			return s.fail("make due", err)
 		}
 		if dryRun || len(ids) == 0 {
@@ -238,8 +184,7 @@ func (s *Store) MakeDue(ctx context.Context, afterID int64, limit int, dryRun bo
 		for _, id := range ids {
 			args = append(args, id)
 		}
-		upd := fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN %s", t, p(1), idList(d, 2, len(ids)))
-		if _, err := tx.ExecContext(ctx, upd, args...); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q.makeDueStamp+idList(d, 2, len(ids)), args...); err != nil {
 			return s.fail("make due", err)
 		}
 		return nil
@@ -248,7 +193,7 @@ func (s *Store) MakeDue(ctx context.Context, afterID int64, limit int, dryRun bo
 }
 
 // RequeueLater makes an abandoned record pending again with its attempts
-// reset, like [Store.ResubmitAbandoned], but leaves the sending to the
+// reset, like [Store.Requeue], but leaves the sending to the
 // service: the record is due at once for its outbox.StaleResubmitter, and
 // its next startup replay sends it too. A record that is not abandoned is
 // an error wrapping [recordstore.ErrNotAbandoned].
@@ -256,12 +201,11 @@ func (s *Store) RequeueLater(ctx context.Context, id int64) error {
 	if _, err := s.Requeue(ctx, id); err != nil {
 		return err
 	}
-	db, d, err := s.bound(ctx)
+	db, _, err := s.bound(ctx)
 	if err != nil {
 		return err
 	}
-	p := d.placeholder
-	if _, err := db.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id = %s", d.quote(s.table), p(1), p(2)), dueLongAgo, id); err != nil {
+	if _, err := db.ExecContext(ctx, s.q.requeueLater, dueLongAgo, id); err != nil {
 		return s.fail("requeue", err)
 	}
 	return nil

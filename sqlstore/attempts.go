@@ -8,8 +8,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -34,7 +32,11 @@ var (
 // deliveries is pending. It is called only when a handler fails.
 func (s *Store) RecordFailure(ctx context.Context, d recordstore.Delivery, reason string, maxAttempts int, retryIn func(attempts int) time.Duration) (attempts int, abandoned bool, err error) {
 	reason = cutUTF8(reason, MaxErrorLength)
-	err = s.inTx(ctx, "record failure", func(tx *sqlx.Tx, dia Dialect) error {
+	db, dia, err := s.bound(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	err = s.inTx(ctx, db, "record failure", func(tx executor) error {
 		var consumers int
 		switch err := tx.QueryRowContext(ctx, s.q.failureRecord, d.ID).Scan(&consumers, &attempts); {
 		case errors.Is(err, sql.ErrNoRows):
@@ -86,8 +88,12 @@ func (s *Store) RecordFailure(ctx context.Context, d recordstore.Delivery, reaso
 // and returns it for sending. Deliveries other consumers completed stay
 // completed. The last errors are kept.
 func (s *Store) Requeue(ctx context.Context, id int64) (recordstore.Record, error) {
+	db, _, err := s.bound(ctx)
+	if err != nil {
+		return recordstore.Record{}, err
+	}
 	var rec recordstore.Record
-	err := s.inTx(ctx, "resubmit", func(tx *sqlx.Tx, _ Dialect) error {
+	err = s.inTx(ctx, db, "resubmit", func(tx executor) error {
 		rows, err := tx.QueryContext(ctx, s.q.resubmitSelect, id)
 		if err != nil {
 			return s.fail("resubmit", err)

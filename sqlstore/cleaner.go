@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -28,8 +26,12 @@ func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (
 	if s.mode != Mark {
 		return 0, nil
 	}
+	db, d, err := s.bound(ctx)
+	if err != nil {
+		return 0, err
+	}
 	var purged int
-	err := s.inTx(ctx, "purge", func(tx *sqlx.Tx, d Dialect) error {
+	err = s.inTx(ctx, db, "purge", func(tx executor) error {
 		rows, err := tx.QueryContext(ctx, s.q.purgeSelect, micros(olderThan), limit)
 		if err != nil {
 			return s.fail("purge", err)
@@ -64,7 +66,7 @@ func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (
 }
 
 // deleteIDs runs a statement prefix ending in "IN " for ids, in chunks.
-func (s *Store) deleteIDs(ctx context.Context, tx *sqlx.Tx, d Dialect, prefix string, ids []int64) error {
+func (s *Store) deleteIDs(ctx context.Context, tx executor, d Dialect, prefix string, ids []int64) error {
 	for start := 0; start < len(ids); start += stampChunk {
 		chunk := ids[start:min(start+stampChunk, len(ids))]
 		args := make([]any, len(chunk))

@@ -59,7 +59,7 @@ func distinctConsumers(r recordstore.Record) []string {
 
 // insertDeliveries saves one pending delivery per consumer of the records,
 // whose ids are set, and records how many each has, through tx.
-func (s *Store) insertDeliveries(ctx context.Context, tx dbtx, records []recordstore.Record) error {
+func (s *Store) insertDeliveries(ctx context.Context, tx executor, records []recordstore.Record) error {
 	d := s.dialect
 	byCount := map[int][]int64{}
 	var b strings.Builder
@@ -131,7 +131,7 @@ type recordState struct {
 
 // readState reads the record of d and its delivery row for d's consumer;
 // false when there is no record with the id.
-func (s *Store) readState(ctx context.Context, db dbtx, d recordstore.Delivery) (recordState, bool, error) {
+func (s *Store) readState(ctx context.Context, db executor, d recordstore.Delivery) (recordState, bool, error) {
 	var st recordState
 	var completed, abandoned, has, dCompleted, dAbandoned int
 	err := db.QueryRowContext(ctx, s.q.state, d.Consumer, d.ID).Scan(&st.topic, &st.consumers, &completed, &st.completedBy, &abandoned, &st.wait,
@@ -196,12 +196,12 @@ func notDue(id int64, waitMicros sql.NullInt64) error {
 // completeDeliveryNow completes the delivery of a record with consumers in
 // a transaction of its own; ErrNotPending when there is none pending.
 func (s *Store) completeDeliveryNow(ctx context.Context, db *sqlx.DB, d recordstore.Delivery) error {
-	return s.txOn(ctx, db, "complete", func(tx dbtx) error { return s.completeDelivery(ctx, tx, d, "complete") })
+	return s.inTx(ctx, db, "complete", func(tx executor) error { return s.completeDelivery(ctx, tx, d, "complete") })
 }
 
 // completeDelivery locks the record of d, completes d's delivery and rolls
 // the record up, through tx.
-func (s *Store) completeDelivery(ctx context.Context, tx dbtx, d recordstore.Delivery, op string) error {
+func (s *Store) completeDelivery(ctx context.Context, tx executor, d recordstore.Delivery, op string) error {
 	if _, err := tx.ExecContext(ctx, s.q.lockRecord, d.ID); err != nil {
 		return s.fail(op, err)
 	}
@@ -217,7 +217,7 @@ func (s *Store) completeDelivery(ctx context.Context, tx dbtx, d recordstore.Del
 
 // rollUp completes or abandons the record once none of its deliveries is
 // pending. The caller holds the record's lock.
-func (s *Store) rollUp(ctx context.Context, tx dbtx, id int64, op string) error {
+func (s *Store) rollUp(ctx context.Context, tx executor, id int64, op string) error {
 	rows, err := tx.QueryContext(ctx, s.q.deliveries, id)
 	if err != nil {
 		return s.fail(op, err)
@@ -249,23 +249,6 @@ func (s *Store) rollUp(ctx context.Context, tx dbtx, id int64, op string) error 
 		}
 	}
 	if err != nil {
-		return s.fail(op, err)
-	}
-	return nil
-}
-
-// txOn runs fn in a transaction of its own on db, committing when fn
-// returns nil.
-func (s *Store) txOn(ctx context.Context, db *sqlx.DB, op string, fn func(tx dbtx) error) error {
-	tx, err := db.BeginTxx(ctx, nil)
-	if err != nil {
-		return s.fail(op, err)
-	}
-	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
 		return s.fail(op, err)
 	}
 	return nil

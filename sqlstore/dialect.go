@@ -2,9 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -13,39 +10,40 @@ import (
 )
 
 // Dialect is what differs between databases: identifier quoting,
-// placeholders, the clock expression, the batch insert and the schema. Use
-// [Postgres], [MySQL] or [SQLite].
+// placeholders, the clock, row locking, the batch insert, the completion of
+// many records at once, error codes and the schema. Use [Postgres],
+// [MySQL] or [SQLite]; its other methods are unexported, so no other
+// implementation exists.
 type Dialect interface {
 	// Name is the dialect's name, used in the schema version table and in
 	// migration paths.
 	Name() string
 
+	// The fragments and fixed statements below are read once per store,
+	// when its statements are built (see buildQueries).
+
 	quote(ident string) string
 	placeholder(n int) string
 	clock() string
-	// insert saves records in one round trip and sets their ids in order,
-	// through the pool or a caller's transaction (see inTx).
-	insert(ctx context.Context, db dbtx, q *queries, records []recordstore.Record) error
+	// leaseUntil is the database clock plus the lease passed as the nth
+	// argument, in the form leaseArg gives it.
+	leaseUntil(n int) string
+	// ago is the database clock minus the microseconds in placeholder n,
+	// for the ages the operational queries (stale resubmit, retention)
+	// compare with.
+	ago(n int) string
+	// lockRows is the row-locking clause of a SELECT in a transaction, ""
+	// where the database locks more coarsely (SQLite).
+	lockRows(skipLocked bool) string
+	// ageMicros is the microseconds from the timestamp expression ts to
+	// the database clock.
+	ageMicros(ts string) string
 	// insertQuery is the batch insert statement for the quoted table, when
 	// the dialect has one of fixed text; "" when it builds one per batch.
 	insertQuery(table string) string
-	// batchComplete reports whether completeMany exists for the mode. It
-	// needs UPDATE … RETURNING (Mark) or DELETE … RETURNING (Delete), so that
-	// each caller of a combined completion learns whether its own record was
-	// pending; without it the store completes one id per statement.
-	batchComplete(mode Completion) bool
-	// completeMany completes the records without consumers of ids for the
-	// consumer with one statement and returns the ids it completed, those
-	// that were pending, in any order.
-	completeMany(ctx context.Context, db *sqlx.DB, q *queries, consumer string, ids []int64) ([]int64, error)
 	// completeManyQuery is completeMany's statement for the quoted table,
 	// when the dialect has one of fixed text; "" when it lists the ids.
 	completeManyQuery(table string, mode Completion) string
-	// recordError reports whether err is the database refusing the data of
-	// a row (a value, a constraint) rather than the connection or the
-	// statement failing: a combined insert that fails so is retried call by
-	// call, so that only the call whose record was refused fails.
-	recordError(err error) bool
 	// migrationLock is run inside the migration transaction to serialize
 	// concurrent migrations; "" when the database needs none.
 	migrationLock() string
@@ -56,43 +54,44 @@ type Dialect interface {
 	// adds the column.
 	versionIdentityColumn() string
 	addVersionIdentity() string
-	// convertError turns a driver error into the package's sentinels.
-	convertError(err error) error
 	// databaseQuery reads the name of the database a connection is in,
 	// for errors that name it.
 	databaseQuery() string
-	// leaseUntil is the database clock plus the lease passed as the nth
-	// argument, in the form leaseArg gives it.
-	leaseUntil(n int) string
+
+	// The methods below run on every call.
+
+	// leaseArg is a lease or a retry delay as the argument of leaseUntil.
 	leaseArg(lease time.Duration) any
+	// splitInsert returns the boundaries of the statements that save a
+	// batch: 0, then the end of each statement. Most batches need one
+	// statement; several run in one transaction (see Store.insertWith). A
+	// record that fits no statement is refused here, before anything is
+	// sent, with an error wrapping ErrRecordTooLarge.
+	splitInsert(q *queries, records []recordstore.Record, metadata []string) ([]int, error)
+	// insert saves records, with their encoded metadata, in one statement
+	// and sets their ids in order.
+	insert(ctx context.Context, db executor, q *queries, records []recordstore.Record, metadata []string) error
+	// batchComplete reports whether completeMany exists for the mode. It
+	// needs UPDATE … RETURNING (Mark) or DELETE … RETURNING (Delete), so that
+	// each caller of a combined completion learns whether its own record was
+	// pending; without it the store completes one id per statement.
+	batchComplete(mode Completion) bool
+	// completeMany completes the records without consumers of ids for the
+	// consumer with one statement and returns the ids it completed, those
+	// that were pending, in any order.
+	completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64) ([]int64, error)
+	// recordError reports whether err is the database refusing the data of
+	// a row (a value, a constraint) rather than the connection or the
+	// statement failing: a combined insert that fails so is retried call by
+	// call, so that only the call whose record was refused fails.
+	recordError(err error) bool
+	// convertError turns a driver error into the package's sentinels.
+	convertError(err error) error
 }
 
-// dbtx is the store's pool or a caller's transaction; *sqlx.DB, *sql.Tx,
-// *sqlx.Tx and recordstore.Tx all have these methods.
-type dbtx interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// inTx runs fn, whose statements must succeed or fail together, in a
-// transaction: one of its own on the store's pool, or the caller's
-// transaction as it is.
-func inTx(ctx context.Context, db dbtx, fn func(dbtx) error) error {
-	pool, ok := db.(*sqlx.DB)
-	if !ok {
-		return fn(db)
-	}
-	tx, err := pool.BeginTxx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
-	if err := fn(tx); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
+// The interfaces below are optional: only the MySQL dialect has these
+// behaviours, and the store finds them by type assertion, so that the other
+// dialects carry no methods that do nothing.
 
 // serverProber is implemented by dialects that must look at the server
 // behind a pool before they can insert: the MySQL dialect tells MariaDB from
@@ -119,43 +118,9 @@ type rerunTolerant interface {
 	alreadyApplied(err error) bool
 }
 
-// completeInQuery lists n ids after the completion prefix, from placeholder
-// first on, and returns the ids completed, for dialects that have RETURNING
-// but no array parameter.
-func completeInQuery(d Dialect, q *queries, first, n int) string {
-	var b strings.Builder
-	b.Grow(len(q.completeIn) + n*4 + 14)
-	b.WriteString(q.completeIn)
-	for i := first; i < first+n; i++ {
-		if i > first {
-			b.WriteByte(',')
-		}
-		b.WriteString(d.placeholder(i))
-	}
-	b.WriteString(") RETURNING id")
-	return b.String()
-}
-
-// scanIDList reads a column of ids.
-func scanIDList(rows rowsScanner, into []int64) ([]int64, error) {
-	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return into, err
-		}
-		into = append(into, id)
-	}
-	return into, rows.Err()
-}
-
 // insertSingle saves one record with a statement of fixed text, for
 // dialects with INSERT … RETURNING: the common case of one message per
 // Publish needs no array and no statement built per call.
-func insertSingle(ctx context.Context, db dbtx, q *queries, r *recordstore.Record) error {
-	md, err := encodeMetadata(r.Metadata)
-	if err != nil {
-		return fmt.Errorf("record #0: %w", err)
-	}
-	return db.QueryRowContext(ctx, q.insertOne, r.Topic, r.UUID, payloadOf(r.Payload), md).Scan(&r.ID)
+func insertSingle(ctx context.Context, db executor, q *queries, r *recordstore.Record, metadata string) error {
+	return db.QueryRowContext(ctx, q.insertOne, r.Topic, r.UUID, payloadOf(r.Payload), metadata).Scan(&r.ID)
 }

@@ -174,35 +174,23 @@ func mariaDBHasReturning(version string) bool {
 	return err1 == nil && err2 == nil && (major > 10 || major == 10 && minor >= 5)
 }
 
-func (d mysql) insert(ctx context.Context, db dbtx, q *queries, records []recordstore.Record) error {
-	srv := d.server
-	if srv == nil {
-		return errors.New("sqlstore: MySQL dialect used before its pool was probed")
+// errNotProbed is a MySQL dialect value used without the server it was
+// bound to; the store binds it before every insert, so this is a bug.
+var errNotProbed = errors.New("sqlstore: MySQL dialect used before its pool was probed")
+
+// splitInsert: see mysqlServer.split.
+func (d mysql) splitInsert(q *queries, records []recordstore.Record, metadata []string) ([]int, error) {
+	if d.server == nil {
+		return nil, errNotProbed
 	}
-	metadata := make([]string, len(records))
-	for i, r := range records {
-		md, err := encodeMetadata(r.Metadata)
-		if err != nil {
-			return fmt.Errorf("record #%d: %w", i, err)
-		}
-		metadata[i] = md
+	return d.server.split(q, records, metadata)
+}
+
+func (d mysql) insert(ctx context.Context, db executor, q *queries, records []recordstore.Record, metadata []string) error {
+	if d.server == nil {
+		return errNotProbed
 	}
-	bounds, err := srv.split(q, records, metadata)
-	if err != nil {
-		return err
-	}
-	if len(bounds) == 2 {
-		return srv.insertRows(ctx, db, q, records, metadata)
-	}
-	return inTx(ctx, db, func(tx dbtx) error {
-		for i := 1; i < len(bounds); i++ {
-			from, to := bounds[i-1], bounds[i]
-			if err := srv.insertRows(ctx, tx, q, records[from:to], metadata[from:to]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return d.server.insertRows(ctx, db, q, records, metadata)
 }
 
 // split returns the boundaries of the statements a batch needs: 0, then the
@@ -245,7 +233,7 @@ func escapedLen[T string | []byte](v T) int {
 
 // insertRows saves records with one multi-row INSERT and sets their ids; see
 // [MySQL] for why the ids are the rows' own.
-func (srv *mysqlServer) insertRows(ctx context.Context, db dbtx, q *queries, records []recordstore.Record, metadata []string) error {
+func (srv *mysqlServer) insertRows(ctx context.Context, db executor, q *queries, records []recordstore.Record, metadata []string) error {
 	var b strings.Builder
 	b.Grow(len(q.insertValues) + len(records)*10 + 13)
 	b.WriteString(q.insertValues)
@@ -372,8 +360,6 @@ func (mysql) leaseUntil(int) string { return "UTC_TIMESTAMP(6) + INTERVAL ? MICR
 
 func (mysql) leaseArg(lease time.Duration) any { return lease.Microseconds() }
 
-var _ opsDialect = mysql{}
-
 func (mysql) ago(int) string { return "UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND" }
 
 // lockRows: SKIP LOCKED needs MySQL 8.0 or MariaDB 10.6.
@@ -409,7 +395,7 @@ func (mysql) alreadyApplied(err error) bool {
 // was pending. Completions run one statement per id.
 func (mysql) batchComplete(Completion) bool { return false }
 
-func (mysql) completeMany(context.Context, *sqlx.DB, *queries, string, []int64) ([]int64, error) {
+func (mysql) completeMany(context.Context, executor, *queries, string, []int64) ([]int64, error) {
 	return nil, errors.New("sqlstore: the MySQL dialect has no combined completion")
 }
 

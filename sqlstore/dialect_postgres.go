@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jmoiron/sqlx"
 
 	"github.com/wmoutbox/outbox/recordstore"
 )
@@ -43,20 +41,20 @@ ORDER BY u.ord
 RETURNING id`, table)
 }
 
-func (postgres) insert(ctx context.Context, db dbtx, q *queries, records []recordstore.Record) error {
+// splitInsert: the arrays carry any number of rows in one statement.
+func (postgres) splitInsert(_ *queries, records []recordstore.Record, _ []string) ([]int, error) {
+	return []int{0, len(records)}, nil
+}
+
+func (postgres) insert(ctx context.Context, db executor, q *queries, records []recordstore.Record, metadata []string) error {
 	if len(records) == 1 {
-		return insertSingle(ctx, db, q, &records[0])
+		return insertSingle(ctx, db, q, &records[0], metadata[0])
 	}
 	topics := make([]string, len(records))
 	uuids := make([]string, len(records))
 	payloads := make([][]byte, len(records))
-	metadata := make([]string, len(records))
 	for i, r := range records {
-		md, err := encodeMetadata(r.Metadata)
-		if err != nil {
-			return fmt.Errorf("record #%d: %w", i, err)
-		}
-		topics[i], uuids[i], payloads[i], metadata[i] = r.Topic, r.UUID, payloadOf(r.Payload), md
+		topics[i], uuids[i], payloads[i] = r.Topic, r.UUID, payloadOf(r.Payload)
 	}
 	rows, err := db.QueryContext(ctx, q.insertBatch, topics, uuids, payloads, metadata)
 	if err != nil {
@@ -78,7 +76,7 @@ func (postgres) completeManyQuery(table string, mode Completion) string {
 	return fmt.Sprintf("DELETE FROM %s WHERE id = ANY($1::bigint[]) AND consumers = 0 AND abandoned_at IS NULL RETURNING id", table)
 }
 
-func (postgres) completeMany(ctx context.Context, db *sqlx.DB, q *queries, consumer string, ids []int64) ([]int64, error) {
+func (postgres) completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64) ([]int64, error) {
 	args := []any{ids}
 	if q.mark {
 		args = append(args, consumer)
@@ -131,31 +129,6 @@ func (postgres) convertError(err error) error {
 
 func (postgres) databaseQuery() string { return "SELECT current_database()" }
 
-// rowsScanner is what scanIDs needs of *sql.Rows.
-type rowsScanner interface {
-	Next() bool
-	Scan(dest ...any) error
-	Err() error
-	Close() error
-}
-
-// scanIDs reads the ids a batch insert returned and assigns them in
-// ascending order, which is the order the rows were inserted in.
-func scanIDs(rows rowsScanner, records []recordstore.Record) error {
-	ids, err := scanIDList(rows, make([]int64, 0, len(records)))
-	if err != nil {
-		return err
-	}
-	if len(ids) != len(records) {
-		return fmt.Errorf("insert returned %d ids for %d records", len(ids), len(records))
-	}
-	slices.Sort(ids)
-	for i := range records {
-		records[i].ID = ids[i]
-	}
-	return nil
-}
-
 // leaseUntil: now() is the start of the statement's transaction, which for
 // the claim, run on its own, is the statement's time.
 func (postgres) leaseUntil(n int) string {
@@ -163,8 +136,6 @@ func (postgres) leaseUntil(n int) string {
 }
 
 func (postgres) leaseArg(lease time.Duration) any { return lease.Seconds() }
-
-var _ opsDialect = postgres{}
 
 func (postgres) ago(n int) string {
 	return fmt.Sprintf("now() - ($%d::bigint * interval '1 microsecond')", n)

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -39,39 +37,30 @@ func (sqlite) clock() string { return "strftime('%Y-%m-%d %H:%M:%f', 'now')" }
 
 func (sqlite) insertQuery(string) string { return "" }
 
-func (sqlite) insert(ctx context.Context, db dbtx, q *queries, records []recordstore.Record) error {
-	if len(records) == 1 {
-		return insertSingle(ctx, db, q, &records[0])
+// splitInsert keeps each statement within SQLite's limit of bound
+// variables.
+func (sqlite) splitInsert(_ *queries, records []recordstore.Record, _ []string) ([]int, error) {
+	bounds := make([]int, 0, 2+len(records)/sqliteMaxRows)
+	for start := 0; start < len(records); start += sqliteMaxRows {
+		bounds = append(bounds, start)
 	}
-	if len(records) <= sqliteMaxRows {
-		return sqliteInsertChunk(ctx, db, q, records)
-	}
-	return inTx(ctx, db, func(tx dbtx) error {
-		for start := 0; start < len(records); start += sqliteMaxRows {
-			end := min(start+sqliteMaxRows, len(records))
-			if err := sqliteInsertChunk(ctx, tx, q, records[start:end]); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return append(bounds, len(records)), nil
 }
 
-func sqliteInsertChunk(ctx context.Context, db dbtx, q *queries, records []recordstore.Record) error {
+func (sqlite) insert(ctx context.Context, db executor, q *queries, records []recordstore.Record, metadata []string) error {
+	if len(records) == 1 {
+		return insertSingle(ctx, db, q, &records[0], metadata[0])
+	}
 	var b strings.Builder
 	b.Grow(len(q.insertValues) + len(records)*12 + 13)
 	b.WriteString(q.insertValues)
 	args := make([]any, 0, len(records)*4)
 	for i, r := range records {
-		md, err := encodeMetadata(r.Metadata)
-		if err != nil {
-			return fmt.Errorf("record #%d: %w", i, err)
-		}
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		b.WriteString("(?,?,?,?)")
-		args = append(args, r.Topic, r.UUID, payloadOf(r.Payload), md)
+		args = append(args, r.Topic, r.UUID, payloadOf(r.Payload), metadata[i])
 	}
 	// Rows of one statement get increasing rowids (AUTOINCREMENT), and
 	// scanIDs assigns the returned ids in ascending order.
@@ -88,7 +77,7 @@ func (sqlite) batchComplete(Completion) bool { return true }
 
 func (sqlite) completeManyQuery(string, Completion) string { return "" }
 
-func (d sqlite) completeMany(ctx context.Context, db *sqlx.DB, q *queries, consumer string, ids []int64) ([]int64, error) {
+func (d sqlite) completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64) ([]int64, error) {
 	done := make([]int64, 0, len(ids))
 	for start := 0; start < len(ids); start += sqliteMaxVars - 1 {
 		chunk := ids[start:min(start+sqliteMaxVars-1, len(ids))]
@@ -163,8 +152,6 @@ func (sqlite) databaseQuery() string {
 func (sqlite) leaseUntil(int) string { return "strftime('%Y-%m-%d %H:%M:%f', 'now', ?)" }
 
 func (sqlite) leaseArg(lease time.Duration) any { return fmt.Sprintf("%+.3f seconds", lease.Seconds()) }
-
-var _ opsDialect = sqlite{}
 
 // ago turns the microseconds into an SQLite time modifier ("-1.5 seconds").
 func (sqlite) ago(int) string {

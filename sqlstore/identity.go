@@ -58,7 +58,7 @@ func (s *Store) IdentityTx(ctx context.Context, tx recordstore.Tx) (string, erro
 
 // identityThrough reads the identity through q and keeps it with the
 // attachment of db.
-func (s *Store) identityThrough(ctx context.Context, q querier, db *sqlx.DB) (string, error) {
+func (s *Store) identityThrough(ctx context.Context, q executor, db *sqlx.DB) (string, error) {
 	version, _, err := s.readVersion(ctx, q)
 	switch {
 	case errors.Is(err, ErrTableMissing) || (err == nil && version == 0):
@@ -80,7 +80,7 @@ func (s *Store) identityThrough(ctx context.Context, q querier, db *sqlx.DB) (st
 }
 
 // readIdentity reads the table's identity, "" when it has none yet.
-func (s *Store) readIdentity(ctx context.Context, q querier) (string, error) {
+func (s *Store) readIdentity(ctx context.Context, q executor) (string, error) {
 	var identity sql.NullString
 	err := q.QueryRowContext(ctx, s.q.readIdentity, s.table).Scan(&identity)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
@@ -108,18 +108,18 @@ func (s *Store) cacheIdentity(db *sqlx.DB, identity string) {
 // prepareVersionTable creates the schema version table, or adds the
 // identity column to one created before identities existed. It runs under
 // the migration lock, so two processes never add the column at once.
-func (s *Store) prepareVersionTable(ctx context.Context, tx *sqlx.Tx, d Dialect) error {
-	if _, err := tx.ExecContext(ctx, d.versionTableDDL()); err != nil {
+func (s *Store) prepareVersionTable(ctx context.Context, tx executor, d Dialect) error {
+	if _, err := tx.ExecContext(ctx, s.q.versionTableDDL); err != nil {
 		return s.fail("create schema version table", err)
 	}
 	var n int
-	if err := tx.QueryRowContext(ctx, d.versionIdentityColumn()).Scan(&n); err != nil {
+	if err := tx.QueryRowContext(ctx, s.q.versionIdentityColumn).Scan(&n); err != nil {
 		return s.fail("read schema version table", err)
 	}
 	if n > 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, d.addVersionIdentity()); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q.addVersionIdentity); err != nil {
 		if r, ok := d.(rerunTolerant); ok && r.alreadyApplied(err) {
 			return nil
 		}

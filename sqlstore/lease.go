@@ -18,8 +18,7 @@ var _ recordstore.Releaser = (*Store)(nil)
 // the consumer's own delivery row claimed: two consumers hold leases on one
 // record at once, two copies for one consumer do not.
 func (s *Store) claim(ctx context.Context, db *sqlx.DB, d recordstore.Delivery) error {
-	lease := s.dialect.leaseArg(s.lease)
-	n, err := s.exec(ctx, db, "claim", s.q.claimRecord, lease, d.Lease, d.ID, d.Topic)
+	n, err := s.exec(ctx, db, "claim", s.q.claimRecord, s.leaseArg, d.Lease, d.ID, d.Topic)
 	if err != nil || n == 1 {
 		return err
 	}
@@ -31,7 +30,7 @@ func (s *Store) claim(ctx context.Context, db *sqlx.DB, d recordstore.Delivery) 
 		return err
 	}
 	if st.consumers > 0 {
-		n, err := s.exec(ctx, db, "claim", s.q.claimDelivery, lease, d.Lease, d.ID, d.Consumer)
+		n, err := s.exec(ctx, db, "claim", s.q.claimDelivery, s.leaseArg, d.Lease, d.ID, d.Consumer)
 		if err != nil || n == 1 {
 			return err
 		}

@@ -172,7 +172,7 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 		return s.fail("migrate", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
-	if lock := d.migrationLock(); lock != "" {
+	if lock := s.q.migrationLock; lock != "" {
 		if _, err := tx.ExecContext(ctx, lock); err != nil {
 			return s.fail("lock migrations", err)
 		}
@@ -227,12 +227,7 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 	return nil
 }
 
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
-
-func (s *Store) readVersion(ctx context.Context, q querier) (int, string, error) {
+func (s *Store) readVersion(ctx context.Context, q executor) (int, string, error) {
 	var version int
 	var mode string
 	err := q.QueryRowContext(ctx, s.q.readVersion, s.table).Scan(&version, &mode)
@@ -248,16 +243,13 @@ func (s *Store) readVersion(ctx context.Context, q querier) (int, string, error)
 // writeVersion records the version the table is at, and its identity, in
 // one statement: on MySQL, where the migration's DDL committed on its own,
 // the version and the identity still appear together.
-func (s *Store) writeVersion(ctx context.Context, q querier, from, to int, identity string) error {
+func (s *Store) writeVersion(ctx context.Context, q executor, from, to int, identity string) error {
 	id := sql.NullString{String: identity, Valid: identity != ""}
-	p := s.dialect.placeholder
-	vt := s.dialect.quote(VersionTable)
 	var err error
 	if from == 0 {
-		_, err = q.ExecContext(ctx, fmt.Sprintf("INSERT INTO %s (table_name, version, completion, table_identity) VALUES (%s, %s, %s, %s)", vt, p(1), p(2), p(3), p(4)),
-			s.table, to, s.mode.String(), id)
+		_, err = q.ExecContext(ctx, s.q.insertVersion, s.table, to, s.mode.String(), id)
 	} else {
-		_, err = q.ExecContext(ctx, fmt.Sprintf("UPDATE %s SET version = %s, table_identity = %s WHERE table_name = %s", vt, p(1), p(2), p(3)), to, id, s.table)
+		_, err = q.ExecContext(ctx, s.q.updateVersion, to, id, s.table)
 	}
 	if err != nil {
 		return s.fail("write schema version", err)
@@ -335,7 +327,7 @@ func (s *Store) databaseName(ctx context.Context) string {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
 	var name sql.NullString
-	if err := db.QueryRowContext(ctx, s.dialect.databaseQuery()).Scan(&name); err != nil {
+	if err := db.QueryRowContext(ctx, s.q.databaseName).Scan(&name); err != nil {
 		return ""
 	}
 	return name.String

@@ -1,6 +1,10 @@
 package sqlstore
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // queries are the store's statements, built once per store from the
 // validated, quoted table names; the store methods only execute them.
@@ -80,58 +84,121 @@ type queries struct {
 	consumerStatus         string
 	listDeliveriesByRecord string // prefix ending in "record_id IN "
 
-	readVersion  string
-	readIdentity string
+	// list reads the records of a state (no Completed on a deleting
+	// table), get one record, both with the columns scanInfos reads.
+	list map[State]string
+	get  string
+	// makeDueSelect picks pending records to make due; makeDueStamp is
+	// the prefix, ending in "id IN ", that sets their send time from its
+	// first argument; requeueLater sets one record's.
+	makeDueSelect string
+	makeDueStamp  string
+	requeueLater  string
+
+	// The schema version table, and the migration's own statements.
+	versionTableDDL       string
+	versionIdentityColumn string
+	addVersionIdentity    string
+	migrationLock         string // "" when the database needs none
+	readVersion           string
+	readIdentity          string
+	insertVersion         string
+	updateVersion         string
+	databaseName          string
 }
 
-func buildQueries(d Dialect, table string, mode Completion) *queries {
-	o := opsOf(d)
-	t := d.quote(table)
-	tc := d.quote(consumersTable(table))
-	p := d.placeholder
-	clock := d.clock()
-	q := &queries{table: t, consumers: tc, mark: mode == Mark}
+// fragments are the pieces the statements are built from: the quoted
+// tables, the dialect's clock and placeholders, and the conditions that say
+// what is pending.
+type fragments struct {
+	d     Dialect
+	t, tc string // the quoted record and consumers tables
+	clock string
+	mark  bool
+	// pending selects a pending record: neither completed (on a marking
+	// table) nor abandoned; abandoning marks a record processed too.
+	pending string
+}
 
+// A delivery row is pending while it is neither completed nor abandoned;
+// cPending is the same condition on the consumers table aliased c.
+const (
+	deliveryPending = "processed_at IS NULL AND abandoned_at IS NULL"
+	cPending        = "c.processed_at IS NULL AND c.abandoned_at IS NULL"
+)
+
+func (f fragments) p(n int) string { return f.d.placeholder(n) }
+
+// due is true when the row's retry delay in col is over.
+func (f fragments) due(col string) string {
+	return fmt.Sprintf("(%s IS NULL OR %s <= %s)", col, col, f.clock)
+}
+
+// wait is the microseconds until col, negated, when col is in the future;
+// NULL when the row is due.
+func (f fragments) wait(col string) string {
+	return fmt.Sprintf("CASE WHEN %s > %s THEN 0 - %s END", col, f.clock, f.d.ageMicros(col))
+}
+
+// buildQueries builds every statement of a store once, when the store is
+// made, so that its methods only execute them.
+func buildQueries(d Dialect, table string, mode Completion) *queries {
+	f := fragments{d: d, t: d.quote(table), tc: d.quote(consumersTable(table)), clock: d.clock(), mark: mode == Mark, pending: "abandoned_at IS NULL"}
+	if f.mark {
+		f.pending = "processed_at IS NULL"
+	}
+	q := &queries{table: f.t, consumers: f.tc, mark: f.mark}
+	q.buildInsert(f)
+	q.buildCheck(f)
+	q.buildComplete(f, mode)
+	q.buildFailure(f)
+	q.buildResend(f)
+	q.buildStatus(f)
+	q.buildAdmin(f)
+	q.buildSchema(f)
+	return q
+}
+
+// buildInsert builds the statements of Insert.
+func (q *queries) buildInsert(f fragments) {
+	t, tc, p := f.t, f.tc, f.p
 	q.insertValues = fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata) VALUES ", t)
 	q.insertOne = fmt.Sprintf("%s(%s, %s, %s, %s) RETURNING id", q.insertValues, p(1), p(2), p(3), p(4))
-	q.insertBatch = d.insertQuery(t)
+	q.insertBatch = f.d.insertQuery(t)
 	q.insertDeliveries = fmt.Sprintf("INSERT INTO %s (record_id, consumer) VALUES ", tc)
 	q.setConsumers = fmt.Sprintf("UPDATE %s SET consumers = %s WHERE id IN ", t, p(1))
+}
 
-	// A record is pending while it is neither completed (on a marking
-	// table) nor abandoned; abandoning marks it processed too. A delivery
-	// row is pending while it is neither.
-	pending := "abandoned_at IS NULL"
-	if q.mark {
-		pending = "processed_at IS NULL"
-	}
-	const deliveryPending = "processed_at IS NULL AND abandoned_at IS NULL"
-	due := func(col string) string { return fmt.Sprintf("(%s IS NULL OR %s <= %s)", col, col, clock) }
-	wait := func(col string) string {
-		return fmt.Sprintf("CASE WHEN %s > %s THEN 0 - %s END", col, clock, o.ageMicros(col))
-	}
-	free := fmt.Sprintf("(lease_until IS NULL OR lease_until < %s)", clock)
-
+// buildCheck builds the statements of CheckPending and of the lease.
+func (q *queries) buildCheck(f fragments) {
+	t, tc, p, d := f.t, f.tc, f.p, f.d
 	recordDone, completedBy := "0", "''"
-	if q.mark {
+	if f.mark {
 		recordDone, completedBy = "CASE WHEN r.processed_at IS NULL THEN 0 ELSE 1 END", "COALESCE(r.completed_by, '')"
 	}
 	q.state = fmt.Sprintf(`SELECT r.topic, r.consumers, %s, %s, CASE WHEN r.abandoned_at IS NULL THEN 0 ELSE 1 END, %s,
     CASE WHEN c.record_id IS NULL THEN 0 ELSE 1 END, CASE WHEN c.processed_at IS NULL THEN 0 ELSE 1 END,
     CASE WHEN c.abandoned_at IS NULL THEN 0 ELSE 1 END, %s
 FROM %s r LEFT JOIN %s c ON c.record_id = r.id AND c.consumer = %s
-WHERE r.id = %s`, recordDone, completedBy, wait("r.due_at"), wait("c.due_at"), t, tc, p(1), p(2))
+WHERE r.id = %s`, recordDone, completedBy, f.wait("r.due_at"), f.wait("c.due_at"), t, tc, p(1), p(2))
 
+	free := fmt.Sprintf("(lease_until IS NULL OR lease_until < %s)", f.clock)
 	q.claimRecord = fmt.Sprintf("UPDATE %s SET lease_until = %s, lease_owner = %s WHERE id = %s AND topic = %s AND consumers = 0 AND %s AND %s AND %s",
-		t, d.leaseUntil(1), p(2), p(3), p(4), pending, due("due_at"), free)
+		t, d.leaseUntil(1), p(2), p(3), p(4), f.pending, f.due("due_at"), free)
 	// The topic was checked by the state query that comes first.
 	q.claimDelivery = fmt.Sprintf("UPDATE %s SET lease_until = %s, lease_owner = %s WHERE record_id = %s AND consumer = %s AND %s AND %s AND %s",
-		tc, d.leaseUntil(1), p(2), p(3), p(4), deliveryPending, due("due_at"), free)
+		tc, d.leaseUntil(1), p(2), p(3), p(4), deliveryPending, f.due("due_at"), free)
 	q.releaseRecord = fmt.Sprintf("UPDATE %s SET lease_until = NULL, lease_owner = NULL WHERE id = %s AND lease_owner = %s", t, p(1), p(2))
 	q.releaseDelivery = fmt.Sprintf("UPDATE %s SET lease_until = NULL, lease_owner = NULL WHERE record_id = %s AND consumer = %s AND lease_owner = %s",
 		tc, p(1), p(2), p(3))
+}
 
-	if q.mark {
+// buildComplete builds the statements of Complete: of a record without
+// consumers, alone or many at once, and of one consumer's delivery with the
+// roll-up of its record.
+func (q *queries) buildComplete(f fragments, mode Completion) {
+	t, tc, p, clock := f.t, f.tc, f.p, f.clock
+	if f.mark {
 		q.complete = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s WHERE id = %s AND processed_at IS NULL AND consumers = 0",
 			t, clock, p(1), p(2))
 		q.completeIn = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s WHERE processed_at IS NULL AND consumers = 0 AND id IN (",
@@ -144,77 +211,164 @@ WHERE r.id = %s`, recordDone, completedBy, wait("r.due_at"), wait("c.due_at"), t
 		q.finishRecord = fmt.Sprintf("DELETE FROM %s WHERE id = %s", t, p(1))
 		q.abandonRecord = fmt.Sprintf("UPDATE %s SET abandoned_at = %s WHERE id = %s", t, clock, p(1))
 	}
-	q.completeMany = d.completeManyQuery(t, mode)
+	q.completeMany = f.d.completeManyQuery(t, mode)
 	q.lockRecord = fmt.Sprintf("UPDATE %s SET consumers = consumers WHERE id = %s AND consumers > 0", t, p(1))
 	q.completeDelivery = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE record_id = %s AND consumer = %s AND %s",
 		tc, clock, p(1), p(2), deliveryPending)
 	q.deliveries = fmt.Sprintf("SELECT CASE WHEN %s THEN 1 ELSE 0 END, CASE WHEN abandoned_at IS NULL THEN 0 ELSE 1 END FROM %s WHERE record_id = %s%s",
-		deliveryPending, tc, p(1), o.lockRows(false))
+		deliveryPending, tc, p(1), f.d.lockRows(false))
 	q.dropDeliveries = fmt.Sprintf("DELETE FROM %s WHERE record_id = %s", tc, p(1))
+}
 
+// buildFailure builds the statements of RecordFailure and of Requeue, which
+// undoes an abandonment.
+func (q *queries) buildFailure(f fragments) {
+	t, tc, p, d, clock := f.t, f.tc, f.p, f.d, f.clock
 	abandonSet := "abandoned_at = " + clock
-	if q.mark {
+	if f.mark {
 		abandonSet += ", processed_at = " + clock
 	}
-	q.failureRecord = fmt.Sprintf("SELECT consumers, attempts FROM %s WHERE id = %s AND %s%s", t, p(1), pending, o.lockRows(false))
+	q.failureRecord = fmt.Sprintf("SELECT consumers, attempts FROM %s WHERE id = %s AND %s%s", t, p(1), f.pending, d.lockRows(false))
 	q.failRecord = fmt.Sprintf("UPDATE %s SET attempts = %s, last_error = %s, due_at = %s WHERE id = %s", t, p(1), p(2), d.leaseUntil(3), p(4))
 	q.abandonFailed = fmt.Sprintf("UPDATE %s SET attempts = %s, last_error = %s, %s WHERE id = %s", t, p(1), p(2), abandonSet, p(3))
-	q.failureDelivery = fmt.Sprintf("SELECT attempts FROM %s WHERE record_id = %s AND consumer = %s AND %s%s", tc, p(1), p(2), deliveryPending, o.lockRows(false))
+	q.failureDelivery = fmt.Sprintf("SELECT attempts FROM %s WHERE record_id = %s AND consumer = %s AND %s%s", tc, p(1), p(2), deliveryPending, d.lockRows(false))
 	q.failDelivery = fmt.Sprintf("UPDATE %s SET attempts = %s, last_error = %s, due_at = %s WHERE record_id = %s AND consumer = %s",
 		tc, p(1), p(2), d.leaseUntil(3), p(4), p(5))
 	q.abandonDelivery = fmt.Sprintf("UPDATE %s SET attempts = %s, last_error = %s, abandoned_at = %s WHERE record_id = %s AND consumer = %s",
 		tc, p(1), p(2), clock, p(3), p(4))
 
-	q.resubmitSelect = fmt.Sprintf("SELECT id, topic, uuid, payload, metadata FROM %s WHERE id = %s AND abandoned_at IS NOT NULL%s", t, p(1), o.lockRows(false))
+	q.resubmitSelect = fmt.Sprintf("SELECT id, topic, uuid, payload, metadata FROM %s WHERE id = %s AND abandoned_at IS NOT NULL%s", t, p(1), d.lockRows(false))
 	revive := "abandoned_at = NULL, attempts = 0, due_at = NULL, lease_until = NULL, lease_owner = NULL"
 	recordRevive := revive + ", last_sent_at = " + clock
-	if q.mark {
+	if f.mark {
 		recordRevive += ", processed_at = NULL"
 	}
 	q.resubmitRecord = fmt.Sprintf("UPDATE %s SET %s WHERE id = %s", t, recordRevive, p(1))
 	q.resubmitDeliveries = fmt.Sprintf("UPDATE %s SET %s WHERE record_id = %s AND abandoned_at IS NOT NULL", tc, revive, p(1))
+}
 
+// buildResend builds the statements that read records to send again
+// (startup replay, stale resubmit) and stamp them sent, and those of the
+// retention purge.
+func (q *queries) buildResend(f fragments) {
+	t, tc, p, d := f.t, f.tc, f.p, f.d
 	q.pendingAfter = fmt.Sprintf("SELECT id, uuid, payload, metadata FROM %s WHERE topic = %s AND id > %s AND %s ORDER BY id LIMIT %s",
-		t, p(1), p(2), pending, p(3))
-	const cPending = "c.processed_at IS NULL AND c.abandoned_at IS NULL"
+		t, p(1), p(2), f.pending, p(3))
 	// A record with consumers is due when one of its pending deliveries
 	// is.
 	q.claimStale = fmt.Sprintf(`SELECT id, topic, uuid, payload, metadata FROM %s r
 WHERE topic = %s AND %s AND COALESCE(last_sent_at, created_at) < %s
   AND ((consumers = 0 AND %s) OR (consumers > 0 AND EXISTS (SELECT 1 FROM %s c WHERE c.record_id = r.id AND %s AND %s)))
 ORDER BY id LIMIT %s%s`,
-		t, p(1), pending, o.ago(2), due("due_at"), tc, cPending, due("c.due_at"), p(3), o.lockRows(true))
-	q.stamp = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN ", t, clock)
+		t, p(1), f.pending, d.ago(2), f.due("due_at"), tc, cPending, f.due("c.due_at"), p(3), d.lockRows(true))
+	q.stamp = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN ", t, f.clock)
 
 	q.purgeSelect = fmt.Sprintf("SELECT id, consumers FROM %s WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT %s%s",
-		t, o.ago(1), p(2), o.lockRows(true))
+		t, d.ago(1), p(2), d.lockRows(true))
 	q.purgeDeliveries = fmt.Sprintf("DELETE FROM %s WHERE record_id IN ", tc)
 	q.purgeRecords = fmt.Sprintf("DELETE FROM %s WHERE id IN ", t)
+}
 
+// buildStatus builds the statements of PendingStatus and Status.
+func (q *queries) buildStatus(f fragments) {
+	t, tc, d, pending := f.t, f.tc, f.d, f.pending
 	completed := "0"
-	if q.mark {
+	if f.mark {
 		completed = "SUM(CASE WHEN processed_at IS NOT NULL AND abandoned_at IS NULL THEN 1 ELSE 0 END)"
 	}
 	q.pendingStatus = fmt.Sprintf("SELECT topic, COUNT(*), %s FROM %s WHERE %s GROUP BY topic ORDER BY topic",
-		o.ageMicros("MIN(created_at)"), t, pending)
+		d.ageMicros("MIN(created_at)"), t, pending)
 	q.status = fmt.Sprintf(`SELECT topic, SUM(CASE WHEN %s THEN 1 ELSE 0 END), %s,
 SUM(CASE WHEN abandoned_at IS NOT NULL THEN 1 ELSE 0 END), %s
 FROM %s GROUP BY topic ORDER BY topic`,
-		pending, o.ageMicros("MIN(CASE WHEN "+pending+" THEN created_at END)"), completed, t)
+		pending, d.ageMicros("MIN(CASE WHEN "+pending+" THEN created_at END)"), completed, t)
 	q.consumerPendingStatus = fmt.Sprintf(`SELECT r.topic, c.consumer, COUNT(*), %s
 FROM %s c JOIN %s r ON r.id = c.record_id WHERE %s GROUP BY r.topic, c.consumer`,
-		o.ageMicros("MIN(r.created_at)"), tc, t, cPending)
+		d.ageMicros("MIN(r.created_at)"), tc, t, cPending)
 	q.consumerStatus = fmt.Sprintf(`SELECT r.topic, c.consumer, SUM(CASE WHEN %s THEN 1 ELSE 0 END), %s,
 SUM(CASE WHEN c.abandoned_at IS NOT NULL THEN 1 ELSE 0 END), SUM(CASE WHEN c.processed_at IS NOT NULL THEN 1 ELSE 0 END)
 FROM %s c JOIN %s r ON r.id = c.record_id GROUP BY r.topic, c.consumer`,
-		cPending, o.ageMicros("MIN(CASE WHEN "+cPending+" THEN r.created_at END)"), tc, t)
+		cPending, d.ageMicros("MIN(CASE WHEN "+cPending+" THEN r.created_at END)"), tc, t)
+}
+
+// buildAdmin builds the statements of the operator's methods: List, Get,
+// MakeDue and RequeueLater.
+func (q *queries) buildAdmin(f fragments) {
+	t, tc, p, d := f.t, f.tc, f.p, f.d
+	state := "CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' ELSE 'pending' END"
+	if f.mark {
+		state = "CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' WHEN processed_at IS NOT NULL THEN 'completed' ELSE 'pending' END"
+	}
+	columns := fmt.Sprintf("id, topic, uuid, payload, metadata, %s, attempts, COALESCE(last_error, ''), %s, %s, %s",
+		state, d.ageMicros("created_at"), d.ageMicros("COALESCE(last_sent_at, created_at)"), sendKind())
+	conds := map[State]string{Pending: f.pending, Abandoned: "abandoned_at IS NOT NULL"}
+	if f.mark {
+		conds[Completed] = "processed_at IS NOT NULL AND abandoned_at IS NULL"
+	}
+	q.list = make(map[State]string, len(conds))
+	for st, cond := range conds {
+		q.list[st] = fmt.Sprintf("SELECT %s FROM %s WHERE %s AND id > %s ORDER BY id LIMIT %s", columns, t, cond, p(1), p(2))
+	}
+	q.get = fmt.Sprintf("SELECT %s FROM %s WHERE id = %s", columns, t, p(1))
 	q.listDeliveriesByRecord = fmt.Sprintf(`SELECT record_id, consumer,
     CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' WHEN processed_at IS NOT NULL THEN 'completed' ELSE 'pending' END,
     attempts, COALESCE(last_error, '')
 FROM %s WHERE record_id IN `, tc)
 
+	q.makeDueSelect = fmt.Sprintf("SELECT id FROM %s WHERE %s AND id > %s ORDER BY id LIMIT %s%s", t, f.pending, p(1), p(2), d.lockRows(true))
+	q.makeDueStamp = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN ", t, p(1))
+	q.requeueLater = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id = %s", t, p(1), p(2))
+}
+
+// buildSchema builds the statements of Migrate and Verify on the schema
+// version table.
+func (q *queries) buildSchema(f fragments) {
+	p, d := f.p, f.d
 	vt := d.quote(VersionTable)
+	q.versionTableDDL = d.versionTableDDL()
+	q.versionIdentityColumn = d.versionIdentityColumn()
+	q.addVersionIdentity = d.addVersionIdentity()
+	q.migrationLock = d.migrationLock()
 	q.readVersion = fmt.Sprintf("SELECT version, completion FROM %s WHERE table_name = %s", vt, p(1))
 	q.readIdentity = fmt.Sprintf("SELECT table_identity FROM %s WHERE table_name = %s", vt, p(1))
-	return q
+	q.insertVersion = fmt.Sprintf("INSERT INTO %s (table_name, version, completion, table_identity) VALUES (%s, %s, %s, %s)", vt, p(1), p(2), p(3), p(4))
+	q.updateVersion = fmt.Sprintf("UPDATE %s SET version = %s, table_identity = %s WHERE table_name = %s", vt, p(1), p(2), p(3))
+	q.databaseName = d.databaseQuery()
 }
+
+// The statements whose text depends on a number of ids are built per call,
+// from a prefix built once.
+
+// idList is "(p1, p2, …)" for n ids starting at placeholder first.
+func idList(d Dialect, first, n int) string {
+	var b strings.Builder
+	b.WriteByte('(')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(d.placeholder(first + i))
+	}
+	b.WriteByte(')')
+	return b.String()
+}
+
+// completeInQuery lists n ids after the completion prefix, from placeholder
+// first on, and returns the ids completed, for dialects that have RETURNING
+// but no array parameter.
+func completeInQuery(d Dialect, q *queries, first, n int) string {
+	var b strings.Builder
+	b.Grow(len(q.completeIn) + n*4 + 14)
+	b.WriteString(q.completeIn)
+	for i := first; i < first+n; i++ {
+		if i > first {
+			b.WriteByte(',')
+		}
+		b.WriteString(d.placeholder(i))
+	}
+	b.WriteString(") RETURNING id")
+	return b.String()
+}
+
+// micros is a duration as the integer argument of [Dialect.ago].
+func micros(d time.Duration) int64 { return d.Microseconds() }

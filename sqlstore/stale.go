@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jmoiron/sqlx"
-
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -25,8 +23,12 @@ func (s *Store) ClaimStale(ctx context.Context, topic string, olderThan time.Dur
 	if olderThan <= 0 || limit < 1 {
 		return nil, fmt.Errorf("%w: claiming stale records needs a positive age and limit (got %v, %d)", ErrInvalidConfig, olderThan, limit)
 	}
+	db, d, err := s.bound(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var recs []recordstore.Record
-	err := s.inTx(ctx, "claim stale", func(tx *sqlx.Tx, d Dialect) error {
+	err = s.inTx(ctx, db, "claim stale", func(tx executor) error {
 		rows, err := tx.QueryContext(ctx, s.q.claimStale, topic, micros(olderThan), limit)
 		if err != nil {
 			return s.fail("claim stale", err)

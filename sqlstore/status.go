@@ -26,10 +26,6 @@ func (s *Store) Status(ctx context.Context) ([]recordstore.TopicStatus, error) {
 	return s.readStatus(ctx, s.q.status, s.q.consumerStatus, true)
 }
 
-type statusQuerier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
 func (s *Store) readStatus(ctx context.Context, names, consumers string, full bool) ([]recordstore.TopicStatus, error) {
 	db, err := s.pool()
 	if err != nil {
@@ -49,7 +45,7 @@ func (s *Store) readStatus(ctx context.Context, names, consumers string, full bo
 	return out, nil
 }
 
-func (s *Store) readNames(ctx context.Context, db statusQuerier, q string, full bool) ([]recordstore.TopicStatus, error) {
+func (s *Store) readNames(ctx context.Context, db executor, q string, full bool) ([]recordstore.TopicStatus, error) {
 	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
 		return nil, s.fail("status", err)
@@ -76,7 +72,7 @@ func (s *Store) readNames(ctx context.Context, db statusQuerier, q string, full 
 }
 
 // readConsumers reads the per-consumer counts, by name, in consumer order.
-func (s *Store) readConsumers(ctx context.Context, db statusQuerier, q string, full bool) (map[string][]recordstore.ConsumerStatus, error) {
+func (s *Store) readConsumers(ctx context.Context, db executor, q string, full bool) (map[string][]recordstore.ConsumerStatus, error) {
 	rows, err := db.QueryContext(ctx, q)
 	if err != nil {
 		return nil, s.fail("status", err)

@@ -74,7 +74,9 @@ type Store struct {
 	table   string
 	mode    Completion
 	lease   time.Duration
-	q       *queries
+	// leaseArg is lease as the claim's argument, made once.
+	leaseArg any
+	q        *queries
 	// att is the attached pool; probeMu serializes probing it.
 	att     atomic.Pointer[attachment]
 	probeMu sync.Mutex
@@ -109,6 +111,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{dialect: cfg.Dialect, table: cfg.Table, mode: cfg.Completion, lease: cfg.Lease, migrations: migrationFiles}
 	s.q = buildQueries(cfg.Dialect, cfg.Table, cfg.Completion)
+	s.leaseArg = cfg.Dialect.leaseArg(cfg.Lease)
 	co := cfg.Coalescing
 	s.coalescing = co
 	if !co.DisableInsert {
@@ -136,7 +139,14 @@ func (s *Store) Coalescing() Coalescing { return s.coalescing }
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() Dialect { return s.dialect }
 
+// fail names the table and the operation an error happened in, and turns a
+// driver error into the package's sentinels. An error inTx has already
+// named is returned as it is, so that callers can name every error of a
+// call without naming any twice.
 func (s *Store) fail(op string, err error) error {
+	if te, ok := err.(*TableError); ok && te.Table == s.table { //nolint:errorlint // only an error named here, not one it wraps
+		return err
+	}
 	return &TableError{Table: s.table, Op: op, Err: s.dialect.convertError(err)}
 }
 
@@ -163,7 +173,7 @@ func (s *Store) insertNow(ctx context.Context, records []recordstore.Record) err
 	if err != nil {
 		return err
 	}
-	if err := s.insertWith(ctx, db, d, records); err != nil {
+	if err := s.insertWith(ctx, db, d, "insert", records); err != nil {
 		if errors.Is(err, ErrInvalidRecord) || errors.Is(err, ErrRecordTooLarge) {
 			return err
 		}
@@ -173,15 +183,37 @@ func (s *Store) insertNow(ctx context.Context, records []recordstore.Record) err
 }
 
 // insertWith saves records through db, the pool or a caller's
-// transaction. Records without consumers cost the one statement they always
-// did; records with consumers add their deliveries, all in one transaction.
-func (s *Store) insertWith(ctx context.Context, db dbtx, d Dialect, records []recordstore.Record) error {
-	if !declaresConsumers(records) {
-		return d.insert(ctx, db, s.q, records)
+// transaction. Records without consumers that fit one statement cost the
+// one statement they always did; a batch that needs several statements, and
+// the deliveries of records with consumers, are saved in one transaction
+// (inTx fails as op). Refused records are reported before anything is
+// sent.
+func (s *Store) insertWith(ctx context.Context, db executor, d Dialect, op string, records []recordstore.Record) error {
+	metadata := make([]string, len(records))
+	for i, r := range records {
+		md, err := encodeMetadata(r.Metadata)
+		if err != nil {
+			return fmt.Errorf("record #%d: %w", i, err)
+		}
+		metadata[i] = md
 	}
-	return inTx(ctx, db, func(tx dbtx) error {
-		if err := d.insert(ctx, tx, s.q, records); err != nil {
-			return err
+	bounds, err := d.splitInsert(s.q, records, metadata)
+	if err != nil {
+		return err
+	}
+	withConsumers := declaresConsumers(records)
+	if len(bounds) == 2 && !withConsumers {
+		return d.insert(ctx, db, s.q, records, metadata)
+	}
+	return s.inTx(ctx, db, op, func(tx executor) error {
+		for i := 1; i < len(bounds); i++ {
+			from, to := bounds[i-1], bounds[i]
+			if err := d.insert(ctx, tx, s.q, records[from:to], metadata[from:to]); err != nil {
+				return err
+			}
+		}
+		if !withConsumers {
+			return nil
 		}
 		return s.insertDeliveries(ctx, tx, records)
 	})
@@ -251,24 +283,5 @@ func (s *Store) PendingAfter(ctx context.Context, topic string, afterID int64, l
 	if err != nil {
 		return nil, s.fail("read pending", err)
 	}
-	defer rows.Close()
-	out := make([]recordstore.Record, 0, min(limit, 1024))
-	var md string
-	for rows.Next() {
-		r := recordstore.Record{Topic: topic}
-		if err := rows.Scan(&r.ID, &r.UUID, &r.Payload, &md); err != nil {
-			return nil, s.fail("read pending", err)
-		}
-		if r.Metadata, err = decodeMetadata(md); err != nil {
-			return nil, s.fail("read pending", fmt.Errorf("record %d: %w", r.ID, err))
-		}
-		if r.Payload == nil {
-			r.Payload = []byte{}
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.fail("read pending", err)
-	}
-	return out, nil
+	return s.scanPending(rows, topic, min(limit, 1024))
 }

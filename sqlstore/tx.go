@@ -32,7 +32,7 @@ func (s *Store) InsertTx(ctx context.Context, tx recordstore.Tx, records []recor
 			return err
 		}
 	}
-	if err := s.insertWith(ctx, tx, d, records); err != nil {
+	if err := s.insertWith(ctx, tx, d, "insert in transaction", records); err != nil {
 		if errors.Is(err, ErrInvalidRecord) {
 			return err
 		}
@@ -77,7 +77,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx recordstore.Tx, d recordstore
 }
 
 // exec runs a statement and returns the number of rows it changed.
-func (s *Store) exec(ctx context.Context, db dbtx, op, query string, args ...any) (int64, error) {
+func (s *Store) exec(ctx context.Context, db executor, op, query string, args ...any) (int64, error) {
 	res, err := db.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, s.fail(op, err)
