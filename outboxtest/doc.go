@@ -1,0 +1,3 @@
+// Package outboxtest is a kit for testing code that uses the outbox: an
+// in-memory record store.
+package outboxtest
