@@ -82,6 +82,20 @@ func (s *Store) Record(id int64) (RecordInfo, bool) {
 	return s.all[i].info(), true
 }
 
+// topics returns the topics the store saved records of, sorted.
+func (s *Store) topics() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, r := range s.all {
+		if !slices.Contains(out, r.rec.Topic) {
+			out = append(out, r.rec.Topic)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 func (r *record) info() RecordInfo {
 	info := RecordInfo{
 		Record:      copyRecord(r.rec),
