@@ -37,6 +37,7 @@ const (
 	Delete
 )
 
+// String returns "Mark" or "Delete", the subtest names of the modes.
 func (c Completion) String() string {
 	if c == Mark {
 		return "Mark"
