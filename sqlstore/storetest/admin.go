@@ -78,6 +78,32 @@ func (s *suite) testAdmin(t *testing.T) {
 			assert.ErrorIs(t, store.RequeueLater(ctx(t), recs[1].ID), recordstore.ErrNotAbandoned)
 		})
 	})
+
+	t.Run("ListShowsEachDelivery", func(t *testing.T) {
+		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+			store := s.store(t, mode)
+			id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
+			billing, shipping := consumerDlv(id, "billing"), consumerDlv(id, "shipping")
+			for _, f := range []struct {
+				d      recordstore.Delivery
+				reason string
+			}{{billing, "boom"}, {shipping, "other boom"}, {billing, "last boom"}} {
+				_, _, err := store.RecordFailure(ctx(t), f.d, f.reason, 2, nil)
+				require.NoError(t, err)
+			}
+			require.NoError(t, store.Complete(ctx(t), shipping))
+
+			abandonedRecs, err := store.List(ctx(t), sqlstore.Abandoned, 0, 10)
+			require.NoError(t, err)
+			require.Len(t, abandonedRecs, 1)
+			info := abandonedRecs[0]
+			assert.Equal(t, id, info.ID)
+			assert.Equal(t, []sqlstore.DeliveryInfo{
+				{Consumer: "billing", State: sqlstore.Abandoned, Attempts: 2, LastError: "last boom"},
+				{Consumer: "shipping", State: sqlstore.Completed, Attempts: 1, LastError: "other boom"},
+			}, info.Deliveries, "the admin view shows each delivery")
+		})
+	})
 }
 
 func infosRecords(infos []sqlstore.RecordInfo) []recordstore.Record {

@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/outbox/recordstore"
-	"github.com/wmoutbox/outbox/sqlstore"
 )
 
 // twoConsumers are the consumers the per-consumer tests declare.
@@ -25,18 +24,14 @@ func withConsumers(n int, consumers ...string) []recordstore.Record {
 	return recs
 }
 
-// deliveryRows counts the delivery rows of a record, straight from the
-// consumers table.
-func deliveryRows(t *testing.T, store *sqlstore.Store, id int64) int {
+// deliveryRows counts the deliveries the store holds for a record.
+func (s *contract) deliveryRows(t testing.TB, store recordstore.Store, id int64) int {
 	t.Helper()
-	var n int
-	require.NoError(t, store.DB().GetContext(ctx(t), &n,
-		store.DB().Rebind("SELECT COUNT(*) FROM "+store.Table()+"_consumers WHERE record_id = ?"), id))
-	return n
+	return len(s.in.Deliveries(t, store, id))
 }
 
 // pendingIDs are the ids PendingAfter returns for "orders".
-func pendingIDs(t *testing.T, store *sqlstore.Store) []int64 {
+func pendingIDs(t testing.TB, store recordstore.Store) []int64 {
 	t.Helper()
 	recs, err := store.PendingAfter(ctx(t), "orders", 0, 1000)
 	require.NoError(t, err)
@@ -44,20 +39,20 @@ func pendingIDs(t *testing.T, store *sqlstore.Store) []int64 {
 }
 
 // assertCompleted checks that a record is complete: not pending, marked or
-// deleted with its delivery rows.
-func (s *suite) assertCompleted(t *testing.T, store *sqlstore.Store, id int64) {
+// deleted with its deliveries.
+func (s *contract) assertCompleted(t testing.TB, store recordstore.Store, mode Completion, id int64) {
 	t.Helper()
 	assert.NotContains(t, pendingIDs(t, store), id, "record %d is complete", id)
-	if store.Completion() == sqlstore.Delete {
-		s.processedAt(t, store, id) // asserts the row is gone
-		assert.Zero(t, deliveryRows(t, store, id), "a deleting table deletes the delivery rows with the record")
+	if mode == Delete {
+		s.completedAt(t, store, mode, id) // asserts the record is gone
+		assert.Zero(t, s.deliveryRows(t, store, id), "a deleting table deletes the delivery rows with the record")
 		return
 	}
-	assert.NotEmpty(t, s.processedAt(t, store, id))
+	assert.NotEmpty(t, s.completedAt(t, store, mode, id))
 }
 
-func (s *suite) testTopic(t *testing.T) {
-	forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+func (s *contract) testTopic(t *testing.T) {
+	s.forEachMode(t, func(t *testing.T, mode Completion) {
 		store := s.store(t, mode)
 		one := insert(t, store, records("orders", 1))[0]
 		many := insert(t, store, withConsumers(1, twoConsumers...))[0]
@@ -73,10 +68,10 @@ func (s *suite) testTopic(t *testing.T) {
 	})
 }
 
-func (s *suite) testOneReceiver(t *testing.T) {
+func (s *contract) testOneReceiver(t *testing.T) {
 	t.Run("ACopyForAnotherConsumerIsAConflict", func(t *testing.T) {
 		t.Parallel()
-		store := s.store(t, sqlstore.Mark)
+		store := s.store(t, Mark)
 		id := insert(t, store, records("orders", 1))[0].ID
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(id, "billing")))
 
@@ -92,7 +87,7 @@ func (s *suite) testOneReceiver(t *testing.T) {
 
 	t.Run("RecordsCompletedWithoutAConsumerAreNotConflicts", func(t *testing.T) {
 		t.Parallel()
-		store := s.store(t, sqlstore.Mark)
+		store := s.store(t, Mark)
 		id := insert(t, store, records("orders", 1))[0].ID
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(id, "")))
 		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(id, "shipping")), recordstore.ErrNotPending)
@@ -100,20 +95,20 @@ func (s *suite) testOneReceiver(t *testing.T) {
 
 	t.Run("DeletingTableForgetsWhoCompleted", func(t *testing.T) {
 		t.Parallel()
-		store := s.store(t, sqlstore.Delete)
+		store := s.store(t, Delete)
 		id := insert(t, store, records("orders", 1))[0].ID
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(id, "billing")))
 		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(id, "shipping")), recordstore.ErrNotPending)
 	})
 }
 
-func (s *suite) testConsumers(t *testing.T) {
+func (s *contract) testConsumers(t *testing.T) {
 	t.Run("EachConsumerCompletesItsOwnDelivery", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
 			recs := insert(t, store, withConsumers(2, twoConsumers...))
 			id, other := recs[0].ID, recs[1].ID
-			assert.Equal(t, 2, deliveryRows(t, store, id), "one delivery per consumer")
+			assert.Equal(t, 2, s.deliveryRows(t, store, id), "one delivery per consumer")
 
 			billing, shipping := consumerDlv(id, "billing"), consumerDlv(id, "shipping")
 			require.NoError(t, store.CheckPending(ctx(t), billing))
@@ -125,7 +120,7 @@ func (s *suite) testConsumers(t *testing.T) {
 			assert.Equal(t, []int64{id, other}, pendingIDs(t, store), "the record stays pending until every consumer completed it")
 
 			require.NoError(t, store.Complete(ctx(t), shipping))
-			s.assertCompleted(t, store, id)
+			s.assertCompleted(t, store, mode, id)
 			assert.ErrorIs(t, store.CheckPending(ctx(t), shipping), recordstore.ErrNotPending)
 			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), recordstore.ErrNotPending)
 			assert.Equal(t, []int64{other}, pendingIDs(t, store))
@@ -134,7 +129,7 @@ func (s *suite) testConsumers(t *testing.T) {
 	})
 
 	t.Run("AConsumerNotDeclaredHasNoDelivery", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
 			id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
 			for _, c := range []string{"audit", ""} {
@@ -148,16 +143,16 @@ func (s *suite) testConsumers(t *testing.T) {
 
 	t.Run("DuplicateConsumersAreOneDelivery", func(t *testing.T) {
 		t.Parallel()
-		store := s.store(t, sqlstore.Mark)
+		store := s.store(t, Mark)
 		id := insert(t, store, withConsumers(1, "billing", "billing", "shipping"))[0].ID
-		assert.Equal(t, 2, deliveryRows(t, store, id))
+		assert.Equal(t, 2, s.deliveryRows(t, store, id))
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(id, "billing")))
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(id, "shipping")))
-		s.assertCompleted(t, store, id)
+		s.assertCompleted(t, store, Mark, id)
 	})
 
 	t.Run("MixedBatchesKeepTheirOrderAndDeliveries", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
 			recs := records("orders", 6)
 			for i := range recs {
@@ -166,7 +161,7 @@ func (s *suite) testConsumers(t *testing.T) {
 				}
 			}
 			insert(t, store, recs)
-			ids := rowIDs(t, store)
+			ids := s.in.IDs(t, store)
 			for i, r := range recs {
 				require.Equal(t, ids[r.UUID], r.ID)
 				if i > 0 {
@@ -176,39 +171,15 @@ func (s *suite) testConsumers(t *testing.T) {
 				if i%2 == 1 {
 					want = 2
 				}
-				assert.Equal(t, want, deliveryRows(t, store, r.ID), "record #%d", i)
+				assert.Equal(t, want, s.deliveryRows(t, store, r.ID), "record #%d", i)
 			}
 			require.NoError(t, store.Complete(ctx(t), dlv(recs[0].ID)))
 			assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(recs[1].ID, consumer)), recordstore.ErrNoDelivery)
 		})
 	})
 
-	t.Run("InsertTxSavesDeliveriesWithTheTransaction", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
-			store := s.store(t, mode)
-			tx, err := store.DB().BeginTxx(ctx(t), nil)
-			require.NoError(t, err)
-			committed := withConsumers(2, twoConsumers...)
-			require.NoError(t, store.InsertTx(ctx(t), tx, committed))
-			require.NoError(t, tx.Commit())
-
-			tx, err = store.DB().BeginTxx(ctx(t), nil)
-			require.NoError(t, err)
-			rolledBack := withConsumers(1, twoConsumers...)
-			require.NoError(t, store.InsertTx(ctx(t), tx, rolledBack))
-			require.NoError(t, tx.Rollback())
-
-			for _, r := range committed {
-				assert.Equal(t, 2, deliveryRows(t, store, r.ID))
-				require.NoError(t, store.CheckPending(ctx(t), consumerDlv(r.ID, "shipping")))
-			}
-			assert.Zero(t, deliveryRows(t, store, rolledBack[0].ID))
-			assert.Equal(t, 2, rowCount(t, store))
-		})
-	})
-
 	t.Run("ConcurrentConsumersCompleteTheRecordExactlyWhenAllHave", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
 			const consumers, rounds = 6, 25
 			names := make([]string, consumers)
@@ -234,79 +205,34 @@ func (s *suite) testConsumers(t *testing.T) {
 			}
 			assert.Empty(t, pendingIDs(t, store), "no record is left pending once every delivery is complete")
 			for _, r := range recs {
-				s.assertCompleted(t, store, r.ID)
+				s.assertCompleted(t, store, mode, r.ID)
 			}
-		})
-	})
-
-	t.Run("CompleteTxPerConsumer", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
-			store := s.store(t, mode)
-			id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
-			billing, shipping := consumerDlv(id, "billing"), consumerDlv(id, "shipping")
-
-			tx, err := store.DB().BeginTxx(ctx(t), nil)
-			require.NoError(t, err)
-			require.NoError(t, store.CompleteTx(ctx(t), tx, billing))
-			require.NoError(t, tx.Rollback())
-			require.NoError(t, store.CheckPending(ctx(t), billing), "a rolled-back completion leaves the delivery pending")
-
-			tx, err = store.DB().BeginTxx(ctx(t), nil)
-			require.NoError(t, err)
-			require.NoError(t, store.CompleteTx(ctx(t), tx, billing))
-			require.NoError(t, tx.Commit())
-			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), recordstore.ErrNotPending, "completed at commit")
-			require.NoError(t, store.CheckPending(ctx(t), shipping))
-			assert.Equal(t, []int64{id}, pendingIDs(t, store))
-
-			// A second copy for shipping waits for the first transaction's
-			// lock and then finds the delivery completed.
-			first, err := store.DB().BeginTxx(ctx(t), nil)
-			require.NoError(t, err)
-			require.NoError(t, store.CompleteTx(ctx(t), first, shipping))
-			second := make(chan error, 1)
-			go func() {
-				tx, err := store.DB().BeginTxx(ctx(t), nil)
-				if err != nil {
-					second <- err
-					return
-				}
-				defer tx.Rollback() //nolint:errcheck // only read
-				second <- store.CompleteTx(ctx(t), tx, shipping)
-			}()
-			select {
-			case err := <-second:
-				t.Fatalf("the second completion returned (%v) while the first transaction held the record", err)
-			case <-time.After(100 * time.Millisecond):
-			}
-			require.NoError(t, first.Commit())
-			assert.ErrorIs(t, <-second, recordstore.ErrNotPending)
-			s.assertCompleted(t, store, id)
 		})
 	})
 
 	t.Run("PurgeDeletesTheDeliveryRows", func(t *testing.T) {
 		t.Parallel()
-		store := s.store(t, sqlstore.Mark)
+		store := s.store(t, Mark)
+		cleaner := need[recordstore.Cleaner](t, store)
 		recs := insert(t, store, withConsumers(2, twoConsumers...))
 		for _, c := range twoConsumers {
 			require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[0].ID, c)))
 		}
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[1].ID, "billing")))
-		assert.Equal(t, 2, deliveryRows(t, store, recs[0].ID), "a marking table keeps the deliveries of a completed record")
-		backdate(t, store, "processed_at", recs[0].ID)
-		n, err := store.Clean(ctx(t), time.Hour, 10)
+		assert.Equal(t, 2, s.deliveryRows(t, store, recs[0].ID), "a marking table keeps the deliveries of a completed record")
+		s.in.Backdate(t, store, CompletedAt, recs[0].ID)
+		n, err := cleaner.Clean(ctx(t), time.Hour, 10)
 		require.NoError(t, err)
 		assert.Equal(t, 1, n)
-		assert.Zero(t, deliveryRows(t, store, recs[0].ID), "purged with their record")
-		assert.Equal(t, 2, deliveryRows(t, store, recs[1].ID), "a pending record keeps its deliveries")
-		assert.Equal(t, 1, rowCount(t, store))
+		assert.Zero(t, s.deliveryRows(t, store, recs[0].ID), "purged with their record")
+		assert.Equal(t, 2, s.deliveryRows(t, store, recs[1].ID), "a pending record keeps its deliveries")
+		assert.Equal(t, 1, s.rowCount(t, store))
 	})
 }
 
-func (s *suite) testConsumerLease(t *testing.T) {
-	forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
-		store := s.leased(t, mode, time.Hour)
+func (s *contract) testConsumerLease(t *testing.T) {
+	s.forEachMode(t, func(t *testing.T, mode Completion) {
+		store, releaser := s.leased(t, mode, time.Hour)
 		id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
 		billing := withLease(consumerDlv(id, "billing"), "billing-1")
 		shipping := withLease(consumerDlv(id, "shipping"), "shipping-1")
@@ -316,9 +242,9 @@ func (s *suite) testConsumerLease(t *testing.T) {
 		require.NoError(t, store.CheckPending(ctx(t), shipping), "shipping holds a lease on the same record at the same time")
 		assert.ErrorIs(t, store.CheckPending(ctx(t), billingCopy), recordstore.ErrLeased, "a second copy for billing is refused")
 
-		require.NoError(t, store.Release(ctx(t), billingCopy), "releasing with another token is harmless")
+		require.NoError(t, releaser.Release(ctx(t), billingCopy), "releasing with another token is harmless")
 		assert.ErrorIs(t, store.CheckPending(ctx(t), billingCopy), recordstore.ErrLeased, "and does not release billing's claim")
-		require.NoError(t, store.Release(ctx(t), billing))
+		require.NoError(t, releaser.Release(ctx(t), billing))
 		require.NoError(t, store.CheckPending(ctx(t), billingCopy), "the released delivery is claimed again")
 		assert.ErrorIs(t, store.CheckPending(ctx(t), withLease(shipping, "shipping-2")), recordstore.ErrLeased, "shipping's claim is its own")
 
@@ -327,25 +253,26 @@ func (s *suite) testConsumerLease(t *testing.T) {
 		assert.ErrorIs(t, store.CheckPending(ctx(t), withLease(consumerDlv(id, "audit"), "audit-1")), recordstore.ErrNoDelivery)
 		assert.ErrorIs(t, store.CheckPending(ctx(t), recordstore.Delivery{ID: id, Topic: "payments", Consumer: "shipping", Lease: "x"}), recordstore.ErrUnknownRecord)
 		require.NoError(t, store.Complete(ctx(t), shipping))
-		s.assertCompleted(t, store, id)
+		s.assertCompleted(t, store, mode, id)
 	})
 }
 
-func (s *suite) testConsumerAttempts(t *testing.T) {
+func (s *contract) testConsumerAttempts(t *testing.T) {
 	t.Run("AbandonOneDeliveryThenRequeue", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
+			fr, rq := failures(t, store)
 			id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
 			billing, shipping := consumerDlv(id, "billing"), consumerDlv(id, "shipping")
 
-			n, abandoned, err := store.RecordFailure(ctx(t), billing, "boom", 2, nil)
+			n, abandoned, err := fr.RecordFailure(ctx(t), billing, "boom", 2, nil)
 			require.NoError(t, err)
 			assert.Equal(t, 1, n)
 			assert.False(t, abandoned)
-			n, abandoned, err = store.RecordFailure(ctx(t), shipping, "other boom", 2, nil)
+			n, abandoned, err = fr.RecordFailure(ctx(t), shipping, "other boom", 2, nil)
 			require.NoError(t, err)
 			assert.Equal(t, 1, n, "each consumer counts its own attempts")
-			n, abandoned, err = store.RecordFailure(ctx(t), billing, "last boom", 2, nil)
+			n, abandoned, err = fr.RecordFailure(ctx(t), billing, "last boom", 2, nil)
 			require.NoError(t, err)
 			assert.Equal(t, 2, n)
 			assert.True(t, abandoned, "billing's delivery is abandoned")
@@ -353,108 +280,110 @@ func (s *suite) testConsumerAttempts(t *testing.T) {
 			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), recordstore.ErrNotPending)
 			require.NoError(t, store.CheckPending(ctx(t), shipping), "shipping's delivery is still pending")
 			assert.Equal(t, []int64{id}, pendingIDs(t, store), "the record is pending while a delivery is")
-			_, err = store.Requeue(ctx(t), id)
+			_, err = rq.Requeue(ctx(t), id)
 			assert.ErrorIs(t, err, recordstore.ErrNotAbandoned, "a record with a pending delivery is not abandoned")
-			_, _, err = store.RecordFailure(ctx(t), billing, "again", 2, nil)
+			_, _, err = fr.RecordFailure(ctx(t), billing, "again", 2, nil)
 			assert.ErrorIs(t, err, recordstore.ErrNotPending)
 
 			require.NoError(t, store.Complete(ctx(t), shipping))
 			assert.Empty(t, pendingIDs(t, store), "with no delivery pending and one abandoned, the record is abandoned")
-			abandonedRecs, err := store.List(ctx(t), sqlstore.Abandoned, 0, 10)
-			require.NoError(t, err)
-			require.Len(t, abandonedRecs, 1)
-			info := abandonedRecs[0]
-			assert.Equal(t, id, info.ID)
-			assert.Equal(t, []sqlstore.DeliveryInfo{
-				{Consumer: "billing", State: sqlstore.Abandoned, Attempts: 2, LastError: "last boom"},
-				{Consumer: "shipping", State: sqlstore.Completed, Attempts: 1, LastError: "other boom"},
-			}, info.Deliveries, "the admin view shows each delivery")
+			st, found := s.in.Record(t, store, id)
+			require.True(t, found)
+			assert.Equal(t, Abandoned, st.State)
+			assert.Equal(t, []StoredDelivery{
+				{Consumer: "billing", State: Abandoned, Attempts: 2, LastError: "last boom"},
+				{Consumer: "shipping", State: Completed, Attempts: 1, LastError: "other boom"},
+			}, s.in.Deliveries(t, store, id), "each delivery keeps its own state")
 
-			got, err := store.Requeue(ctx(t), id)
+			got, err := rq.Requeue(ctx(t), id)
 			require.NoError(t, err)
 			assert.Equal(t, id, got.ID)
 			assert.Equal(t, []int64{id}, pendingIDs(t, store))
 			require.NoError(t, store.CheckPending(ctx(t), billing), "the abandoned delivery is pending again")
 			assert.ErrorIs(t, store.CheckPending(ctx(t), shipping), recordstore.ErrNotPending, "the completed delivery stays completed")
-			n, abandoned, err = store.RecordFailure(ctx(t), billing, "after requeue", 2, nil)
+			n, abandoned, err = fr.RecordFailure(ctx(t), billing, "after requeue", 2, nil)
 			require.NoError(t, err)
 			assert.Equal(t, 1, n, "requeueing resets the attempts")
 			assert.False(t, abandoned)
 			require.NoError(t, store.Complete(ctx(t), billing))
-			s.assertCompleted(t, store, id)
+			s.assertCompleted(t, store, mode, id)
 		})
 	})
 
 	t.Run("AllAbandonedAbandonsTheRecord", func(t *testing.T) {
 		t.Parallel()
-		store := s.store(t, sqlstore.Delete)
+		store := s.store(t, Delete)
+		fr := need[recordstore.FailureRecorder](t, store)
 		id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
 		for _, c := range twoConsumers {
-			_, abandoned, err := store.RecordFailure(ctx(t), consumerDlv(id, c), "poison", 1, nil)
+			_, abandoned, err := fr.RecordFailure(ctx(t), consumerDlv(id, c), "poison", 1, nil)
 			require.NoError(t, err)
 			require.True(t, abandoned)
 		}
 		assert.Empty(t, pendingIDs(t, store))
-		got, err := store.Get(ctx(t), id)
-		require.NoError(t, err)
-		assert.Equal(t, sqlstore.Abandoned, got.State, "a deleting table keeps the abandoned record")
+		got, found := s.in.Record(t, store, id)
+		require.True(t, found, "a deleting table keeps the abandoned record")
+		assert.Equal(t, Abandoned, got.State, "a deleting table keeps the abandoned record")
 	})
 }
 
-func (s *suite) testRetry(t *testing.T) {
+func (s *contract) testRetry(t *testing.T) {
 	t.Run("OneReceiver", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
+			fr := need[recordstore.FailureRecorder](t, store)
+			cl := need[recordstore.StaleClaimer](t, store)
 			recs := insert(t, store, records("orders", 2))
 			id := recs[0].ID
-			backdate(t, store, "created_at")
+			s.in.Backdate(t, store, SavedAt)
 
-			_, _, err := store.RecordFailure(ctx(t), dlv(id), "boom", 0, after(untilDue))
+			_, _, err := fr.RecordFailure(ctx(t), dlv(id), "boom", 0, after(untilDue))
 			require.NoError(t, err)
 			assertNotDue(t, store.CheckPending(ctx(t), dlv(id)), id)
-			claimed, err := store.ClaimStale(ctx(t), "orders", time.Minute, 10)
+			claimed, err := cl.ClaimStale(ctx(t), "orders", time.Minute, 10)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{recs[1].ID}, claimedIDs(claimed), "a record that is not due is passed over")
 			assert.Equal(t, []int64{id, recs[1].ID}, pendingIDs(t, store), "a record that is not due is still pending")
 
-			backdate(t, store, "due_at", id)
+			s.in.Backdate(t, store, DueAt, id)
 			require.NoError(t, store.CheckPending(ctx(t), dlv(id)), "due again")
-			backdate(t, store, "last_sent_at")
-			claimed, err = store.ClaimStale(ctx(t), "orders", time.Minute, 10)
+			s.in.Backdate(t, store, SentAt)
+			claimed, err = cl.ClaimStale(ctx(t), "orders", time.Minute, 10)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{id, recs[1].ID}, claimedIDs(claimed))
 
-			_, _, err = store.RecordFailure(ctx(t), dlv(id), "boom", 0, nil)
+			_, _, err = fr.RecordFailure(ctx(t), dlv(id), "boom", 0, nil)
 			require.NoError(t, err)
 			require.NoError(t, store.CheckPending(ctx(t), dlv(id)), "no delay makes it due at once")
 		})
 	})
 
 	t.Run("PerConsumer", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
+			fr := need[recordstore.FailureRecorder](t, store)
+			cl := need[recordstore.StaleClaimer](t, store)
 			id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
 			billing, shipping := consumerDlv(id, "billing"), consumerDlv(id, "shipping")
-			backdate(t, store, "created_at")
+			s.in.Backdate(t, store, SavedAt)
 
-			_, _, err := store.RecordFailure(ctx(t), billing, "boom", 0, after(untilDue))
+			_, _, err := fr.RecordFailure(ctx(t), billing, "boom", 0, after(untilDue))
 			require.NoError(t, err)
 			assertNotDue(t, store.CheckPending(ctx(t), billing), id)
 			require.NoError(t, store.CheckPending(ctx(t), shipping), "the other consumer's delivery is due")
-			claimed, err := store.ClaimStale(ctx(t), "orders", time.Minute, 10)
+			claimed, err := cl.ClaimStale(ctx(t), "orders", time.Minute, 10)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{id}, claimedIDs(claimed), "a record is due while one of its pending deliveries is")
 
 			require.NoError(t, store.Complete(ctx(t), shipping))
-			backdate(t, store, "last_sent_at")
-			claimed, err = store.ClaimStale(ctx(t), "orders", time.Minute, 10)
+			s.in.Backdate(t, store, SentAt)
+			claimed, err = cl.ClaimStale(ctx(t), "orders", time.Minute, 10)
 			require.NoError(t, err)
 			assert.Empty(t, claimed, "its only pending delivery is not due")
 
-			_, err = store.DB().ExecContext(ctx(t), store.DB().Rebind("UPDATE "+store.Table()+"_consumers SET due_at = ? WHERE record_id = ?"), longAgo, id)
-			require.NoError(t, err)
+			s.in.Backdate(t, store, DueAt, id)
 			require.NoError(t, store.CheckPending(ctx(t), billing))
-			claimed, err = store.ClaimStale(ctx(t), "orders", time.Minute, 10)
+			claimed, err = cl.ClaimStale(ctx(t), "orders", time.Minute, 10)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{id}, claimedIDs(claimed))
 		})
@@ -462,7 +391,7 @@ func (s *suite) testRetry(t *testing.T) {
 }
 
 // assertNotDue checks that err says record id is due in about untilDue.
-func assertNotDue(t *testing.T, err error, id int64) {
+func assertNotDue(t testing.TB, err error, id int64) {
 	t.Helper()
 	var notDue *recordstore.NotDueError
 	require.ErrorAs(t, err, &notDue)
@@ -471,22 +400,24 @@ func assertNotDue(t *testing.T, err error, id int64) {
 	assert.InDelta(t, untilDue.Seconds(), notDue.Wait.Seconds(), 60, "waits about %v by the database clock, got %v", untilDue, notDue.Wait)
 }
 
-func (s *suite) testConsumerStatus(t *testing.T) {
-	forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+func (s *contract) testConsumerStatus(t *testing.T) {
+	s.forEachMode(t, func(t *testing.T, mode Completion) {
 		store := s.store(t, mode)
+		fr := need[recordstore.FailureRecorder](t, store)
+		sr := need[recordstore.StatusReader](t, store)
 		recs := insert(t, store, withConsumers(3, twoConsumers...))
 		insert(t, store, records("refunds", 1))
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[0].ID, "billing")))
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[0].ID, "shipping")))
 		require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[1].ID, "billing")))
-		_, _, err := store.RecordFailure(ctx(t), consumerDlv(recs[2].ID, "shipping"), "poison", 1, nil)
+		_, _, err := fr.RecordFailure(ctx(t), consumerDlv(recs[2].ID, "shipping"), "poison", 1, nil)
 		require.NoError(t, err)
-		backdate(t, store, "created_at", recs[2].ID)
+		s.in.Backdate(t, store, SavedAt, recs[2].ID)
 
 		// The completed record's deliveries are gone on a deleting table.
-		billingCompleted := map[sqlstore.Completion]int64{sqlstore.Mark: 2, sqlstore.Delete: 1}[mode]
-		shippingCompleted := map[sqlstore.Completion]int64{sqlstore.Mark: 1, sqlstore.Delete: 0}[mode]
-		full, err := store.Status(ctx(t))
+		billingCompleted := map[Completion]int64{Mark: 2, Delete: 1}[mode]
+		shippingCompleted := map[Completion]int64{Mark: 1, Delete: 0}[mode]
+		full, err := sr.Status(ctx(t))
 		require.NoError(t, err)
 		require.Len(t, full, 2)
 		orders := full[0]
@@ -499,7 +430,7 @@ func (s *suite) testConsumerStatus(t *testing.T) {
 		assert.Less(t, orders.Consumers[1].OldestPending, time.Hour, "shipping's backdated delivery is abandoned")
 		assert.Nil(t, full[1].Consumers, "a name without consumers has no breakdown")
 
-		pending, err := store.PendingStatus(ctx(t))
+		pending, err := sr.PendingStatus(ctx(t))
 		require.NoError(t, err)
 		require.Len(t, pending, 2)
 		require.Len(t, pending[0].Consumers, 2)

@@ -3,7 +3,6 @@ package storetest
 import (
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -12,6 +11,42 @@ import (
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
+func (s *contract) testIdentity(t *testing.T) {
+	t.Run("StableAndOwnToTheStore", func(t *testing.T) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			store := s.store(t, mode)
+			id, err := store.Identity(ctx(t))
+			require.NoError(t, err)
+			assert.NotEmpty(t, id)
+			again, err := store.Identity(ctx(t))
+			require.NoError(t, err)
+			assert.Equal(t, id, again, "the identity is stable")
+			other, err := s.store(t, mode).Identity(ctx(t))
+			require.NoError(t, err)
+			assert.NotEqual(t, id, other, "another store has another identity")
+		})
+	})
+
+	t.Run("ConcurrentCallersReadOne", func(t *testing.T) {
+		t.Parallel()
+		store := s.store(t, Mark)
+		ids := make([]string, 8)
+		var wg sync.WaitGroup
+		for i := range ids {
+			wg.Go(func() {
+				var err error
+				ids[i], err = store.Identity(ctx(t))
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		for _, id := range ids {
+			assert.Equal(t, ids[0], id)
+		}
+	})
+}
+
+// testIdentity runs the identity tests that read the version table.
 func (s *suite) testIdentity(t *testing.T) {
 	t.Run("StableOnOneTableDifferentAcrossTables", func(t *testing.T) {
 		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
@@ -39,24 +74,6 @@ func (s *suite) testIdentity(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, id, got, "migrating again keeps the identity")
 		})
-	})
-
-	t.Run("ConcurrentCallersReadOne", func(t *testing.T) {
-		t.Parallel()
-		store := s.store(t, sqlstore.Mark)
-		ids := make([]string, 8)
-		var wg sync.WaitGroup
-		for i := range ids {
-			wg.Go(func() {
-				var err error
-				ids[i], err = store.Identity(ctx(t))
-				assert.NoError(t, err)
-			})
-		}
-		wg.Wait()
-		for _, id := range ids {
-			assert.Equal(t, ids[0], id)
-		}
 	})
 
 	t.Run("BeforeMigrateSaysToMigrate", func(t *testing.T) {
@@ -154,11 +171,3 @@ func (s *suite) testUpgrade(t *testing.T) {
 		assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(withConsumers[0].ID, "audit")), recordstore.ErrNoDelivery)
 	})
 }
-
-// consumerDlv is the delivery of record id of topic "orders" to consumer c.
-func consumerDlv(id int64, c string) recordstore.Delivery {
-	return recordstore.Delivery{ID: id, Topic: "orders", Consumer: c}
-}
-
-// untilDue is how long the tests make a failed delivery wait.
-const untilDue = time.Hour

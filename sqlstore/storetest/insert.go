@@ -12,15 +12,15 @@ import (
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-func (s *suite) testInsert(t *testing.T) {
+func (s *contract) testInsert(t *testing.T) {
 	t.Run("BatchIDsAreTheRowsIDsInOrder", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
 			recs := insert(t, store, records("orders", 50))
 			for i := 1; i < len(recs); i++ {
 				assert.Greater(t, recs[i].ID, recs[i-1].ID, "ids follow the order of the batch")
 			}
-			rows := rowIDs(t, store)
+			rows := s.in.IDs(t, store)
 			require.Len(t, rows, len(recs))
 			for _, r := range recs {
 				assert.Equal(t, rows[r.UUID], r.ID, "record %s carries the id of its own row", r.UUID)
@@ -29,7 +29,7 @@ func (s *suite) testInsert(t *testing.T) {
 	})
 
 	t.Run("ConcurrentPublishersGetTheirOwnRowsIDs", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
 			const publishers, batches = 8, 15
 			var mu sync.Mutex
@@ -51,7 +51,7 @@ func (s *suite) testInsert(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			rows := rowIDs(t, store)
+			rows := s.in.IDs(t, store)
 			require.Len(t, rows, len(all))
 			seen := make(map[int64]bool, len(all))
 			for _, r := range all {
@@ -63,13 +63,16 @@ func (s *suite) testInsert(t *testing.T) {
 	})
 
 	t.Run("EmptyBatchDoesNothing", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
 			require.NoError(t, store.Insert(ctx(t), nil))
-			assert.Zero(t, rowCount(t, store))
+			assert.Zero(t, s.rowCount(t, store))
 		})
 	})
+}
 
+// testInsert runs the insert tests that need a table.
+func (s *suite) testInsert(t *testing.T) {
 	t.Run("RefusedRecordSavesNothing", func(t *testing.T) {
 		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
 			store := s.store(t, mode)

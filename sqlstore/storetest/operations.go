@@ -13,49 +13,29 @@ import (
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-// longAgo is a timestamp every database reads from the same text and that
-// sorts before any clock reading.
-const longAgo = "2000-01-01 00:00:00"
-
-// backdate sets a timestamp column of the given records (all when ids is
-// empty) to longAgo.
-func backdate(t *testing.T, store *sqlstore.Store, column string, ids ...int64) {
+// failures returns the store's FailureRecorder and Requeuer, skipping the
+// test when it lacks one.
+func failures(t *testing.T, store recordstore.Store) (recordstore.FailureRecorder, recordstore.Requeuer) {
 	t.Helper()
-	q := "UPDATE " + store.Table() + " SET " + column + " = ?"
-	args := []any{longAgo}
-	if len(ids) > 0 {
-		q += " WHERE id IN (?" + strings.Repeat(",?", len(ids)-1) + ")"
-		for _, id := range ids {
-			args = append(args, id)
-		}
-	}
-	_, err := store.DB().ExecContext(ctx(t), store.DB().Rebind(q), args...)
-	require.NoError(t, err)
+	return need[recordstore.FailureRecorder](t, store), need[recordstore.Requeuer](t, store)
 }
 
-func claimedIDs(recs []recordstore.Record) []int64 {
-	ids := make([]int64, len(recs))
-	for i, r := range recs {
-		ids[i] = r.ID
-	}
-	return ids
-}
-
-func (s *suite) testAttempts(t *testing.T) {
+func (s *contract) testAttempts(t *testing.T) {
 	t.Run("FailuresCountThenAbandonAndResubmit", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
+			fr, rq := failures(t, store)
 			recs := insert(t, store, records("orders", 2))
 			id := recs[0].ID
 
 			for want := 1; want <= 2; want++ {
-				n, abandoned, err := store.RecordFailure(ctx(t), dlv(id), "boom", 3, nil)
+				n, abandoned, err := fr.RecordFailure(ctx(t), dlv(id), "boom", 3, nil)
 				require.NoError(t, err)
 				assert.Equal(t, want, n)
 				assert.False(t, abandoned)
 				require.NoError(t, store.CheckPending(ctx(t), dlv(id)), "a failed record stays pending")
 			}
-			n, abandoned, err := store.RecordFailure(ctx(t), dlv(id), "last boom", 3, nil)
+			n, abandoned, err := fr.RecordFailure(ctx(t), dlv(id), "last boom", 3, nil)
 			require.NoError(t, err)
 			assert.Equal(t, 3, n)
 			assert.True(t, abandoned, "the third failure of three abandons")
@@ -64,23 +44,23 @@ func (s *suite) testAttempts(t *testing.T) {
 			pending, err := store.PendingAfter(ctx(t), "orders", 0, 10)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{recs[1].ID}, claimedIDs(pending), "replay skips the abandoned record")
-			assert.Equal(t, 2, rowCount(t, store), "the abandoned record is kept")
-			_, _, err = store.RecordFailure(ctx(t), dlv(id), "again", 3, nil)
+			assert.Equal(t, 2, s.rowCount(t, store), "the abandoned record is kept")
+			_, _, err = fr.RecordFailure(ctx(t), dlv(id), "again", 3, nil)
 			assert.ErrorIs(t, err, recordstore.ErrNotPending)
 
-			var lastError string
-			require.NoError(t, store.DB().GetContext(ctx(t), &lastError, store.DB().Rebind("SELECT last_error FROM "+store.Table()+" WHERE id = ?"), id))
-			assert.Equal(t, "last boom", lastError)
+			st, found := s.in.Record(t, store, id)
+			require.True(t, found)
+			assert.Equal(t, "last boom", st.LastError)
 
-			_, err = store.Requeue(ctx(t), recs[1].ID)
+			_, err = rq.Requeue(ctx(t), recs[1].ID)
 			assert.ErrorIs(t, err, recordstore.ErrNotAbandoned, "a pending record is not resubmitted")
-			got, err := store.Requeue(ctx(t), id)
+			got, err := rq.Requeue(ctx(t), id)
 			require.NoError(t, err)
 			assert.Equal(t, recs[0].UUID, got.UUID)
 			assert.Equal(t, recs[0].Payload, got.Payload)
 			assert.Equal(t, "orders", got.Topic)
 			require.NoError(t, store.CheckPending(ctx(t), dlv(id)), "a resubmitted record is pending again")
-			n, abandoned, err = store.RecordFailure(ctx(t), dlv(id), "after resubmit", 3, nil)
+			n, abandoned, err = fr.RecordFailure(ctx(t), dlv(id), "after resubmit", 3, nil)
 			require.NoError(t, err)
 			assert.Equal(t, 1, n, "resubmitting resets the attempts")
 			assert.False(t, abandoned)
@@ -89,16 +69,31 @@ func (s *suite) testAttempts(t *testing.T) {
 
 	t.Run("ZeroMaxAttemptsNeverAbandons", func(t *testing.T) {
 		t.Parallel()
-		store := s.store(t, sqlstore.Mark)
+		store := s.store(t, Mark)
+		fr := need[recordstore.FailureRecorder](t, store)
 		id := insert(t, store, records("orders", 1))[0].ID
 		for range 5 {
-			_, abandoned, err := store.RecordFailure(ctx(t), dlv(id), "boom", 0, nil)
+			_, abandoned, err := fr.RecordFailure(ctx(t), dlv(id), "boom", 0, nil)
 			require.NoError(t, err)
 			require.False(t, abandoned)
 		}
 		require.NoError(t, store.CheckPending(ctx(t), dlv(id)))
 	})
 
+	t.Run("CompletedRecordIsNotCounted", func(t *testing.T) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			store := s.store(t, mode)
+			fr := need[recordstore.FailureRecorder](t, store)
+			id := insert(t, store, records("orders", 1))[0].ID
+			require.NoError(t, store.Complete(ctx(t), dlv(id)))
+			_, _, err := fr.RecordFailure(ctx(t), dlv(id), "late", 1, nil)
+			assert.ErrorIs(t, err, recordstore.ErrNotPending)
+		})
+	})
+}
+
+// testAttempts runs the failure tests that read sqlstore's bounds.
+func (s *suite) testAttempts(t *testing.T) {
 	t.Run("ErrorTextIsBounded", func(t *testing.T) {
 		t.Parallel()
 		store := s.store(t, sqlstore.Mark)
@@ -111,44 +106,35 @@ func (s *suite) testAttempts(t *testing.T) {
 		assert.Len(t, kept, sqlstore.MaxErrorLength)
 		assert.Equal(t, long[:sqlstore.MaxErrorLength], kept)
 	})
-
-	t.Run("CompletedRecordIsNotCounted", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
-			store := s.store(t, mode)
-			id := insert(t, store, records("orders", 1))[0].ID
-			require.NoError(t, store.Complete(ctx(t), dlv(id)))
-			_, _, err := store.RecordFailure(ctx(t), dlv(id), "late", 1, nil)
-			assert.ErrorIs(t, err, recordstore.ErrNotPending)
-		})
-	})
 }
 
-func (s *suite) testClaimStale(t *testing.T) {
+func (s *contract) testClaimStale(t *testing.T) {
 	t.Run("ByLastSendAndRestamps", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
+			cl := need[recordstore.StaleClaimer](t, store)
 			recs := insert(t, store, records("orders", 3))
 			insert(t, store, records("other", 1))
 			a, b, c := recs[0].ID, recs[1].ID, recs[2].ID
 
-			got, err := store.ClaimStale(ctx(t), "orders", time.Hour, 10)
+			got, err := cl.ClaimStale(ctx(t), "orders", time.Hour, 10)
 			require.NoError(t, err)
 			assert.Empty(t, got, "records just sent are not stale")
 
-			backdate(t, store, "created_at", a, b)
-			got, err = store.ClaimStale(ctx(t), "orders", time.Hour, 1)
+			s.in.Backdate(t, store, SavedAt, a, b)
+			got, err = cl.ClaimStale(ctx(t), "orders", time.Hour, 1)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{a}, claimedIDs(got), "oldest first, limit kept")
 			assert.Equal(t, recs[0].UUID, got[0].UUID)
 			assert.Equal(t, recs[0].Metadata, got[0].Metadata)
-			got, err = store.ClaimStale(ctx(t), "orders", time.Hour, 10)
+			got, err = cl.ClaimStale(ctx(t), "orders", time.Hour, 10)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{b}, claimedIDs(got), "a claimed record counts as sent now")
 
 			require.NoError(t, store.Complete(ctx(t), dlv(b)))
-			backdate(t, store, "created_at")
-			backdate(t, store, "last_sent_at")
-			got, err = store.ClaimStale(ctx(t), "orders", time.Hour, 10)
+			s.in.Backdate(t, store, SavedAt)
+			s.in.Backdate(t, store, SentAt)
+			got, err = cl.ClaimStale(ctx(t), "orders", time.Hour, 10)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{a, c}, claimedIDs(got), "completed records and other topics are not claimed")
 		})
@@ -156,16 +142,17 @@ func (s *suite) testClaimStale(t *testing.T) {
 
 	t.Run("ConcurrentClaimsNeverShareARecord", func(t *testing.T) {
 		t.Parallel()
-		store := s.store(t, sqlstore.Mark)
+		store := s.store(t, Mark)
+		cl := need[recordstore.StaleClaimer](t, store)
 		recs := insert(t, store, records("orders", 60))
-		backdate(t, store, "created_at")
+		s.in.Backdate(t, store, SavedAt)
 		var mu sync.Mutex
 		seen := map[int64]int{}
 		var wg sync.WaitGroup
 		for range 4 {
 			wg.Go(func() {
 				for {
-					got, err := store.ClaimStale(ctx(t), "orders", time.Hour, 5)
+					got, err := cl.ClaimStale(ctx(t), "orders", time.Hour, 5)
 					if !assert.NoError(t, err) || len(got) == 0 {
 						return
 					}
@@ -186,16 +173,21 @@ func (s *suite) testClaimStale(t *testing.T) {
 
 	t.Run("StampSentCountsAsASend", func(t *testing.T) {
 		t.Parallel()
-		store := s.store(t, sqlstore.Mark)
+		store := s.store(t, Mark)
+		cl := need[recordstore.StaleClaimer](t, store)
+		stamper := need[recordstore.SendStamper](t, store)
 		recs := insert(t, store, records("orders", 1201))
-		backdate(t, store, "created_at")
+		s.in.Backdate(t, store, SavedAt)
 		ids := claimedIDs(recs)
-		require.NoError(t, store.StampSent(ctx(t), ids[:1200]))
-		got, err := store.ClaimStale(ctx(t), "orders", time.Hour, 10)
+		require.NoError(t, stamper.StampSent(ctx(t), ids[:1200]))
+		got, err := cl.ClaimStale(ctx(t), "orders", time.Hour, 10)
 		require.NoError(t, err)
 		assert.Equal(t, ids[1200:], claimedIDs(got), "every stamped record, across chunks, counts as just sent")
 	})
+}
 
+// testClaimStale runs the claim tests that read sqlstore's errors.
+func (s *suite) testClaimStale(t *testing.T) {
 	t.Run("BadArgumentsAreRefused", func(t *testing.T) {
 		t.Parallel()
 		store := s.store(t, sqlstore.Mark)
@@ -206,34 +198,36 @@ func (s *suite) testClaimStale(t *testing.T) {
 	})
 }
 
-func (s *suite) testPurge(t *testing.T) {
+func (s *contract) testPurge(t *testing.T) {
 	t.Run("DeletesOldCompletedInBatches", func(t *testing.T) {
 		t.Parallel()
-		store := s.store(t, sqlstore.Mark)
+		store := s.store(t, Mark)
+		cleaner := need[recordstore.Cleaner](t, store)
+		fr := need[recordstore.FailureRecorder](t, store)
 		recs := insert(t, store, records("orders", 5))
 		for _, r := range recs[:3] {
 			require.NoError(t, store.Complete(ctx(t), dlv(r.ID)))
 		}
-		_, abandoned, err := store.RecordFailure(ctx(t), dlv(recs[3].ID), "poison", 1, nil)
+		_, abandoned, err := fr.RecordFailure(ctx(t), dlv(recs[3].ID), "poison", 1, nil)
 		require.NoError(t, err)
 		require.True(t, abandoned)
 
-		n, err := store.Clean(ctx(t), time.Hour, 10)
+		n, err := cleaner.Clean(ctx(t), time.Hour, 10)
 		require.NoError(t, err)
 		assert.Zero(t, n, "recently completed records are kept")
 
-		backdate(t, store, "processed_at", recs[0].ID, recs[1].ID, recs[3].ID)
-		n, err = store.Clean(ctx(t), time.Hour, 1)
+		s.in.Backdate(t, store, CompletedAt, recs[0].ID, recs[1].ID, recs[3].ID)
+		n, err = cleaner.Clean(ctx(t), time.Hour, 1)
 		require.NoError(t, err)
 		assert.Equal(t, 1, n, "one batch deletes at most the limit")
-		n, err = store.Clean(ctx(t), time.Hour, 10)
+		n, err = cleaner.Clean(ctx(t), time.Hour, 10)
 		require.NoError(t, err)
 		assert.Equal(t, 1, n)
-		n, err = store.Clean(ctx(t), time.Hour, 10)
+		n, err = cleaner.Clean(ctx(t), time.Hour, 10)
 		require.NoError(t, err)
 		assert.Zero(t, n)
 
-		ids := rowIDs(t, store)
+		ids := s.in.IDs(t, store)
 		assert.Len(t, ids, 3, "the recent completed, the abandoned and the pending records stay")
 		assert.Contains(t, ids, recs[2].UUID)
 		assert.Contains(t, ids, recs[3].UUID, "abandoned records are kept")
@@ -242,34 +236,37 @@ func (s *suite) testPurge(t *testing.T) {
 
 	t.Run("DeletingTableHasNothingToPurge", func(t *testing.T) {
 		t.Parallel()
-		store := s.store(t, sqlstore.Delete)
+		store := s.store(t, Delete)
+		cleaner := need[recordstore.Cleaner](t, store)
 		insert(t, store, records("orders", 2))
-		n, err := store.Clean(ctx(t), 0, 10)
+		n, err := cleaner.Clean(ctx(t), 0, 10)
 		require.NoError(t, err)
 		assert.Zero(t, n)
-		assert.Equal(t, 2, rowCount(t, store))
+		assert.Equal(t, 2, s.rowCount(t, store))
 	})
 }
 
-func (s *suite) testStatus(t *testing.T) {
-	forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+func (s *contract) testStatus(t *testing.T) {
+	s.forEachMode(t, func(t *testing.T, mode Completion) {
 		store := s.store(t, mode)
-		empty, err := store.Status(ctx(t))
+		sr := need[recordstore.StatusReader](t, store)
+		fr := need[recordstore.FailureRecorder](t, store)
+		empty, err := sr.Status(ctx(t))
 		require.NoError(t, err)
 		assert.Empty(t, empty)
 
 		orders := insert(t, store, records("orders", 4))
 		insert(t, store, records("refunds", 1))
 		require.NoError(t, store.Complete(ctx(t), dlv(orders[0].ID)))
-		_, _, err = store.RecordFailure(ctx(t), dlv(orders[1].ID), "poison", 1, nil)
+		_, _, err = fr.RecordFailure(ctx(t), dlv(orders[1].ID), "poison", 1, nil)
 		require.NoError(t, err)
-		backdate(t, store, "created_at", orders[2].ID)
+		s.in.Backdate(t, store, SavedAt, orders[2].ID)
 
 		completed := int64(1)
-		if mode == sqlstore.Delete {
+		if mode == Delete {
 			completed = 0
 		}
-		got, err := store.Status(ctx(t))
+		got, err := sr.Status(ctx(t))
 		require.NoError(t, err)
 		require.Len(t, got, 2)
 		assert.Equal(t, "orders", got[0].Topic)
@@ -280,7 +277,7 @@ func (s *suite) testStatus(t *testing.T) {
 		assert.Equal(t, recordstore.TopicStatus{Topic: "refunds", Pending: 1, OldestPending: got[1].OldestPending}, got[1])
 		assert.Less(t, got[1].OldestPending, time.Hour)
 
-		pending, err := store.PendingStatus(ctx(t))
+		pending, err := sr.PendingStatus(ctx(t))
 		require.NoError(t, err)
 		require.Len(t, pending, 2)
 		assert.Equal(t, recordstore.TopicStatus{Topic: "orders", Pending: 2, OldestPending: pending[0].OldestPending}, pending[0])

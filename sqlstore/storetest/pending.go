@@ -8,12 +8,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/outbox/recordstore"
-	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-func (s *suite) testPendingAfter(t *testing.T) {
+func (s *contract) testPendingAfter(t *testing.T) {
 	t.Run("PagesInIDOrderWithoutGapsOrRepeatsWhileInsertsContinue", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
 			const rows, batch, page = 3000, 250, 128
 			want := map[int64]bool{} // pending records of the topic
@@ -87,7 +86,7 @@ func (s *suite) testPendingAfter(t *testing.T) {
 	})
 
 	t.Run("LimitAndTopic", func(t *testing.T) {
-		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
 			orders := insert(t, store, records("orders", 5))
 			insert(t, store, records("orders_eu", 3))

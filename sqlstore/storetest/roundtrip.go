@@ -10,13 +10,12 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/outbox/recordstore"
-	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-func (s *suite) testRoundTrip(t *testing.T) {
+func (s *contract) testRoundTrip(t *testing.T) {
 	t.Run("FourMiBPayloadWithEveryByteValue", func(t *testing.T) {
 		t.Parallel()
-		store := s.store(t, sqlstore.Mark)
+		store := s.store(t, Mark)
 		payload := make([]byte, 4<<20)
 		for i := range 256 {
 			payload[i] = byte(i) // every byte value, in order, up front
@@ -36,7 +35,7 @@ func (s *suite) testRoundTrip(t *testing.T) {
 
 	t.Run("UnicodeMetadata", func(t *testing.T) {
 		t.Parallel()
-		store := s.store(t, sqlstore.Mark)
+		store := s.store(t, Mark)
 		md := message.Metadata{
 			"ключ":            "значение",
 			"鍵":               "値 with 'quotes', \"double quotes\" and a \\ backslash",
@@ -58,7 +57,7 @@ func (s *suite) testRoundTrip(t *testing.T) {
 
 	t.Run("EmptyPayloadAndMetadata", func(t *testing.T) {
 		t.Parallel()
-		store := s.store(t, sqlstore.Mark)
+		store := s.store(t, Mark)
 		insert(t, store, []recordstore.Record{{Topic: "empty", UUID: "u"}})
 		got := only(t, store, "empty")
 		assert.Equal(t, []byte{}, got.Payload)
@@ -67,7 +66,7 @@ func (s *suite) testRoundTrip(t *testing.T) {
 }
 
 // only returns the single pending record of the topic.
-func only(t *testing.T, store *sqlstore.Store, topic string) recordstore.Record {
+func only(t testing.TB, store recordstore.Store, topic string) recordstore.Record {
 	t.Helper()
 	recs, err := store.PendingAfter(ctx(t), topic, 0, 10)
 	require.NoError(t, err)

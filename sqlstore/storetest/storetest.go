@@ -1,7 +1,24 @@
-// Package storetest is the contract suite of the sqlstore stores: what every
-// [recordstore.Store] must do, and what sqlstore adds (migrations, table names,
-// Verify). It runs against a real database; sqlstore runs it for PostgreSQL,
-// MySQL/MariaDB and SQLite.
+// Package storetest is the contract suite of the record stores.
+//
+// [RunContract] tests what every [recordstore.Store] must do, as the
+// recordstore package documents it, through the recordstore interfaces and
+// an [Inspector] that looks behind them. Any store runs it; the in-memory
+// store of the outboxtest package does:
+//
+//	func TestContract(t *testing.T) {
+//		storetest.RunContract(t, storetest.Contract{
+//			New: func(t *testing.T, opts storetest.StoreOptions) recordstore.Store {
+//				return newStore(t, opts.Completion == storetest.Delete, opts.Lease)
+//			},
+//			Inspector: inspector{},
+//		})
+//	}
+//
+// [Run] is the suite of the sqlstore stores: the contract, and what only a
+// SQL store has (migrations, table names, schema versions, the upgrade from
+// an older schema, the admin queries, InsertTx and CompleteTx, the database
+// clock). It runs against a real database; sqlstore runs it for PostgreSQL,
+// MySQL/MariaDB and SQLite:
 //
 //	func TestStoreContract(t *testing.T) {
 //		storetest.Run(t, storetest.Features{Now: ..., ProcessedAt: ...},
@@ -18,12 +35,10 @@
 package storetest
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -58,69 +73,88 @@ func (f Features) Validate() error {
 // NewStore returns a store for cfg, with cfg.Dialect and cfg.DB filled in and
 // nothing else changed, without creating its table, and drops the table
 // (and its row in [sqlstore.VersionTable]) when the test ends. The suite sets
-// cfg.Table to a fresh lowercase identifier and cfg.Completion.
+// cfg.Table to a fresh lowercase identifier, cfg.Completion, and cfg.Lease
+// for the lease tests.
 type NewStore func(t *testing.T, cfg sqlstore.Config) *sqlstore.Store
 
-// Run runs the whole suite, each test on its own fresh table, in parallel.
+// Run runs the whole suite, each test on its own fresh table, in parallel:
+// the store contract ([RunContract]) on sqlstore's stores, under
+// "Contract", and what only a SQL store has (migrations, table names,
+// schema versions, the identity kept in the version table, the upgrade
+// from schema version 3, the admin queries, InsertTx and CompleteTx, the
+// database clock).
 func Run(t *testing.T, f Features, newStore NewStore) {
 	require.NoError(t, f.Validate())
-	s := &suite{f: f, newStore: newStore}
+	in := sqlInspector{f: f}
+	s := &suite{f: f, newStore: newStore, c: &contract{in: in}}
+	t.Run("Contract", func(t *testing.T) {
+		RunContract(t, Contract{New: s.contractStore, Inspector: in})
+	})
 	t.Run("Insert", s.testInsert)
-	t.Run("CheckPending", s.testCheckPending)
-	t.Run("Complete", s.testComplete)
-	t.Run("PendingAfter", s.testPendingAfter)
-	t.Run("RoundTrip", s.testRoundTrip)
 	t.Run("Schema", s.testSchema)
 	t.Run("InsertTx", s.testInsertTx)
 	t.Run("CompleteTx", s.testCompleteTx)
-	t.Run("Lease", s.testLease)
 	t.Run("Attempts", s.testAttempts)
 	t.Run("ClaimStale", s.testClaimStale)
-	t.Run("Purge", s.testPurge)
-	t.Run("Status", s.testStatus)
 	t.Run("Admin", s.testAdmin)
 	t.Run("Identity", s.testIdentity)
 	t.Run("UpgradeFromVersion3", s.testUpgrade)
-	t.Run("Topic", s.testTopic)
-	t.Run("OneReceiver", s.testOneReceiver)
 	t.Run("Consumers", s.testConsumers)
-	t.Run("ConsumerLease", s.testConsumerLease)
-	t.Run("ConsumerAttempts", s.testConsumerAttempts)
-	t.Run("Retry", s.testRetry)
-	t.Run("ConsumerStatus", s.testConsumerStatus)
 }
 
 type suite struct {
 	f        Features
 	newStore NewStore
+	// c lends the SQL tests the contract's checks.
+	c *contract
 }
 
-// modes are the completion modes every contract test runs in.
+// modes are the completion modes every SQL test runs in.
 var modes = []sqlstore.Completion{sqlstore.Mark, sqlstore.Delete}
 
 // forEachMode runs fn as a parallel subtest per completion mode.
 func forEachMode(t *testing.T, fn func(t *testing.T, mode sqlstore.Completion)) {
 	for _, mode := range modes {
-		t.Run(modeName(mode), func(t *testing.T) {
+		t.Run(completion(mode).String(), func(t *testing.T) {
 			t.Parallel()
 			fn(t, mode)
 		})
 	}
 }
 
-func modeName(m sqlstore.Completion) string {
+// completion is the contract's name of a sqlstore completion mode.
+func completion(m sqlstore.Completion) Completion {
 	if m == sqlstore.Mark {
-		return "Mark"
+		return Mark
 	}
-	return "Delete"
+	return Delete
+}
+
+// contractStore is [Contract.New] for sqlstore: a store on a fresh,
+// migrated table.
+func (s *suite) contractStore(t *testing.T, opts StoreOptions) recordstore.Store {
+	t.Helper()
+	mode := sqlstore.Mark
+	if opts.Completion == Delete {
+		mode = sqlstore.Delete
+	}
+	store := s.newStore(t, sqlstore.Config{Table: tableName(), Completion: mode, Lease: opts.Lease})
+	require.NotNil(t, store.DB(), "NewStore must attach the pool")
+	require.NoError(t, store.Migrate(ctx(t)))
+	return store
+}
+
+// tableName is a fresh lowercase table name.
+func tableName() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return "storetest_" + hex.EncodeToString(b[:])
 }
 
 // bare returns a store whose table does not exist yet.
 func (s *suite) bare(t *testing.T, mode sqlstore.Completion) *sqlstore.Store {
 	t.Helper()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	store := s.newStore(t, sqlstore.Config{Table: "storetest_" + hex.EncodeToString(b[:]), Completion: mode})
+	store := s.newStore(t, sqlstore.Config{Table: tableName(), Completion: mode})
 	require.NotNil(t, store.DB(), "NewStore must attach the pool")
 	return store
 }
@@ -133,33 +167,8 @@ func (s *suite) store(t *testing.T, mode sqlstore.Completion) *sqlstore.Store {
 	return store
 }
 
-func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return c
-}
-
-// records builds n records of the topic with distinct UUIDs.
-func records(topic string, n int) []recordstore.Record {
-	out := make([]recordstore.Record, n)
-	for i := range out {
-		var b [8]byte
-		_, _ = rand.Read(b[:])
-		u := hex.EncodeToString(b[:])
-		out[i] = recordstore.Record{Topic: topic, UUID: u, Payload: []byte("payload " + u), Metadata: map[string]string{"n": fmt.Sprint(i)}}
-	}
-	return out
-}
-
-// insert saves records in one call and returns them with their ids.
-func insert(t *testing.T, store *sqlstore.Store, recs []recordstore.Record) []recordstore.Record {
-	t.Helper()
-	require.NoError(t, store.Insert(ctx(t), recs))
-	return recs
-}
-
 // rowIDs reads id and uuid of every row, straight from the table.
-func rowIDs(t *testing.T, store *sqlstore.Store) map[string]int64 {
+func rowIDs(t testing.TB, store *sqlstore.Store) map[string]int64 {
 	t.Helper()
 	var rows []struct {
 		ID   int64  `db:"id"`
@@ -173,18 +182,9 @@ func rowIDs(t *testing.T, store *sqlstore.Store) map[string]int64 {
 	return out
 }
 
-func rowCount(t *testing.T, store *sqlstore.Store) int {
+func rowCount(t testing.TB, store *sqlstore.Store) int {
 	t.Helper()
 	var n int
 	require.NoError(t, store.DB().GetContext(ctx(t), &n, "SELECT COUNT(*) FROM "+store.Table()))
 	return n
-}
-
-// consumer is the handler name the tests of records without consumers
-// complete them as.
-const consumer = "handler"
-
-// dlv is the delivery of record id of topic "orders" to consumer.
-func dlv(id int64) recordstore.Delivery {
-	return recordstore.Delivery{ID: id, Topic: "orders", Consumer: consumer}
 }

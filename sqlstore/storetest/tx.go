@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -89,6 +90,79 @@ func (s *suite) testCompleteTx(t *testing.T) {
 			}
 			require.NoError(t, first.Commit())
 			assert.ErrorIs(t, <-second, recordstore.ErrNotPending)
+		})
+	})
+}
+
+// testConsumers runs the per-consumer tests of InsertTx and CompleteTx.
+func (s *suite) testConsumers(t *testing.T) {
+	t.Run("InsertTxSavesDeliveriesWithTheTransaction", func(t *testing.T) {
+		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+			store := s.store(t, mode)
+			tx, err := store.DB().BeginTxx(ctx(t), nil)
+			require.NoError(t, err)
+			committed := withConsumers(2, twoConsumers...)
+			require.NoError(t, store.InsertTx(ctx(t), tx, committed))
+			require.NoError(t, tx.Commit())
+
+			tx, err = store.DB().BeginTxx(ctx(t), nil)
+			require.NoError(t, err)
+			rolledBack := withConsumers(1, twoConsumers...)
+			require.NoError(t, store.InsertTx(ctx(t), tx, rolledBack))
+			require.NoError(t, tx.Rollback())
+
+			for _, r := range committed {
+				assert.Equal(t, 2, s.c.deliveryRows(t, store, r.ID))
+				require.NoError(t, store.CheckPending(ctx(t), consumerDlv(r.ID, "shipping")))
+			}
+			assert.Zero(t, s.c.deliveryRows(t, store, rolledBack[0].ID))
+			assert.Equal(t, 2, rowCount(t, store))
+		})
+	})
+
+	t.Run("CompleteTxPerConsumer", func(t *testing.T) {
+		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+			store := s.store(t, mode)
+			id := insert(t, store, withConsumers(1, twoConsumers...))[0].ID
+			billing, shipping := consumerDlv(id, "billing"), consumerDlv(id, "shipping")
+
+			tx, err := store.DB().BeginTxx(ctx(t), nil)
+			require.NoError(t, err)
+			require.NoError(t, store.CompleteTx(ctx(t), tx, billing))
+			require.NoError(t, tx.Rollback())
+			require.NoError(t, store.CheckPending(ctx(t), billing), "a rolled-back completion leaves the delivery pending")
+
+			tx, err = store.DB().BeginTxx(ctx(t), nil)
+			require.NoError(t, err)
+			require.NoError(t, store.CompleteTx(ctx(t), tx, billing))
+			require.NoError(t, tx.Commit())
+			assert.ErrorIs(t, store.CheckPending(ctx(t), billing), recordstore.ErrNotPending, "completed at commit")
+			require.NoError(t, store.CheckPending(ctx(t), shipping))
+			assert.Equal(t, []int64{id}, pendingIDs(t, store))
+
+			// A second copy for shipping waits for the first transaction's
+			// lock and then finds the delivery completed.
+			first, err := store.DB().BeginTxx(ctx(t), nil)
+			require.NoError(t, err)
+			require.NoError(t, store.CompleteTx(ctx(t), first, shipping))
+			second := make(chan error, 1)
+			go func() {
+				tx, err := store.DB().BeginTxx(ctx(t), nil)
+				if err != nil {
+					second <- err
+					return
+				}
+				defer tx.Rollback() //nolint:errcheck // only read
+				second <- store.CompleteTx(ctx(t), tx, shipping)
+			}()
+			select {
+			case err := <-second:
+				t.Fatalf("the second completion returned (%v) while the first transaction held the record", err)
+			case <-time.After(100 * time.Millisecond):
+			}
+			require.NoError(t, first.Commit())
+			assert.ErrorIs(t, <-second, recordstore.ErrNotPending)
+			s.c.assertCompleted(t, store, completion(mode), id)
 		})
 	})
 }

@@ -1,0 +1,273 @@
+package outboxtest
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/wmoutbox/outbox/recordstore"
+)
+
+// Release implements [recordstore.Releaser]: it ends the lease of a
+// pending delivery when d.Lease still holds it.
+func (s *Store) Release(ctx context.Context, d recordstore.Delivery) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.attemptOf(d); a != nil && a.leaseOwner == d.Lease {
+		a.leaseOwner, a.leaseUntil = "", time.Time{}
+	}
+	return nil
+}
+
+// attemptOf returns the bookkeeping of a pending delivery: the record's,
+// or the consumer's delivery's; nil when it is not pending.
+func (s *Store) attemptOf(d recordstore.Delivery) *attempt {
+	r := s.byID[d.ID]
+	switch {
+	case r == nil || !r.pending():
+		return nil
+	case r.deliveries == nil:
+		return &r.attempt
+	}
+	if dl := r.deliveries[d.Consumer]; dl != nil && dl.pending() {
+		return &dl.attempt
+	}
+	return nil
+}
+
+// RecordFailure implements [recordstore.FailureRecorder], keeping the whole
+// reason.
+func (s *Store) RecordFailure(ctx context.Context, d recordstore.Delivery, reason string, maxAttempts int, retryIn func(attempts int) time.Duration) (int, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.attemptOf(d)
+	if a == nil {
+		return 0, false, recordstore.ErrNotPending
+	}
+	now := s.now()
+	a.attempts++
+	a.lastError = reason
+	if maxAttempts > 0 && a.attempts >= maxAttempts {
+		r := s.byID[d.ID]
+		if r.deliveries == nil {
+			r.abandoned = now
+		} else {
+			r.deliveries[d.Consumer].abandoned = now
+			s.rollUp(r, now)
+		}
+		return a.attempts, true, nil
+	}
+	var delay time.Duration
+	if retryIn != nil {
+		delay = max(retryIn(a.attempts), 0)
+	}
+	a.due = now.Add(delay)
+	return a.attempts, false, nil
+}
+
+// Requeue implements [recordstore.Requeuer]: the record and its abandoned
+// deliveries are pending again with their attempts reset, due at once,
+// and the record counts as sent now. The last errors are kept.
+func (s *Store) Requeue(ctx context.Context, id int64) (recordstore.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return recordstore.Record{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.byID[id]
+	if r == nil || r.abandoned.IsZero() {
+		return recordstore.Record{}, fmt.Errorf("outboxtest: record %d: %w", id, recordstore.ErrNotAbandoned)
+	}
+	revive := func(a *attempt) { a.attempts, a.due, a.leaseOwner, a.leaseUntil = 0, time.Time{}, "", time.Time{} }
+	r.abandoned, r.completed = time.Time{}, time.Time{}
+	revive(&r.attempt)
+	for _, dl := range r.deliveries {
+		if !dl.abandoned.IsZero() {
+			dl.abandoned = time.Time{}
+			revive(&dl.attempt)
+		}
+	}
+	r.lastSent = s.now()
+	return copyRecord(r.rec), nil
+}
+
+// ClaimStale implements [recordstore.StaleClaimer].
+func (s *Store) ClaimStale(ctx context.Context, topic string, olderThan time.Duration, limit int) ([]recordstore.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if olderThan <= 0 || limit < 1 {
+		return nil, fmt.Errorf("%w: claiming stale records needs a positive age and limit (got %v, %d)", recordstore.ErrInvalidConfig, olderThan, limit)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	before := now.Add(-olderThan)
+	var out []recordstore.Record
+	for _, id := range s.order {
+		if len(out) >= limit {
+			break
+		}
+		r := s.byID[id]
+		if r.rec.Topic != topic || !r.pending() || !r.sentAt().Before(before) || !r.due(now) {
+			continue
+		}
+		r.lastSent = now
+		out = append(out, copyRecord(r.rec))
+	}
+	return out, nil
+}
+
+// sentAt is when the record was last sent: by a claim, a stamp or a
+// requeue, or else by the publish that saved it.
+func (r *record) sentAt() time.Time {
+	if r.lastSent.IsZero() {
+		return r.created
+	}
+	return r.lastSent
+}
+
+// due reports whether the record, or one of its pending deliveries, is
+// due.
+func (r *record) due(now time.Time) bool {
+	if r.deliveries == nil {
+		return !r.attempt.due.After(now)
+	}
+	for _, dl := range r.deliveries {
+		if dl.pending() && !dl.due.After(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// StampSent implements [recordstore.SendStamper].
+func (s *Store) StampSent(ctx context.Context, ids []int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for _, id := range ids {
+		if r := s.byID[id]; r != nil {
+			r.lastSent = now
+		}
+	}
+	return nil
+}
+
+// Clean implements [recordstore.Cleaner]: it deletes completed records,
+// oldest completion first; a store that deletes completed records has
+// none to delete.
+func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if olderThan < 0 || limit < 1 {
+		return 0, fmt.Errorf("%w: cleaning needs a non-negative age and a positive limit (got %v, %d)", recordstore.ErrInvalidConfig, olderThan, limit)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	before := s.now().Add(-olderThan)
+	var old []*record
+	for _, r := range s.byID {
+		if !r.completed.IsZero() && r.abandoned.IsZero() && r.completed.Before(before) {
+			old = append(old, r)
+		}
+	}
+	slices.SortFunc(old, func(a, b *record) int {
+		return cmp.Or(a.completed.Compare(b.completed), cmp.Compare(a.rec.ID, b.rec.ID))
+	})
+	old = old[:min(limit, len(old))]
+	for _, r := range old {
+		s.remove(r.rec.ID)
+	}
+	return len(old), nil
+}
+
+// PendingStatus implements [recordstore.StatusReader].
+func (s *Store) PendingStatus(ctx context.Context) ([]recordstore.TopicStatus, error) {
+	return s.status(ctx, false)
+}
+
+// Status implements [recordstore.StatusReader]. The per-consumer Completed
+// counts the deliveries the store holds: on a deleting store, those of
+// records that other consumers have still to complete.
+func (s *Store) Status(ctx context.Context) ([]recordstore.TopicStatus, error) {
+	return s.status(ctx, true)
+}
+
+func (s *Store) status(ctx context.Context, full bool) ([]recordstore.TopicStatus, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	topics := map[string]*recordstore.TopicStatus{}
+	consumers := map[string]map[string]*recordstore.ConsumerStatus{}
+	oldest := func(age *time.Duration, created time.Time) { *age = max(*age, now.Sub(created)) }
+	for _, id := range s.order {
+		r := s.byID[id]
+		if !full && !r.pending() {
+			continue
+		}
+		t := topics[r.rec.Topic]
+		if t == nil {
+			t = &recordstore.TopicStatus{Topic: r.rec.Topic}
+			topics[r.rec.Topic] = t
+		}
+		switch {
+		case r.pending():
+			t.Pending++
+			oldest(&t.OldestPending, r.created)
+		case !r.abandoned.IsZero():
+			t.Abandoned++
+		default:
+			t.Completed++
+		}
+		for c, dl := range r.deliveries {
+			if !full && !dl.pending() {
+				continue
+			}
+			byConsumer := consumers[r.rec.Topic]
+			if byConsumer == nil {
+				byConsumer = map[string]*recordstore.ConsumerStatus{}
+				consumers[r.rec.Topic] = byConsumer
+			}
+			cs := byConsumer[c]
+			if cs == nil {
+				cs = &recordstore.ConsumerStatus{Consumer: c}
+				byConsumer[c] = cs
+			}
+			switch {
+			case dl.pending():
+				cs.Pending++
+				oldest(&cs.OldestPending, r.created)
+			case !dl.abandoned.IsZero():
+				cs.Abandoned++
+			default:
+				cs.Completed++
+			}
+		}
+	}
+	out := make([]recordstore.TopicStatus, 0, len(topics))
+	for _, t := range topics {
+		for _, cs := range consumers[t.Topic] {
+			t.Consumers = append(t.Consumers, *cs)
+		}
+		slices.SortFunc(t.Consumers, func(a, b recordstore.ConsumerStatus) int { return cmp.Compare(a.Consumer, b.Consumer) })
+		out = append(out, *t)
+	}
+	slices.SortFunc(out, func(a, b recordstore.TopicStatus) int { return cmp.Compare(a.Topic, b.Topic) })
+	return out, nil
+}

@@ -1,0 +1,312 @@
+package outboxtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/wmoutbox/outbox/recordstore"
+)
+
+// StoreConfig configures [NewStore].
+type StoreConfig struct {
+	// DeleteCompleted makes the store delete a record once it is complete,
+	// as sqlstore.Delete does, instead of keeping it marked completed.
+	// Defaults to false (keep, as sqlstore.Mark does).
+	DeleteCompleted bool
+	// Lease turns on the delivery lease (see [recordstore.Releaser]):
+	// CheckPending claims a pending delivery for this long. Defaults to 0,
+	// no lease.
+	Lease time.Duration
+	// Now is the store's clock, for completion stamps, leases, retry
+	// schedules and ages; a test that moves it controls them all. Defaults
+	// to time.Now.
+	Now func() time.Time
+}
+
+// Store is an in-memory [recordstore.Store] for tests, safe for
+// concurrent use. Besides the Store contract it implements
+// [recordstore.Verifier], [recordstore.Releaser],
+// [recordstore.FailureRecorder], [recordstore.Requeuer],
+// [recordstore.StaleClaimer], [recordstore.Cleaner],
+// [recordstore.StatusReader] and [recordstore.SendStamper], as the
+// sqlstore stores do; it has no transactions, so outbox.TxPublisher and
+// outbox.CompleteTx report that it does not support them. It passes the
+// contract suite of sqlstore/storetest.
+//
+// It keeps every record it was given for the assertions ([Store.Records],
+// [RequirePublished], ...), also the ones it deleted or cleaned; those
+// behave as gone for the outbox.
+type Store struct {
+	cfg      StoreConfig
+	identity string
+
+	mu     sync.Mutex
+	nextID int64
+	byID   map[int64]*record // the records the store holds
+	order  []int64           // ids of byID, ascending
+	all    []*record         // every record ever saved, in id order
+}
+
+// record is one saved record and its bookkeeping.
+type record struct {
+	rec         recordstore.Record // without Consumers
+	consumers   []string           // declared, distinct, in order
+	deliveries  map[string]*delivery
+	created     time.Time
+	lastSent    time.Time // zero: never sent after the publish
+	completed   time.Time // zero: not completed
+	completedBy string
+	abandoned   time.Time
+	gone        bool // deleted or cleaned; kept for the assertions only
+	attempt     attempt
+}
+
+// attempt is what a record without consumers, or one delivery, keeps of
+// its handling.
+type attempt struct {
+	attempts   int
+	lastError  string
+	due        time.Time // zero: due now
+	leaseOwner string
+	leaseUntil time.Time
+}
+
+// delivery is one consumer's delivery of a record with consumers.
+type delivery struct {
+	completed time.Time
+	abandoned time.Time
+	attempt
+}
+
+func (d *delivery) pending() bool { return d.completed.IsZero() && d.abandoned.IsZero() }
+
+// pending reports whether the record waits for a consumer.
+func (r *record) pending() bool { return r.completed.IsZero() && r.abandoned.IsZero() }
+
+var (
+	_ recordstore.Store           = (*Store)(nil)
+	_ recordstore.Verifier        = (*Store)(nil)
+	_ recordstore.Releaser        = (*Store)(nil)
+	_ recordstore.FailureRecorder = (*Store)(nil)
+	_ recordstore.Requeuer        = (*Store)(nil)
+	_ recordstore.StaleClaimer    = (*Store)(nil)
+	_ recordstore.Cleaner         = (*Store)(nil)
+	_ recordstore.StatusReader    = (*Store)(nil)
+	_ recordstore.SendStamper     = (*Store)(nil)
+)
+
+// NewStore returns an empty in-memory store with an identity of its own.
+// A negative cfg.Lease is taken as none.
+func NewStore(cfg StoreConfig) *Store {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return &Store{cfg: cfg, identity: hex.EncodeToString(b[:]), byID: map[int64]*record{}}
+}
+
+func (s *Store) now() time.Time { return s.cfg.Now() }
+
+// Identity implements [recordstore.Store]: a random identity drawn by
+// NewStore, the same for the store's whole life.
+func (s *Store) Identity(ctx context.Context) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	return s.identity, nil
+}
+
+// Verify implements [recordstore.Verifier]; an in-memory store is always
+// ready.
+func (s *Store) Verify(ctx context.Context) error { return ctx.Err() }
+
+// Insert implements [recordstore.Store]. The store keeps copies of the
+// records' payload and metadata.
+func (s *Store) Insert(ctx context.Context, records []recordstore.Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	for i := range records {
+		s.nextID++
+		records[i].ID = s.nextID
+		r := &record{rec: copyRecord(records[i]), created: now}
+		r.rec.Consumers = nil
+		for _, c := range records[i].Consumers {
+			if !slices.Contains(r.consumers, c) {
+				r.consumers = append(r.consumers, c)
+			}
+		}
+		if len(r.consumers) > 0 {
+			r.deliveries = make(map[string]*delivery, len(r.consumers))
+			for _, c := range r.consumers {
+				r.deliveries[c] = &delivery{}
+			}
+		}
+		s.byID[r.rec.ID] = r
+		s.order = append(s.order, r.rec.ID)
+		s.all = append(s.all, r)
+	}
+	return nil
+}
+
+// copyRecord returns r with a payload and metadata of its own, never nil.
+func copyRecord(r recordstore.Record) recordstore.Record {
+	r.Payload = append([]byte{}, r.Payload...)
+	r.Metadata = maps.Clone(r.Metadata)
+	if r.Metadata == nil {
+		r.Metadata = map[string]string{}
+	}
+	r.Consumers = slices.Clone(r.Consumers)
+	return r
+}
+
+// CheckPending implements [recordstore.Store], with the verdicts in the
+// order the sqlstore stores give them: unknown record, missing delivery,
+// not pending or completed by another consumer, not due, then, with a
+// lease, leased.
+func (s *Store) CheckPending(ctx context.Context, d recordstore.Delivery) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	r := s.byID[d.ID]
+	switch {
+	case r == nil && s.cfg.DeleteCompleted:
+		// A deleting store cannot tell a completed record from one it
+		// never had.
+		return recordstore.ErrNotPending
+	case r == nil || r.rec.Topic != d.Topic:
+		return fmt.Errorf("outboxtest: no record %d of topic %q: %w", d.ID, d.Topic, recordstore.ErrUnknownRecord)
+	}
+	a := &r.attempt
+	if r.deliveries != nil {
+		dl := r.deliveries[d.Consumer]
+		switch {
+		case dl == nil:
+			return fmt.Errorf("outboxtest: record %d has no delivery for consumer %q: %w", d.ID, d.Consumer, recordstore.ErrNoDelivery)
+		case !dl.pending():
+			return recordstore.ErrNotPending
+		}
+		a = &dl.attempt
+	} else {
+		switch {
+		case !r.abandoned.IsZero():
+			return recordstore.ErrNotPending
+		case !r.completed.IsZero():
+			if d.Consumer == "" || r.completedBy == "" || r.completedBy == d.Consumer {
+				return recordstore.ErrNotPending
+			}
+			return &recordstore.ConsumerConflictError{ID: d.ID, Consumer: d.Consumer, CompletedBy: r.completedBy}
+		}
+	}
+	if wait := a.due.Sub(now); wait > 0 {
+		return &recordstore.NotDueError{ID: d.ID, Wait: wait}
+	}
+	if s.cfg.Lease > 0 {
+		if now.Before(a.leaseUntil) {
+			return recordstore.ErrLeased
+		}
+		a.leaseOwner, a.leaseUntil = d.Lease, now.Add(s.cfg.Lease)
+	}
+	return nil
+}
+
+// Complete implements [recordstore.Store]. A record without consumers
+// remembers which consumer completed it, so that another consumer's
+// CheckPending reports a [*recordstore.ConsumerConflictError].
+func (s *Store) Complete(ctx context.Context, d recordstore.Delivery) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.byID[d.ID]
+	if r == nil || !r.pending() {
+		return recordstore.ErrNotPending
+	}
+	now := s.now()
+	if r.deliveries == nil {
+		r.completedBy = d.Consumer
+		s.finish(r, now)
+		return nil
+	}
+	dl := r.deliveries[d.Consumer]
+	if dl == nil || !dl.pending() {
+		return recordstore.ErrNotPending
+	}
+	dl.completed = now
+	dl.leaseUntil = time.Time{}
+	s.rollUp(r, now)
+	return nil
+}
+
+// rollUp completes or abandons a record with consumers once none of its
+// deliveries is pending.
+func (s *Store) rollUp(r *record, now time.Time) {
+	abandoned := false
+	for _, dl := range r.deliveries {
+		if dl.pending() {
+			return
+		}
+		abandoned = abandoned || !dl.abandoned.IsZero()
+	}
+	if abandoned {
+		r.abandoned = now
+		return
+	}
+	s.finish(r, now)
+}
+
+// finish completes a record: marks it, or deletes it on a deleting store.
+func (s *Store) finish(r *record, now time.Time) {
+	r.completed = now
+	r.attempt.leaseUntil = time.Time{}
+	if s.cfg.DeleteCompleted {
+		s.remove(r.rec.ID)
+	}
+}
+
+// remove drops a record from what the store holds.
+func (s *Store) remove(id int64) {
+	r := s.byID[id]
+	if r == nil {
+		return
+	}
+	r.gone = true
+	delete(s.byID, id)
+	if i, found := slices.BinarySearch(s.order, id); found {
+		s.order = slices.Delete(s.order, i, i+1)
+	}
+}
+
+// PendingAfter implements [recordstore.Store].
+func (s *Store) PendingAfter(ctx context.Context, topic string, afterID int64, limit int) ([]recordstore.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []recordstore.Record
+	i, _ := slices.BinarySearch(s.order, afterID+1)
+	for _, id := range s.order[i:] {
+		if len(out) >= limit {
+			break
+		}
+		if r := s.byID[id]; r.rec.Topic == topic && r.pending() {
+			out = append(out, copyRecord(r.rec))
+		}
+	}
+	return out, nil
+}
