@@ -52,7 +52,7 @@ type options struct {
 }
 
 // caseGroups are the groups -cases selects from, in the order they run.
-var caseGroups = []string{"router", "publish", "batch", "e2e", "paced", "replay"}
+var caseGroups = []string{"router", "publish", "batch", "latency-bound", "paced", "replay"}
 
 func (o options) runs(group string) bool { return o.cases == nil || o.cases[group] }
 
@@ -63,7 +63,7 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 5, "how many times each pair of compared cases runs, alternating; the median is reported")
 	flag.IntVar(&o.routerRounds, "router-rounds", 15, "rounds of the router cases (bare router, untracked)")
 	flag.DurationVar(&o.routerDuration, "router-duration", 500*time.Millisecond, "how long each router case runs per round")
-	flag.IntVar(&o.window, "window", 32, "end-to-end: messages one publisher may have published but not yet handled")
+	flag.IntVar(&o.window, "window", 32, "latency-bound end to end: messages one publisher may have published but not yet handled")
 	flag.IntVar(&o.pacedN, "paced", 3000, "messages sent in the paced latency cases")
 	flag.IntVar(&o.pacedRate, "rate", 500, "messages per second in the paced latency cases")
 	flag.IntVar(&o.replayRows, "replay", 1_000_000, "pending rows replayed in the replay case")
