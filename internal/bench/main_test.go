@@ -17,11 +17,12 @@ import (
 // It says nothing about speed.
 func TestTinyRunMeasuresEveryCase(t *testing.T) {
 	testenv.Postgres(t) // skips, or fails under CI=true, when PostgreSQL is not reachable
+	testenv.MySQL(t)    // likewise for MariaDB
 	t.Setenv(outbox.EnvToggle, "on")
 	var out bytes.Buffer
 	o := options{
-		dbs: []string{"postgres", "sqlite"}, duration: 50 * time.Millisecond, rounds: 1, routerRounds: 1, routerDuration: 50 * time.Millisecond, window: 8,
-		pacedN: 20, pacedRate: 500, replayRows: 2000, postgres: testenv.PostgresDSN(),
+		dbs: []string{"postgres", "mariadb", "sqlite"}, duration: 50 * time.Millisecond, rounds: 1, routerRounds: 1, routerDuration: 50 * time.Millisecond, window: 8,
+		pacedN: 20, pacedRate: 500, replayRows: 2000, dsn: dsns{postgres: testenv.PostgresDSN(), mysql: testenv.MySQLDSN()},
 	}
 	if err := run(context.Background(), &out, o); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
@@ -30,9 +31,9 @@ func TestTinyRunMeasuresEveryCase(t *testing.T) {
 	for _, want := range []string{
 		"bare router + GoChannel", "untracked through decorator + middleware",
 		"raw single-row INSERT loop", "tracked publish, coalescing (default: MaxInFlight 1)", "MaxInFlight 4", "raw 100-row INSERT",
-		"raw SQL cycle", "classic outbox (watermill-sql + forwarder)", "completions not coalesced",
+		"raw SQL cycle", "classic outbox (watermill-sql + forwarder, 1 s poll)", "completions not coalesced",
 		"paced 500 msg/s", "replay of 2000 pending rows",
-		"## postgres (PostgreSQL", "## sqlite (SQLite",
+		"## postgres (PostgreSQL", "## mariadb (MariaDB", "## sqlite (SQLite",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the report has no %q", want)

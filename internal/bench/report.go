@@ -36,8 +36,13 @@ func (rep *report) add(group, name string, conc int, r result, unit string) {
 	rep.rows = append(rep.rows, row{group: group, name: name, conc: c, r: r, unit: unit})
 }
 
-// ratio checks got/base against want (at least want).
+// ratio checks got/base against want (at least want). A case that lost
+// messages has no rate to compare.
 func (rep *report) ratio(what string, got, base result, want float64) {
+	if got.lost > 0 || base.lost > 0 {
+		rep.notApplicable(what, "messages were lost")
+		return
+	}
 	r := got.rate / base.rate
 	rep.targets = append(rep.targets, target{
 		what:     what,
@@ -70,6 +75,9 @@ func (rep *report) print(w io.Writer) {
 				p50, p99 = ms(r.r.p50), ms(r.r.p99)
 			}
 			note := r.r.note
+			if r.r.lost > 0 {
+				note = strings.TrimSpace(fmt.Sprintf("%s **%d published message(s) never delivered**", note, r.r.lost))
+			}
 			if r.r.errors > 0 {
 				note = strings.TrimSpace(fmt.Sprintf("%s %d failed calls, first: %v", note, r.r.errors, r.r.firstErr))
 			}

@@ -158,7 +158,7 @@ func batchSteps(ctx context.Context, d *database, o options, rep *report) error 
 // publisher per poll interval. The saturated case (saturatedSteps) is the
 // comparison of throughput.
 func endToEndSteps(ctx context.Context, d *database, o options, rep *report) error {
-	classic := d.name == "postgres"
+	classic := d.hasForwarder()
 	group := fmt.Sprintf("latency-bound, ≤ %d in flight per publisher", o.window)
 	for _, p := range []int{1, 4, 16} {
 		cases := []func() (result, error){
@@ -170,7 +170,7 @@ func endToEndSteps(ctx context.Context, d *database, o options, rep *report) err
 		}
 		if classic {
 			cases = append(cases, func() (result, error) {
-				pl, err := classicPipeline(ctx, d)
+				pl, err := classicPipeline(ctx, d, defaultPoll)
 				if err != nil {
 					return result{}, err
 				}
@@ -195,7 +195,7 @@ func endToEndSteps(ctx context.Context, d *database, o options, rep *report) err
 			if classic {
 				rep.ratio(what, rs[1], rs[len(rs)-1], 1.5)
 			} else {
-				rep.notApplicable(what, "watermill-sql v3 has no SQLite adapter")
+				rep.notApplicable(what, noForwarder)
 			}
 			rep.ratio(fmt.Sprintf("latency-bound at 4 (≤ %d in flight) ≥ 1.0× raw SQL cycle", o.window), rs[1], rs[0], 1.0)
 		case 16:
@@ -224,8 +224,8 @@ func pacedSteps(ctx context.Context, d *database, o options, rep *report) error 
 	}
 	group := fmt.Sprintf("paced %d msg/s", o.pacedRate)
 	rep.add(group, "tracked", 1, tracked, "msg/s")
-	if d.name == "postgres" {
-		pl, err := classicPipeline(ctx, d)
+	if d.hasForwarder() {
+		pl, err := classicPipeline(ctx, d, defaultPoll)
 		if err != nil {
 			return err
 		}
@@ -233,7 +233,7 @@ func pacedSteps(ctx context.Context, d *database, o options, rep *report) error 
 		if err != nil {
 			return err
 		}
-		rep.add(group, "classic outbox (watermill-sql + forwarder)", 1, classic, "msg/s")
+		rep.add(group, "classic outbox (watermill-sql + forwarder, 1 s poll)", 1, classic, "msg/s")
 	}
 	rep.atMost(fmt.Sprintf("paced %d msg/s: p50 publish → handler ≤ 1 ms", o.pacedRate), ms64(tracked.p50), 1, "%.2f ms")
 	rep.atMost(fmt.Sprintf("paced %d msg/s: p99 publish → handler ≤ 5 ms", o.pacedRate), ms64(tracked.p99), 5, "%.2f ms")
