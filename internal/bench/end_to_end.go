@@ -24,7 +24,15 @@ type pipeline struct {
 	sub        message.Subscriber
 	middleware []message.HandlerMiddleware
 	close      func()
+	// caughtUp, when set, says whether the relay has passed every message
+	// saved so far; once it has and nothing more arrives, the messages still
+	// missing are lost, and the case need not wait for stall.
+	caughtUp func() bool
 }
+
+// settle is how long nothing must arrive after caughtUp before the missing
+// messages count as lost: the relay's hand-off to GoChannel.
+const settle = 500 * time.Millisecond
 
 // load says how the publishers publish: for a duration, each at most window
 // messages ahead of its handler; paced, count messages at interval; or
@@ -36,27 +44,29 @@ type load struct {
 	window     int
 	count      int
 	interval   time.Duration
+	// stall ends the case once no message was handled for that long; the
+	// messages still missing are reported as lost.
+	stall time.Duration
 }
 
 func openLoad(publishers int, o options) load {
-	return load{publishers: publishers, duration: o.duration, window: o.window}
+	return load{publishers: publishers, duration: o.duration, window: o.window, stall: o.stall}
 }
 
 func pacedLoad(o options) load {
-	return load{publishers: 1, window: o.window, count: o.pacedN, interval: time.Second / time.Duration(o.pacedRate)}
+	return load{publishers: 1, window: o.window, count: o.pacedN, interval: time.Second / time.Duration(o.pacedRate), stall: o.stall}
 }
 
-func saturatedLoad(publishers, count int) load {
-	return load{publishers: publishers, window: count, count: count}
+func saturatedLoad(publishers int, o options) load {
+	return load{publishers: publishers, window: o.saturatedN, count: o.saturatedN, stall: o.stall}
 }
 
-// stallAfter ends a case in which no message was handled for that long: the
-// messages still missing are reported as lost. It is well above the longest
-// poll interval of the forwarder (1 s), so a slow case is not cut short.
-const stallAfter = 10 * time.Second
+// defaultStall is well above the longest poll interval of the forwarder
+// (1 s), so that a slow case is not cut short.
+const defaultStall = 10 * time.Second
 
-// errStalled is the cause of a case cut short by stallAfter.
-var errStalled = errors.New("no message handled for " + stallAfter.String())
+// errStalled is the cause of a case cut short by load.stall.
+var errStalled = errors.New("no message handled for a while")
 
 const publisherKey = "bench_publisher"
 
@@ -91,11 +101,14 @@ func endToEnd(ctx context.Context, p pipeline, l load) (result, error) {
 			out, err := h(msg)
 			if err == nil {
 				if i, perr := strconv.Atoi(msg.Metadata.Get(publisherKey)); perr == nil && i < len(slots) {
+					// Counted before the slot is freed: freeing the last one
+					// ends the case.
+					handled.Add(1)
+					lastHandled.Store(time.Now().UnixNano())
 					select {
 					case <-slots[i]:
-						handled.Add(1)
-						lastHandled.Store(time.Now().UnixNano())
 					default: // a redelivered copy
+						handled.Add(-1)
 					}
 				}
 			}
@@ -178,6 +191,10 @@ func endToEnd(ctx context.Context, p pipeline, l load) (result, error) {
 			}
 		})
 	}
+	stall := l.stall
+	if stall == 0 {
+		stall = defaultStall
+	}
 	done := make(chan struct{})
 	go func() { wg.Wait(); close(done) }()
 	watch := time.NewTicker(100 * time.Millisecond)
@@ -188,7 +205,8 @@ wait:
 		case <-done:
 			break wait
 		case <-watch.C:
-			if time.Since(time.Unix(0, lastHandled.Load())) > stallAfter {
+			idle := time.Since(time.Unix(0, lastHandled.Load()))
+			if idle > stall || (idle > settle && p.caughtUp != nil && published.Load() > handled.Load() && p.caughtUp()) {
 				stalled(errStalled)
 				<-done
 				break wait
@@ -206,6 +224,9 @@ wait:
 	}
 	if err := <-runErr; err != nil {
 		return result{}, fmt.Errorf("router: %w", err)
+	}
+	if handled.Load() == 0 {
+		return result{}, errors.Join(errors.New("no message was handled"), firstErr)
 	}
 	r := result{rate: float64(handled.Load()) / elapsed.Seconds(), errors: failed.Load(), firstErr: firstErr, lost: lost}
 	lat.into(&r)

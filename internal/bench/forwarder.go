@@ -21,7 +21,23 @@ const defaultPoll = time.Second
 type watermillSQL struct {
 	schema  wsql.SchemaAdapter
 	offsets wsql.OffsetsAdapter
-	tables  func(topic string) []string // the tables they create, quoted
+	// offsetColumn is the messages table's offset column, quoted.
+	offsetColumn string
+	tables       func(topic string) []string // the tables they create, quoted
+}
+
+// caughtUp says whether the forwarder acknowledged the last row of its
+// table. Rows committed after a higher offset was acknowledged are never
+// read: watermill-sql's MySQL offsets have that gap
+// (ThreeDotsLabs/watermill#311; PostgreSQL orders by transaction id).
+func (a watermillSQL) caughtUp(db *sql.DB, topic string) bool {
+	t := a.tables(topic)
+	var last, acked sql.NullInt64
+	q := "SELECT (SELECT MAX(" + a.offsetColumn + ") FROM " + t[0] + "), (SELECT MAX(offset_acked) FROM " + t[1] + ")"
+	if err := db.QueryRow(q).Scan(&last, &acked); err != nil {
+		return false
+	}
+	return acked.Int64 >= last.Int64
 }
 
 // hasForwarder says whether watermill-sql, and so Watermill's forwarder,
@@ -35,10 +51,10 @@ func (d *database) watermillSQL() (watermillSQL, error) {
 	switch d.name {
 	case "postgres":
 		s, o := wsql.DefaultPostgreSQLSchema{}, wsql.DefaultPostgreSQLOffsetsAdapter{}
-		return watermillSQL{s, o, func(t string) []string { return []string{s.MessagesTable(t), o.MessagesOffsetsTable(t)} }}, nil
+		return watermillSQL{s, o, `"offset"`, func(t string) []string { return []string{s.MessagesTable(t), o.MessagesOffsetsTable(t)} }}, nil
 	case "mariadb":
 		s, o := wsql.DefaultMySQLSchema{}, wsql.DefaultMySQLOffsetsAdapter{}
-		return watermillSQL{s, o, func(t string) []string { return []string{s.MessagesTable(t), o.MessagesOffsetsTable(t)} }}, nil
+		return watermillSQL{s, o, "`offset`", func(t string) []string { return []string{s.MessagesTable(t), o.MessagesOffsetsTable(t)} }}, nil
 	}
 	return watermillSQL{}, fmt.Errorf("%s: %s", d.name, noForwarder)
 }
@@ -81,8 +97,9 @@ func classicPipeline(ctx context.Context, d *database, poll time.Duration) (pipe
 		return pipeline{}, fmt.Errorf("forwarder: %w", err)
 	}
 	return pipeline{
-		pub: &txPublisher{db: d.db.DB, schema: adapters.schema, forwarderTopic: topic},
-		sub: gc,
+		pub:      &txPublisher{db: d.db.DB, schema: adapters.schema, forwarderTopic: topic},
+		sub:      gc,
+		caughtUp: func() bool { return adapters.caughtUp(d.db.DB, topic) },
 		close: func() {
 			_ = fwd.Close()
 			cancel()

@@ -84,7 +84,7 @@ func runSuite(ctx context.Context, d *database, o options) (*report, error) {
 		group string
 		run   func(context.Context, *database, options, *report) error
 	}{
-		{"publish", publishSteps}, {"batch", batchSteps}, {"latency-bound", endToEndSteps}, {"paced", pacedSteps}, {"replay", replaySteps},
+		{"publish", publishSteps}, {"batch", batchSteps}, {"latency-bound", endToEndSteps}, {"saturated", saturatedSteps}, {"paced", pacedSteps}, {"replay", replaySteps},
 	}
 	for _, step := range steps {
 		if !o.runs(step.group) {
@@ -205,12 +205,91 @@ func endToEndSteps(ctx context.Context, d *database, o options, rep *report) err
 	return nil
 }
 
+// forwarderPolls are the poll intervals the forwarder runs with in the
+// saturated case: watermill-sql's default and two shorter ones.
+var forwarderPolls = []time.Duration{defaultPoll, 100 * time.Millisecond, 10 * time.Millisecond}
+
+// saturatedSteps is the throughput case: each publisher sends
+// o.saturatedN messages as fast as Publish returns, with no cap on messages
+// in flight, into a no-op handler; the rate counts until the last message
+// is handled. Compared side by side: Watermill's forwarder at each poll
+// interval, the outbox's statements written by hand, and the project with
+// its defaults.
+func saturatedSteps(ctx context.Context, d *database, o options, rep *report) error {
+	def, err := d.defaultInFlight(o)
+	if err != nil {
+		return err
+	}
+	group := "saturated, no cap in flight"
+	project := fmt.Sprintf("project, defaults (MaxInFlight %d)", def)
+	hand := "hand loop (INSERT … RETURNING; SELECT by id, UPDATE)"
+	fwdName := func(poll time.Duration) string {
+		return fmt.Sprintf("forwarder (watermill-sql, tx per publish), %s poll", pollText(poll))
+	}
+	for _, p := range []int{1, 4, 16} {
+		l := saturatedLoad(p, o)
+		cases := []func() (result, error){
+			func() (result, error) { return trackedEndToEndLoad(ctx, d, p, o.coalesced(), l) },
+			func() (result, error) {
+				pl, err := handPipeline(ctx, d)
+				if err != nil {
+					return result{}, err
+				}
+				return endToEnd(ctx, pl, l)
+			},
+		}
+		if d.hasForwarder() {
+			for _, poll := range forwarderPolls {
+				cases = append(cases, func() (result, error) {
+					pl, err := classicPipeline(ctx, d, poll)
+					if err != nil {
+						return result{}, err
+					}
+					return endToEnd(ctx, pl, l)
+				})
+			}
+		}
+		rs, err := sideBySide(o.saturatedRounds, cases...)
+		if err != nil {
+			return err
+		}
+		for i := range rs {
+			rs[i].latency = false // queueing, not the systems': the paced case measures latency
+		}
+		rep.add(group, project, p, rs[0], "msg/s")
+		rep.add(group, hand, p, rs[1], "msg/s")
+		for i, poll := range forwarderPolls {
+			if d.hasForwarder() {
+				rep.add(group, fwdName(poll), p, rs[2+i], "msg/s")
+				rep.compare(fmt.Sprintf("saturated at %d: project / forwarder, %s poll", p, pollText(poll)), rs[0], rs[2+i])
+			}
+		}
+		if !d.hasForwarder() {
+			rep.compareNotApplicable(fmt.Sprintf("saturated at %d: project / forwarder", p), noForwarder)
+		}
+		rep.compare(fmt.Sprintf("saturated at %d: project / hand loop", p), rs[0], rs[1])
+	}
+	return nil
+}
+
+// pollText writes a poll interval as the docs do: "1 s", "100 ms".
+func pollText(d time.Duration) string {
+	if d%time.Second == 0 {
+		return fmt.Sprintf("%d s", d/time.Second)
+	}
+	return fmt.Sprintf("%d ms", d/time.Millisecond)
+}
+
 func trackedEndToEnd(ctx context.Context, d *database, publishers int, co sqlstore.Coalescing, o options) (result, error) {
+	return trackedEndToEndLoad(ctx, d, publishers, co, openLoad(publishers, o))
+}
+
+func trackedEndToEndLoad(ctx context.Context, d *database, publishers int, co sqlstore.Coalescing, l load) (result, error) {
 	p, err := trackedPipeline(ctx, d, publishers, co)
 	if err != nil {
 		return result{}, err
 	}
-	return endToEnd(ctx, p, openLoad(publishers, o))
+	return endToEnd(ctx, p, l)
 }
 
 func pacedSteps(ctx context.Context, d *database, o options, rep *report) error {
