@@ -19,7 +19,7 @@ func benchDatabase(b *testing.B, name string) *database {
 	if name == "postgres" {
 		testenv.Postgres(b) // skips, or fails under CI=true, when PostgreSQL is not reachable
 	}
-	d, err := openDatabase(context.Background(), name, testenv.PostgresDSN())
+	d, err := openDatabase(context.Background(), name, dsns{postgres: testenv.PostgresDSN(), mysql: testenv.MySQLDSN()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func BenchmarkClassicPublish(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _, _ = d.db.ExecContext(ctx, `DROP TABLE IF EXISTS "watermill_`+topic+`"`) })
-	pub := &txPublisher{db: d.db.DB, forwarderTopic: topic}
+	pub := &txPublisher{db: d.db.DB, schema: wsql.DefaultPostgreSQLSchema{}, forwarderTopic: topic}
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := pub.Publish("orders", benchMessage()); err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	_ "github.com/go-sql-driver/mysql" // MariaDB driver
 	_ "github.com/jackc/pgx/v5/stdlib" // PostgreSQL driver
 	"github.com/jmoiron/sqlx"
 	_ "modernc.org/sqlite" // SQLite driver
@@ -28,13 +29,22 @@ type database struct {
 	tmpDir  string
 }
 
-func openDatabase(ctx context.Context, name, postgresDSN string) (*database, error) {
+// dsns are the servers' DSNs; SQLite needs none.
+type dsns struct {
+	postgres string
+	mysql    string
+}
+
+func openDatabase(ctx context.Context, name string, dsn dsns) (*database, error) {
 	d := &database{name: name}
 	var err error
 	switch name {
 	case "postgres":
 		d.dialect = sqlstore.Postgres()
-		d.db, err = sqlx.Open("pgx", postgresDSN)
+		d.db, err = sqlx.Open("pgx", dsn.postgres)
+	case "mariadb":
+		d.dialect = sqlstore.MySQL()
+		d.db, err = sqlx.Open("mysql", dsn.mysql)
 	case "sqlite":
 		d.dialect = sqlstore.SQLite()
 		if d.tmpDir, err = os.MkdirTemp("", "outbox-bench"); err != nil {
@@ -43,25 +53,38 @@ func openDatabase(ctx context.Context, name, postgresDSN string) (*database, err
 		// The settings the README recommends: WAL and a busy timeout.
 		d.db, err = sqlx.Open("sqlite", "file:"+filepath.Join(d.tmpDir, "bench.db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
 	default:
-		return nil, fmt.Errorf("unknown database %q (postgres, sqlite)", name)
+		return nil, fmt.Errorf("unknown database %q (postgres, mariadb, sqlite)", name)
 	}
 	if err != nil {
 		return nil, err
 	}
 	d.db.SetMaxOpenConns(poolSize)
 	d.db.SetMaxIdleConns(poolSize)
-	versionQuery := "SHOW server_version"
-	if name == "sqlite" {
-		versionQuery = "SELECT 'SQLite ' || sqlite_version()"
+	versionQuery, product := "SHOW server_version", "PostgreSQL "
+	switch name {
+	case "mariadb":
+		versionQuery, product = "SELECT VERSION()", "MariaDB "
+	case "sqlite":
+		versionQuery, product = "SELECT sqlite_version()", "SQLite "
 	}
 	if err := d.db.GetContext(ctx, &d.version, versionQuery); err != nil {
 		d.close()
 		return nil, fmt.Errorf("%s is not reachable: %w", name, err)
 	}
-	if name == "postgres" {
-		d.version = "PostgreSQL " + d.version
-	}
+	d.version = product + d.version
 	return d, nil
+}
+
+// clock is the database's expression for the current time, as the
+// outbox's own statements write it into processed_at.
+func (d *database) clock() string {
+	switch d.name {
+	case "mariadb":
+		return "UTC_TIMESTAMP(6)"
+	case "sqlite":
+		return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+	}
+	return "now()"
 }
 
 func (d *database) close() {

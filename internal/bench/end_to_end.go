@@ -24,28 +24,49 @@ type pipeline struct {
 	sub        message.Subscriber
 	middleware []message.HandlerMiddleware
 	close      func()
+	// caughtUp, when set, says whether the relay has passed every message
+	// saved so far; once it has and nothing more arrives, the messages still
+	// missing are lost, and the case need not wait for stall.
+	caughtUp func() bool
 }
 
+// settle is how long nothing must arrive after caughtUp before the missing
+// messages count as lost: the relay's hand-off to GoChannel.
+const settle = 500 * time.Millisecond
+
 // load says how the publishers publish: for a duration, each at most window
-// messages ahead of its handler, or paced, count messages at interval.
+// messages ahead of its handler; paced, count messages at interval; or
+// saturated, count messages as fast as Publish returns, with a window as
+// large as count, so none is ever waited for.
 type load struct {
 	publishers int
 	duration   time.Duration
 	window     int
 	count      int
 	interval   time.Duration
+	// stall ends the case once no message was handled for that long; the
+	// messages still missing are reported as lost.
+	stall time.Duration
 }
 
 func openLoad(publishers int, o options) load {
-	return load{publishers: publishers, duration: o.duration, window: o.window}
+	return load{publishers: publishers, duration: o.duration, window: o.window, stall: o.stall}
 }
 
 func pacedLoad(o options) load {
-	return load{publishers: 1, window: o.window, count: o.pacedN, interval: time.Second / time.Duration(o.pacedRate)}
+	return load{publishers: 1, window: o.window, count: o.pacedN, interval: time.Second / time.Duration(o.pacedRate), stall: o.stall}
 }
 
-// drainTimeout bounds the wait for the last messages to be handled.
-const drainTimeout = 2 * time.Minute
+func saturatedLoad(publishers int, o options) load {
+	return load{publishers: publishers, window: o.saturatedN, count: o.saturatedN, stall: o.stall}
+}
+
+// defaultStall is well above the longest poll interval of the forwarder
+// (1 s), so that a slow case is not cut short.
+const defaultStall = 10 * time.Second
+
+// errStalled is the cause of a case cut short by load.stall.
+var errStalled = errors.New("no message handled for a while")
 
 const publisherKey = "bench_publisher"
 
@@ -73,17 +94,21 @@ func endToEnd(ctx context.Context, p pipeline, l load) (result, error) {
 	for i := range slots {
 		slots[i] = make(chan struct{}, l.window)
 	}
-	var handled atomic.Int64
+	var handled, published, lastHandled atomic.Int64
 	// Outermost: the message is done once everything inside returned.
 	router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			out, err := h(msg)
 			if err == nil {
 				if i, perr := strconv.Atoi(msg.Metadata.Get(publisherKey)); perr == nil && i < len(slots) {
+					// Counted before the slot is freed: freeing the last one
+					// ends the case.
+					handled.Add(1)
+					lastHandled.Store(time.Now().UnixNano())
 					select {
 					case <-slots[i]:
-						handled.Add(1)
 					default: // a redelivered copy
+						handled.Add(-1)
 					}
 				}
 			}
@@ -116,10 +141,11 @@ func endToEnd(ctx context.Context, p pipeline, l load) (result, error) {
 	var failed atomic.Int64
 	var firstErr error
 	var once sync.Once
-	drainCtx, drainCancel := context.WithTimeout(ctx, drainTimeout)
-	defer drainCancel()
+	drainCtx, stalled := context.WithCancelCause(ctx)
+	defer stalled(nil)
 	var wg sync.WaitGroup
 	start := time.Now()
+	lastHandled.Store(start.UnixNano())
 	deadline := start.Add(l.duration)
 	for i, topic := range names {
 		wg.Go(func() {
@@ -134,7 +160,9 @@ func endToEnd(ctx context.Context, p pipeline, l load) (result, error) {
 					if n == l.count {
 						break
 					}
-					<-tick
+					if tick != nil {
+						<-tick
+					}
 				} else if !time.Now().Before(deadline) {
 					break
 				}
@@ -149,7 +177,9 @@ func endToEnd(ctx context.Context, p pipeline, l load) (result, error) {
 					failed.Add(1)
 					once.Do(func() { firstErr = err })
 					<-slots[i]
+					continue
 				}
+				published.Add(1)
 			}
 			// Filling the window again means every message was handled.
 			for range l.window {
@@ -161,10 +191,33 @@ func endToEnd(ctx context.Context, p pipeline, l load) (result, error) {
 			}
 		})
 	}
-	wg.Wait()
+	stall := l.stall
+	if stall == 0 {
+		stall = defaultStall
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	watch := time.NewTicker(100 * time.Millisecond)
+	defer watch.Stop()
+wait:
+	for {
+		select {
+		case <-done:
+			break wait
+		case <-watch.C:
+			idle := time.Since(time.Unix(0, lastHandled.Load()))
+			if idle > stall || (idle > settle && p.caughtUp != nil && published.Load() > handled.Load() && p.caughtUp()) {
+				stalled(errStalled)
+				<-done
+				break wait
+			}
+		}
+	}
 	elapsed := time.Since(start)
-	if err := drainCtx.Err(); err != nil {
-		return result{}, fmt.Errorf("messages were not all handled within %v: %w", drainTimeout, err)
+	lost := published.Load() - handled.Load()
+	if lost > 0 {
+		// The time the stall detector waited is not the case's.
+		elapsed = time.Unix(0, lastHandled.Load()).Sub(start)
 	}
 	if err := router.Close(); err != nil {
 		return result{}, err
@@ -172,7 +225,10 @@ func endToEnd(ctx context.Context, p pipeline, l load) (result, error) {
 	if err := <-runErr; err != nil {
 		return result{}, fmt.Errorf("router: %w", err)
 	}
-	r := result{rate: float64(handled.Load()) / elapsed.Seconds(), errors: failed.Load(), firstErr: firstErr}
+	if handled.Load() == 0 {
+		return result{}, errors.Join(errors.New("no message was handled"), firstErr)
+	}
+	r := result{rate: float64(handled.Load()) / elapsed.Seconds(), errors: failed.Load(), firstErr: firstErr, lost: lost}
 	lat.into(&r)
 	if r.rate == 0 {
 		return r, errors.Join(errors.New("no message was handled"), firstErr)

@@ -5,31 +5,79 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
-	"errors"
 	"fmt"
+	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
+// defaultPoll is watermill-sql's default poll interval: how long its
+// subscriber waits after a query that found nothing.
+const defaultPoll = time.Second
+
+// watermillSQL is the pair of watermill-sql adapters for a database.
+type watermillSQL struct {
+	schema  wsql.SchemaAdapter
+	offsets wsql.OffsetsAdapter
+	// offsetColumn is the messages table's offset column, quoted.
+	offsetColumn string
+	tables       func(topic string) []string // the tables they create, quoted
+}
+
+// caughtUp says whether the forwarder acknowledged the last row of its
+// table. Rows committed after a higher offset was acknowledged are never
+// read: watermill-sql's MySQL offsets have that gap
+// (ThreeDotsLabs/watermill#311; PostgreSQL orders by transaction id).
+func (a watermillSQL) caughtUp(db *sql.DB, topic string) bool {
+	t := a.tables(topic)
+	var last, acked sql.NullInt64
+	q := "SELECT (SELECT MAX(" + a.offsetColumn + ") FROM " + t[0] + "), (SELECT MAX(offset_acked) FROM " + t[1] + ")"
+	if err := db.QueryRow(q).Scan(&last, &acked); err != nil {
+		return false
+	}
+	return acked.Int64 >= last.Int64
+}
+
+// hasForwarder says whether watermill-sql, and so Watermill's forwarder,
+// runs on the database.
+func (d *database) hasForwarder() bool { return d.name != "sqlite" }
+
+// noForwarder is why the forwarder's cases do not run on SQLite.
+const noForwarder = "watermill-sql v3 has no SQLite adapter"
+
+func (d *database) watermillSQL() (watermillSQL, error) {
+	switch d.name {
+	case "postgres":
+		s, o := wsql.DefaultPostgreSQLSchema{}, wsql.DefaultPostgreSQLOffsetsAdapter{}
+		return watermillSQL{s, o, `"offset"`, func(t string) []string { return []string{s.MessagesTable(t), o.MessagesOffsetsTable(t)} }}, nil
+	case "mariadb":
+		s, o := wsql.DefaultMySQLSchema{}, wsql.DefaultMySQLOffsetsAdapter{}
+		return watermillSQL{s, o, "`offset`", func(t string) []string { return []string{s.MessagesTable(t), o.MessagesOffsetsTable(t)} }}, nil
+	}
+	return watermillSQL{}, fmt.Errorf("%s: %s", d.name, noForwarder)
+}
+
 // classicPipeline is Watermill's own transactional outbox, with default
-// settings: each Publish opens a transaction, inserts the message through a
-// watermill-sql publisher on it (wrapped by the forwarder's envelope
-// publisher) and commits; components/forwarder reads the table with a
-// watermill-sql subscriber and publishes to GoChannel, where the handlers
-// are.
-func classicPipeline(ctx context.Context, d *database) (pipeline, error) {
-	if d.name != "postgres" {
-		return pipeline{}, errors.New("watermill-sql v3 has no SQLite adapter")
+// settings but the poll interval: each Publish opens a transaction,
+// inserts the message through a watermill-sql publisher on it (wrapped by
+// the forwarder's envelope publisher) and commits; components/forwarder
+// reads the table with a watermill-sql subscriber, in batches of 100, and
+// publishes to GoChannel, where the handlers are.
+func classicPipeline(ctx context.Context, d *database, poll time.Duration) (pipeline, error) {
+	adapters, err := d.watermillSQL()
+	if err != nil {
+		return pipeline{}, err
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	topic := "bench_fwd_" + hex.EncodeToString(b[:])
 	sub, err := wsql.NewSubscriber(d.db.DB, wsql.SubscriberConfig{
-		SchemaAdapter:    wsql.DefaultPostgreSQLSchema{},
-		OffsetsAdapter:   wsql.DefaultPostgreSQLOffsetsAdapter{},
+		SchemaAdapter:    adapters.schema,
+		OffsetsAdapter:   adapters.offsets,
 		InitializeSchema: true,
+		PollInterval:     poll,
 	}, nil)
 	if err != nil {
 		return pipeline{}, err
@@ -49,15 +97,18 @@ func classicPipeline(ctx context.Context, d *database) (pipeline, error) {
 		return pipeline{}, fmt.Errorf("forwarder: %w", err)
 	}
 	return pipeline{
-		pub: &txPublisher{db: d.db.DB, forwarderTopic: topic},
-		sub: gc,
+		pub:      &txPublisher{db: d.db.DB, schema: adapters.schema, forwarderTopic: topic},
+		sub:      gc,
+		caughtUp: func() bool { return adapters.caughtUp(d.db.DB, topic) },
 		close: func() {
 			_ = fwd.Close()
 			cancel()
 			<-runErr // the forwarder's router closes sub
 			_ = gc.Close()
 			// The tables watermill-sql created; topic is a generated name.
-			_, _ = d.db.Exec(`DROP TABLE IF EXISTS "watermill_` + topic + `", "watermill_offsets_` + topic + `"`)
+			for _, t := range adapters.tables(topic) {
+				_, _ = d.db.Exec("DROP TABLE IF EXISTS " + t)
+			}
 		},
 	}, nil
 }
@@ -66,6 +117,7 @@ func classicPipeline(ctx context.Context, d *database) (pipeline, error) {
 // saving a business change and its event together would.
 type txPublisher struct {
 	db             *sql.DB
+	schema         wsql.SchemaAdapter
 	forwarderTopic string
 }
 
@@ -74,7 +126,7 @@ func (p *txPublisher) Publish(topic string, msgs ...*message.Message) error {
 	if err != nil {
 		return err
 	}
-	sqlPub, err := wsql.NewPublisher(tx, wsql.PublisherConfig{SchemaAdapter: wsql.DefaultPostgreSQLSchema{}}, nil)
+	sqlPub, err := wsql.NewPublisher(tx, wsql.PublisherConfig{SchemaAdapter: p.schema}, nil)
 	if err != nil {
 		_ = tx.Rollback()
 		return err

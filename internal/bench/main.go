@@ -6,11 +6,13 @@
 // are stated in.
 //
 //	go run ./internal/bench -db postgres
-//	go run ./internal/bench -db postgres,sqlite
+//	go run ./internal/bench -db postgres,mariadb,sqlite
 //	go run ./internal/bench -db postgres,sqlite -tiny   # seconds; what CI runs
 //
 // It needs PostgreSQL at OUTBOX_TEST_POSTGRES_DSN (default
-// postgres://postgres@127.0.0.1:5432/test?sslmode=disable); SQLite runs on a
+// postgres://postgres@127.0.0.1:5432/test?sslmode=disable) and, for -db
+// mariadb, MariaDB at OUTBOX_TEST_MYSQL_DSN (default
+// root@tcp(127.0.0.1:3306)/test?interpolateParams=true); SQLite runs on a
 // file in a temporary directory. Figures depend on the machine and on what
 // else runs on it: compare ratios from one run, not figures across runs.
 package main
@@ -42,39 +44,51 @@ type options struct {
 	routerDuration time.Duration
 	window         int
 	pacedN         int
-	pacedRate      int
-	replayRows     int
-	postgres       string
-	cases          map[string]bool
+	// saturatedN is how many messages each publisher sends in the
+	// saturated case, which runs saturatedRounds rounds.
+	saturatedN      int
+	saturatedRounds int
+	// stall ends an end-to-end case in which nothing was handled for that
+	// long; defaultStall in the program.
+	stall      time.Duration
+	pacedRate  int
+	replayRows int
+	dsn        dsns
+	cases      map[string]bool
 	// inFlight is Coalescing.MaxInFlight of the default cases; 0 keeps
 	// sqlstore's default.
 	inFlight int
 }
 
 // caseGroups are the groups -cases selects from, in the order they run.
-var caseGroups = []string{"router", "publish", "batch", "e2e", "paced", "replay"}
+var caseGroups = []string{"router", "publish", "batch", "latency-bound", "saturated", "paced", "replay"}
 
 func (o options) runs(group string) bool { return o.cases == nil || o.cases[group] }
 
 func main() {
 	var o options
-	dbs := flag.String("db", "postgres", "databases to run on, comma-separated: postgres, sqlite")
+	dbs := flag.String("db", "postgres", "databases to run on, comma-separated: postgres, mariadb, sqlite")
 	flag.DurationVar(&o.duration, "duration", 1500*time.Millisecond, "how long each throughput case runs")
 	flag.IntVar(&o.rounds, "rounds", 5, "how many times each pair of compared cases runs, alternating; the median is reported")
 	flag.IntVar(&o.routerRounds, "router-rounds", 15, "rounds of the router cases (bare router, untracked)")
 	flag.DurationVar(&o.routerDuration, "router-duration", 500*time.Millisecond, "how long each router case runs per round")
-	flag.IntVar(&o.window, "window", 32, "end-to-end: messages one publisher may have published but not yet handled")
+	flag.IntVar(&o.window, "window", 32, "latency-bound end to end: messages one publisher may have published but not yet handled")
+	flag.IntVar(&o.saturatedN, "saturated", 10_000, "saturated: messages each publisher sends, with no cap in flight")
+	flag.IntVar(&o.saturatedRounds, "saturated-rounds", 3, "rounds of the saturated case")
 	flag.IntVar(&o.pacedN, "paced", 3000, "messages sent in the paced latency cases")
 	flag.IntVar(&o.pacedRate, "rate", 500, "messages per second in the paced latency cases")
 	flag.IntVar(&o.replayRows, "replay", 1_000_000, "pending rows replayed in the replay case")
-	flag.StringVar(&o.postgres, "postgres-dsn", testenv.PostgresDSN(), "PostgreSQL DSN")
+	flag.StringVar(&o.dsn.postgres, "postgres-dsn", testenv.PostgresDSN(), "PostgreSQL DSN")
+	flag.StringVar(&o.dsn.mysql, "mysql-dsn", testenv.MySQLDSN(), "MariaDB DSN (go-sql-driver/mysql, with interpolateParams=true)")
 	cases := flag.String("cases", "", "only these groups, comma-separated: "+strings.Join(caseGroups, ", ")+" (default all)")
 	flag.IntVar(&o.inFlight, "inflight", 0, "Coalescing.MaxInFlight of the default cases (0: sqlstore's default)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	tiny := flag.Bool("tiny", false, "a run of seconds that checks every case works (sizes: duration 100ms, 1 round, 50 paced, 5000 replayed)")
+	tiny := flag.Bool("tiny", false, "a run of seconds that checks every case works (sizes: duration 100ms, 1 round, 200 saturated, 50 paced, 5000 replayed)")
 	flag.Parse()
+	o.stall = defaultStall
 	if *tiny {
 		o.duration, o.rounds, o.routerRounds, o.routerDuration, o.pacedN, o.replayRows = 100*time.Millisecond, 1, 1, 100*time.Millisecond, 50, 5000
+		o.saturatedN, o.saturatedRounds = 200, 1
 	}
 	o.dbs = strings.Split(*dbs, ",")
 	if *cases != "" {
@@ -116,7 +130,7 @@ func run(ctx context.Context, out io.Writer, o options) error {
 		rep.print(out)
 	}
 	for _, name := range o.dbs {
-		d, err := openDatabase(ctx, strings.TrimSpace(name), o.postgres)
+		d, err := openDatabase(ctx, strings.TrimSpace(name), o.dsn)
 		if err != nil {
 			return err
 		}

@@ -17,11 +17,12 @@ import (
 // It says nothing about speed.
 func TestTinyRunMeasuresEveryCase(t *testing.T) {
 	testenv.Postgres(t) // skips, or fails under CI=true, when PostgreSQL is not reachable
+	testenv.MySQL(t)    // likewise for MariaDB
 	t.Setenv(outbox.EnvToggle, "on")
 	var out bytes.Buffer
 	o := options{
-		dbs: []string{"postgres", "sqlite"}, duration: 50 * time.Millisecond, rounds: 1, routerRounds: 1, routerDuration: 50 * time.Millisecond, window: 8,
-		pacedN: 20, pacedRate: 500, replayRows: 2000, postgres: testenv.PostgresDSN(),
+		dbs: []string{"postgres", "mariadb", "sqlite"}, duration: 50 * time.Millisecond, rounds: 1, routerRounds: 1, routerDuration: 50 * time.Millisecond, window: 8,
+		saturatedN: 30, saturatedRounds: 1, stall: defaultStall, pacedN: 20, pacedRate: 500, replayRows: 2000, dsn: dsns{postgres: testenv.PostgresDSN(), mysql: testenv.MySQLDSN()},
 	}
 	if err := run(context.Background(), &out, o); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
@@ -30,15 +31,27 @@ func TestTinyRunMeasuresEveryCase(t *testing.T) {
 	for _, want := range []string{
 		"bare router + GoChannel", "untracked through decorator + middleware",
 		"raw single-row INSERT loop", "tracked publish, coalescing (default: MaxInFlight 1)", "MaxInFlight 4", "raw 100-row INSERT",
-		"raw SQL cycle", "classic outbox (watermill-sql + forwarder)", "completions not coalesced",
+		"raw SQL cycle", "classic outbox (watermill-sql + forwarder, 1 s poll)", "completions not coalesced",
+		"saturated, no cap in flight", "project, defaults (MaxInFlight 1)", "hand loop (INSERT … RETURNING; SELECT by id, UPDATE)",
+		"forwarder (watermill-sql, tx per publish), 1 s poll", "forwarder (watermill-sql, tx per publish), 100 ms poll", "forwarder (watermill-sql, tx per publish), 10 ms poll",
+		"saturated at 16: project / forwarder, 10 ms poll", "saturated at 16: project / hand loop",
 		"paced 500 msg/s", "replay of 2000 pending rows",
-		"## postgres (PostgreSQL", "## sqlite (SQLite",
+		"## postgres (PostgreSQL", "## mariadb (MariaDB", "## sqlite (SQLite",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the report has no %q", want)
 		}
 	}
+	section := ""
 	for _, line := range strings.Split(text, "\n") {
+		if name, ok := strings.CutPrefix(line, "## "); ok {
+			section = name
+		}
+		// watermill-sql's MySQL offsets skip rows committed out of order
+		// (ThreeDotsLabs/watermill#311); nothing else may lose a message.
+		if strings.Contains(line, "never delivered") && !(strings.HasPrefix(section, "mariadb") && strings.Contains(line, "forwarder")) {
+			t.Errorf("a case lost messages: %s", line)
+		}
 		if strings.Contains(line, "| 0.00 ") {
 			t.Errorf("a case measured nothing: %s", line)
 		}

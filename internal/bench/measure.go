@@ -17,7 +17,10 @@ type result struct {
 	latency  bool // p50 and p99 were measured
 	errors   int64
 	firstErr error
-	note     string
+	// lost is how many published messages never reached the handler; the
+	// rate is then over the handled ones, up to the last.
+	lost int64
+	note string
 }
 
 // loop runs workers that call op until d has passed and returns the units

@@ -38,10 +38,7 @@ func newRawSQL(ctx context.Context, d *database) (*rawSQL, error) {
 	if err != nil {
 		return nil, err
 	}
-	clock := "now()"
-	if d.name == "sqlite" {
-		clock = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
-	}
+	clock := d.clock()
 	t := s.Table()
 	return &rawSQL{
 		d:      d,

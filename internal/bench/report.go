@@ -11,6 +11,9 @@ import (
 type report struct {
 	rows    []row
 	targets []target
+	// ratios are comparisons with no target: what the project is measured
+	// against, not a line it must pass.
+	ratios []target
 }
 
 type row struct {
@@ -36,8 +39,13 @@ func (rep *report) add(group, name string, conc int, r result, unit string) {
 	rep.rows = append(rep.rows, row{group: group, name: name, conc: c, r: r, unit: unit})
 }
 
-// ratio checks got/base against want (at least want).
+// ratio checks got/base against want (at least want). A case that lost
+// messages has no rate to compare.
 func (rep *report) ratio(what string, got, base result, want float64) {
+	if got.lost > 0 || base.lost > 0 {
+		rep.notApplicable(what, "messages were lost")
+		return
+	}
 	r := got.rate / base.rate
 	rep.targets = append(rep.targets, target{
 		what:     what,
@@ -56,6 +64,19 @@ func (rep *report) atLeast(what string, got, floor float64, format string) {
 	rep.targets = append(rep.targets, target{what: what, measured: fmt.Sprintf(format, got), met: got >= floor})
 }
 
+// compare reports got/base with no target.
+func (rep *report) compare(what string, got, base result) {
+	if got.lost > 0 || base.lost > 0 {
+		rep.compareNotApplicable(what, "messages were lost")
+		return
+	}
+	rep.ratios = append(rep.ratios, target{what: what, measured: fmt.Sprintf("%.2f× (%s / %s)", got.rate/base.rate, rate(got.rate), rate(base.rate))})
+}
+
+func (rep *report) compareNotApplicable(what, why string) {
+	rep.ratios = append(rep.ratios, target{what: what, why: why})
+}
+
 func (rep *report) notApplicable(what, why string) {
 	rep.targets = append(rep.targets, target{what: what, why: why})
 }
@@ -70,10 +91,25 @@ func (rep *report) print(w io.Writer) {
 				p50, p99 = ms(r.r.p50), ms(r.r.p99)
 			}
 			note := r.r.note
+			if r.r.lost > 0 {
+				note = strings.TrimSpace(fmt.Sprintf("%s **%d published message(s) never delivered**", note, r.r.lost))
+			}
 			if r.r.errors > 0 {
 				note = strings.TrimSpace(fmt.Sprintf("%s %d failed calls, first: %v", note, r.r.errors, r.r.firstErr))
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s %s | %s | %s | %s |\n", r.group, r.name, r.conc, rate(r.r.rate), r.unit, p50, p99, note)
+		}
+		fmt.Fprintln(w)
+	}
+	if len(rep.ratios) > 0 {
+		fmt.Fprintln(w, "| ratio | measured |")
+		fmt.Fprintln(w, "|---|---|")
+		for _, t := range rep.ratios {
+			if t.why != "" {
+				fmt.Fprintf(w, "| %s | n/a: %s |\n", t.what, t.why)
+			} else {
+				fmt.Fprintf(w, "| %s | %s |\n", t.what, t.measured)
+			}
 		}
 		fmt.Fprintln(w)
 	}
