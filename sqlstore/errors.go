@@ -3,6 +3,8 @@ package sqlstore
 import (
 	"errors"
 	"fmt"
+
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 var (
@@ -32,8 +34,10 @@ var (
 	// exist.
 	ErrRecordNotFound = errors.New("sqlstore: record not found")
 
-	// ErrInvalidConfig is wrapped by configuration errors.
-	ErrInvalidConfig = errors.New("sqlstore: invalid configuration")
+	// ErrInvalidConfig is wrapped by configuration errors. It is the
+	// outbox's own sentinel (recordstore.ErrInvalidConfig, also
+	// outbox.ErrInvalidConfig), so one errors.Is covers both packages.
+	ErrInvalidConfig = recordstore.ErrInvalidConfig
 
 	// ErrStatementPanicked is wrapped by the error of a call whose records
 	// went in a combined statement that panicked (in the driver) on another
