@@ -19,11 +19,11 @@ import (
 // design pins v3; v4 is the current major and runs the same suite beside it.
 //
 // v4 takes its own Beginner and ContextExecutor interfaces instead of
-// database/sql's, so the *sqlx.DB is wrapped with BeginnerFromStdSQL. The
-// table names are v3's ("watermill_<topic>", "watermill_offsets_<topic>"),
-// but v4's PostgreSQL messages table is not v3's (it keys rows on an xid8
-// transaction id), so a topic table must not be shared between the majors;
-// the suite's topics are random, so the two runs never meet.
+// database/sql's, so the *sqlx.DB is wrapped with BeginnerFromStdSQL (a pgx
+// pool would take BeginnerFromPgx). The default adapters create the same
+// tables as v3's, under the same names ("watermill_<topic>",
+// "watermill_offsets_<topic>"); the suite's topics are random, so the v3 and
+// v4 runs never meet in one table.
 type sqlV4PubSub struct {
 	name        string
 	open        func(tb testing.TB) *sqlx.DB
