@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/wmoutbox/outbox/recordstore"
@@ -101,11 +102,14 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 			if len(recs) == 0 {
 				break
 			}
-			if err := r.out.send(ctx, t, id, recs); err != nil {
-				return result, err
+			claimed := len(recs)
+			if recs = dueNow(recs, time.Now()); len(recs) > 0 {
+				if err := r.out.send(ctx, t, id, recs); err != nil {
+					return result, err
+				}
+				result[name] += len(recs)
 			}
-			result[name] += len(recs)
-			if len(recs) < r.cfg.BatchSize {
+			if claimed < r.cfg.BatchSize {
 				break
 			}
 		}
@@ -131,4 +135,20 @@ func (r *StaleResubmitter) Run(ctx context.Context) error {
 // handler; without one, call Run.
 func (r *StaleResubmitter) Plugin() message.RouterPlugin {
 	return runWithRouter(r.Run)
+}
+
+// dueNow keeps the records whose message is not delayed past now by
+// Watermill's delay metadata (components/delay): a delayed message that is
+// still waiting for its time is not lost, and resending it early would
+// deliver it before it is due. The claim stamped it as sent, so it is
+// looked at again after OlderThan.
+func dueNow(recs []recordstore.Record, now time.Time) []recordstore.Record {
+	due := recs[:0]
+	for _, rec := range recs {
+		if until, err := time.Parse(time.RFC3339, rec.Metadata[delay.DelayedUntilKey]); err == nil && until.After(now) {
+			continue
+		}
+		due = append(due, rec)
+	}
+	return due
 }

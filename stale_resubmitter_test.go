@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/assert"
@@ -78,6 +79,38 @@ func TestStaleResubmitter(t *testing.T) {
 			sent, err = r.ResubmitOnce(b.ctx(t))
 			require.NoError(t, err)
 			assert.Zero(t, sent.Total(), "a resent record waits OlderThan again, from its resend")
+		})
+	})
+
+	// Topology: one service publishing messages delayed with Watermill's
+	// components/delay, its broker down, a stale resubmitter running.
+	t.Run("DelayedRecordIsNotResentBeforeItsDelay", func(t *testing.T) {
+		t.Parallel()
+		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+			b := setup(t, backend, sqlstore.Mark)
+			pub, err := outbox.NewPublisher(failingPublisher{}, b.reg)
+			require.NoError(t, err)
+			later := message.NewMessage(watermill.NewUUID(), []byte("in an hour"))
+			delay.Message(later, delay.For(time.Hour))
+			due := message.NewMessage(watermill.NewUUID(), []byte("was due a minute ago"))
+			delay.Message(due, delay.Until(time.Now().Add(-time.Minute)))
+			require.Error(t, pub.Publish(b.topic, later, due), "the broker is down: records stay pending")
+			b.backdate(t, "created_at", 0)
+
+			gc := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 10}, watermill.NopLogger{})
+			t.Cleanup(func() { _ = gc.Close() })
+			sub, err := gc.Subscribe(b.ctx(t), b.topic)
+			require.NoError(t, err)
+			r, err := outbox.NewStaleResubmitter(b.reg, gc, outbox.StaleResubmitterConfig{OlderThan: time.Hour}, b.logger)
+			require.NoError(t, err)
+
+			sent, err := r.ResubmitOnce(b.ctx(t))
+			require.NoError(t, err)
+			assert.Equal(t, 1, sent.Total(), "only the record whose delay has ended is resent")
+			got := <-sub
+			got.Ack()
+			assert.Equal(t, due.UUID, got.UUID)
+			assert.Equal(t, 2, b.pendingCount(t), "the delayed record is still pending, not lost")
 		})
 	})
 
