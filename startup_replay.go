@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -33,6 +34,17 @@ type ReplayConfig struct {
 	// OnError receives the error of a failed replay in AfterRunning mode,
 	// after the router was closed. Defaults to nothing beyond the log line.
 	OnError func(error)
+
+	// ClaimGrace makes replay aware of other instances, on a store that
+	// implements [recordstore.StaleClaimer]: it claims what it sends, so
+	// that instances starting together send each record about once, and it
+	// skips records that were sent (or saved) less than ClaimGrace ago by
+	// the database clock, which another running instance is still
+	// delivering. A record it skips is resent by the [StaleResubmitter] or
+	// the next start if it stays pending. Choose it longer than a delivery
+	// normally takes. Defaults to 0: every instance replays every pending
+	// record.
+	ClaimGrace time.Duration
 }
 
 func (c *ReplayConfig) setDefaults() {
@@ -45,6 +57,9 @@ func (c *ReplayConfig) setDefaults() {
 func (c ReplayConfig) Validate() error {
 	if c.PageSize < 1 {
 		return fmt.Errorf("%w: PageSize %d must be positive", ErrInvalidConfig, c.PageSize)
+	}
+	if c.ClaimGrace < 0 {
+		return fmt.Errorf("%w: ClaimGrace %v is negative", ErrInvalidConfig, c.ClaimGrace)
 	}
 	return nil
 }
@@ -163,6 +178,9 @@ func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 	id, err := identity(ctx, t)
 	if err != nil {
 		return 0, err
+	}
+	if claimer, ok := store.(recordstore.StaleClaimer); ok && r.cfg.ClaimGrace > 0 {
+		return r.replayClaimed(ctx, t, claimer, id)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -342,5 +360,28 @@ func (r *replayer) countSubscription(topic string) {
 		r.logger.Error("Two handlers subscribe to a tracked topic that declares no consumers", fmt.Errorf(
 			"%w: topic %q has %d subscriptions in this service; declare the handler names in Tracked.Consumers so that each handles every message, "+
 				"or the second handler runs untracked", ErrInvalidConfig, topic, n), watermill.LogFields{"topic": topic})
+	}
+}
+
+// replayClaimed replays by claiming pages of records not sent for
+// ClaimGrace: the claim stamps them as sent, so another instance replaying
+// at the same moment claims other records, and none claims them again
+// before ClaimGrace has passed.
+func (r *replayer) replayClaimed(ctx context.Context, t *tracked, claimer recordstore.StaleClaimer, identity string) (int, error) {
+	sent := 0
+	for {
+		recs, err := claimer.ClaimStale(ctx, t.name, r.cfg.ClaimGrace, r.cfg.PageSize)
+		if err != nil {
+			return sent, &ReplayError{Topic: t.name, Err: fmt.Errorf("claiming pending records: %w", err)}
+		}
+		if len(recs) > 0 {
+			if err := r.out.send(ctx, t, identity, recs); err != nil {
+				return sent, err
+			}
+			sent += len(recs)
+		}
+		if len(recs) < r.cfg.PageSize {
+			return sent, nil
+		}
 	}
 }

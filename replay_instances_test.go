@@ -1,0 +1,64 @@
+package outbox_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// Topology: four instances of one service start together on one backlog,
+// while a fifth, running instance has just published a record.
+func TestFourInstancesReplayTogether(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		const backlog, instances = 120, 4
+		for _, grace := range []time.Duration{0, time.Hour} {
+			b := setup(t, backend, sqlstore.Mark)
+			crashBeforeConsumption(t, b, backlog)
+			b.backdate(t, "created_at", 0)  // saved long ago, never delivered
+			crashBeforeConsumption(t, b, 1) // just sent by a running instance
+
+			gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}) // nobody subscribes: counting the sends is enough
+			t.Cleanup(func() { _ = gc.Close() })
+			sends := &countingPublisher{Publisher: gc}
+			start := make(chan struct{})
+			errs := make(chan error, instances)
+			var wg sync.WaitGroup
+			for range instances {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					_, err := outbox.Replay(b.ctx(t), b.reg, sends, outbox.ReplayConfig{PageSize: 10, ClaimGrace: grace}, nil)
+					errs <- err
+				}()
+			}
+			close(start)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				require.NoError(t, err)
+			}
+			_, copies := sends.counts()
+			t.Logf("%s: %d instances replaying %d pending records sent %d copies with ClaimGrace %v", backend.Name, instances, backlog+1, copies, grace)
+			if grace == 0 {
+				assert.Equal(t, instances*(backlog+1), copies, "without the option every instance sends every pending record")
+			} else {
+				assert.Equal(t, backlog, copies, "with it each record is sent once, and the one just sent is left to its instance")
+			}
+			assert.Equal(t, backlog+1, b.pendingCount(t), "replay completes nothing: the records wait for their handlers")
+		}
+	})
+}
+
+var _ message.Publisher = (*countingPublisher)(nil)
