@@ -19,7 +19,10 @@ type admission struct {
 	t      *tracked
 	d      recordstore.Delivery
 	idText string
-	fields watermill.LogFields
+	// identity is the table identity the message carried (and admission
+	// checked), put back with the other outbox keys after a failure.
+	identity string
+	fields   watermill.LogFields
 }
 
 // admit decides whether the message is this consumer's to handle and
@@ -39,7 +42,11 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 		return nil, untracked, nil
 	}
 	id, perr := parseID(idText)
-	identity, err := m.identity(ctx, t)
+	// One deadline bounds the whole check: the identity (read once per
+	// pool, then cached) and the record.
+	fetchCtx, cancel := context.WithTimeout(ctx, m.cfg.FetchTimeout)
+	defer cancel()
+	identity, err := t.store.Identity(fetchCtx)
 	if err != nil {
 		return nil, refuse, &FetchError{Topic: topic, ID: id, Err: fmt.Errorf("reading the table identity: %w", err)}
 	}
@@ -59,24 +66,17 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 		m.reg.observer().NotOwned(topic, consumer)
 		return nil, untracked, nil
 	}
-	a := &admission{t: t, idText: idText,
+	a := &admission{t: t, idText: idText, identity: identity,
 		d:      recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Lease: m.leasePrefix + strconv.FormatUint(m.leaseSeq.Add(1), 36)},
 		fields: watermill.LogFields{"message_uuid": msg.UUID, "topic": name, "outbox_id": id, "consumer": consumer}}
-	v, err := m.check(ctx, a)
+	v, err := m.check(ctx, fetchCtx, a)
 	return a, v, err
 }
 
-func (m *middleware) identity(ctx context.Context, t *tracked) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.FetchTimeout)
-	defer cancel()
-	return t.store.Identity(ctx)
-}
-
-// check reads the record's state for the delivery's consumer.
-func (m *middleware) check(ctx context.Context, a *admission) (verdict, error) {
-	cctx, cancel := context.WithTimeout(ctx, m.cfg.FetchTimeout)
-	err := a.t.store.CheckPending(cctx, a.d)
-	cancel()
+// check reads the record's state for the delivery's consumer within
+// fetchCtx; a copy it holds waits on ctx, the message's own.
+func (m *middleware) check(ctx, fetchCtx context.Context, a *admission) (verdict, error) {
+	err := a.t.store.CheckPending(fetchCtx, a.d)
 	var conflict *recordstore.ConsumerConflictError
 	var notDue *recordstore.NotDueError
 	switch {

@@ -82,7 +82,6 @@ type RecordRef struct {
 // delivery is what the middleware puts into the context of a tracked
 // message while its handler runs.
 type delivery struct {
-	ref   RecordRef
 	d     recordstore.Delivery
 	store recordstore.Store
 	// completed is set by CompleteTx: the handler's transaction completes
@@ -100,5 +99,5 @@ func RecordFromContext(ctx context.Context) (RecordRef, bool) {
 	if !ok {
 		return RecordRef{}, false
 	}
-	return d.ref, true
+	return RecordRef{Topic: d.d.Topic, ID: d.d.ID, Consumer: d.d.Consumer}, true
 }

@@ -21,8 +21,7 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 	for _, k := range outboxKeys {
 		delete(msg.Metadata, k)
 	}
-	identity := a.t.identityText(ctx)
-	d := &delivery{ref: RecordRef{Topic: a.t.name, ID: a.d.ID, Consumer: a.d.Consumer}, d: a.d, store: a.t.store}
+	d := &delivery{d: a.d, store: a.t.store}
 	msg.SetContext(context.WithValue(ctx, recordKey{}, d))
 
 	produced, herr, panicked := runHandler(h, msg)
@@ -31,14 +30,14 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 		// The panic counts as a failed attempt whichever side of the
 		// outbox middleware a Recoverer sits; unless the record was
 		// abandoned, it goes on up as it came.
-		ferr := m.failed(ctx, msg, a, d, fmt.Errorf("handler panicked: %v", panicked), identity)
+		ferr := m.failed(ctx, msg, a, d, fmt.Errorf("handler panicked: %v", panicked))
 		if IsAbandoned(ferr) {
 			return nil, ferr
 		}
 		panic(panicked)
 	}
 	if herr != nil && !IsDrop(herr) {
-		return produced, m.failed(ctx, msg, a, d, herr, identity)
+		return produced, m.failed(ctx, msg, a, d, herr)
 	}
 	if d.completed.Load() {
 		// The handler's transaction completed the record (CompleteTx).
@@ -73,7 +72,7 @@ func runHandler(h message.HandlerFunc, msg *message.Message) (produced []*messag
 
 // failed settles a handler failure: counts it, abandons after the last
 // allowed attempt, or puts the outbox keys back and releases the lease.
-func (m *middleware) failed(ctx context.Context, msg *message.Message, a *admission, d *delivery, herr error, identity string) error {
+func (m *middleware) failed(ctx context.Context, msg *message.Message, a *admission, d *delivery, herr error) error {
 	m.reg.observer().Failed(a.t.name, a.d.Consumer)
 	if aerr := m.recordFailure(ctx, a, herr); aerr != nil {
 		// The record is no longer pending: the message leaves without
@@ -86,18 +85,11 @@ func (m *middleware) failed(ctx context.Context, msg *message.Message, a *admiss
 	}
 	msg.Metadata[MetadataID] = a.idText
 	msg.Metadata[MetadataTopic] = a.t.name
-	msg.Metadata[MetadataStore] = identity
+	msg.Metadata[MetadataStore] = a.identity
 	if !d.completed.Load() {
 		m.release(ctx, a)
 	}
 	return herr
-}
-
-// identityText is the identity the admission already read; reading it
-// again hits the store's cache.
-func (t *tracked) identityText(ctx context.Context) string {
-	id, _ := t.store.Identity(ctx)
-	return id
 }
 
 func (m *middleware) completeOnAck(ctx context.Context, msg *message.Message, a *admission) {

@@ -51,7 +51,7 @@ func CompleteTx(ctx context.Context, tx Tx, msg *message.Message) error {
 	}
 	c, ok := d.store.(recordstore.TxCompleter)
 	if !ok {
-		return fmt.Errorf("%w: %T has no CompleteTx (record %d of %q)", ErrNotSupported, d.store, d.ref.ID, d.ref.Topic)
+		return fmt.Errorf("%w: %T has no CompleteTx (record %d of %q)", ErrNotSupported, d.store, d.d.ID, d.d.Topic)
 	}
 	if err := c.CompleteTx(ctx, tx, d.d); err != nil {
 		return err
