@@ -99,22 +99,26 @@ func querySep(dsn string) string {
 	return "?"
 }
 
-// replayTogether starts every instance at once, each replaying the whole
+// replayTogether starts every instance at once, each replaying the
 // backlog into a broker of its own and handling it with handlers[i], and
-// waits until every record was acknowledged by every instance. It returns
-// the deliveries acknowledged and those nacked (and redelivered).
+// waits until every copy the replays sent was acknowledged. Each record is
+// sent by every instance whose replay read it before another instance
+// completed it: up to len(inst) copies, at about the same moment. It
+// returns the deliveries acknowledged and those nacked (and redelivered).
 func replayTogether(t *testing.T, b *bundle, inst []*instance, handlers []func(*message.Message) error, backlog int) (acked, nacked int64) {
 	t.Helper()
-	counter := &deliveryCounter{want: int64(len(inst) * backlog), done: make(chan struct{})}
+	counter := &ackCounter{changed: make(chan struct{}, 1)}
 	var failed atomic.Int64
 	routers := make([]*message.Router, len(inst))
+	sends := make([]*countingPublisher, len(inst))
 	for i, in := range inst {
 		broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 		t.Cleanup(func() { _ = broker.Close() })
+		sends[i] = &countingPublisher{Publisher: broker}
 		r, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		require.NoError(t, err)
 		r.AddMiddleware(counter.ackedOnly(&failed), in.mw)
-		r.AddPlugin(outbox.ReplayPlugin(in.reg, broker, outbox.ReplayConfig{PageSize: 500}, nil))
+		r.AddPlugin(outbox.ReplayPlugin(in.reg, sends[i], outbox.ReplayConfig{PageSize: 500}, nil))
 		r.AddNoPublisherHandler("consume", b.topic, broker, handlers[i])
 		routers[i] = r
 	}
@@ -128,10 +132,25 @@ func replayTogether(t *testing.T, b *bundle, inst []*instance, handlers []func(*
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	select {
-	case <-counter.done:
-	case <-ctx.Done():
-		t.Fatalf("%d of %d deliveries acked", counter.n.Load(), counter.want)
+	// The replay runs while the router subscribes, before it is running:
+	// once every router runs, the copies sent are known.
+	sent := 0
+	for i, r := range routers {
+		select {
+		case <-r.Running():
+		case <-ctx.Done():
+			t.Fatalf("router %d did not start", i)
+		}
+		_, copies := sends[i].counts()
+		sent += copies
+	}
+	require.GreaterOrEqual(t, sent, backlog, "every record was sent by some instance")
+	for counter.n.Load() < int64(sent) {
+		select {
+		case <-counter.changed:
+		case <-ctx.Done():
+			t.Fatalf("%d of %d deliveries acked", counter.n.Load(), sent)
+		}
 	}
 	for _, r := range routers {
 		require.NoError(t, r.Close())
@@ -140,9 +159,15 @@ func replayTogether(t *testing.T, b *bundle, inst []*instance, handlers []func(*
 	return counter.n.Load(), failed.Load()
 }
 
+// ackCounter counts acknowledged deliveries and signals each change.
+type ackCounter struct {
+	n       atomic.Int64
+	changed chan struct{}
+}
+
 // ackedOnly counts the deliveries that the inner chain acknowledged, and
 // those it nacked in failed.
-func (d *deliveryCounter) ackedOnly(failed *atomic.Int64) message.HandlerMiddleware {
+func (d *ackCounter) ackedOnly(failed *atomic.Int64) message.HandlerMiddleware {
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
 			out, err := h(msg)
@@ -150,8 +175,10 @@ func (d *deliveryCounter) ackedOnly(failed *atomic.Int64) message.HandlerMiddlew
 				failed.Add(1)
 				return out, err
 			}
-			if d.n.Add(1) == d.want {
-				close(d.done)
+			d.n.Add(1)
+			select {
+			case d.changed <- struct{}{}:
+			default: // a signal is already waiting
 			}
 			return out, err
 		}

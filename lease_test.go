@@ -86,8 +86,8 @@ func (o *overlapDetector) handle(msg *message.Message) error {
 }
 
 // TestLeaseTwoInstancesNeverOverlap starts two instances with a delivery
-// lease and the default completion on one backlog; both replay all of it, so
-// every record is delivered twice at about the same moment. No two handler
+// lease and the default completion on one backlog; both replay it at once, so
+// every record is delivered up to twice at about the same moment. No two handler
 // runs of one record overlap, and each record is handled once.
 func TestLeaseTwoInstancesNeverOverlap(t *testing.T) {
 	t.Parallel()

@@ -186,8 +186,8 @@ func TestCompleteTx(t *testing.T) {
 }
 
 // TestTransactionalCompletionTwoInstancesExactlyOnce starts two instances
-// on one backlog of 10,000 records; both replay all of it into their own
-// broker, so every record is delivered twice at about the same moment, and
+// on one backlog of 10,000 records; both replay it at once into their own
+// broker, so every record is delivered up to twice at about the same moment, and
 // every handler completes in its business transaction. Each record has
 // exactly one business effect.
 func TestTransactionalCompletionTwoInstancesExactlyOnce(t *testing.T) {
