@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -29,6 +31,11 @@ type Coalescing struct {
 	// DisableInsert makes every Insert call run its own statement. Defaults
 	// to false: concurrent inserts are combined.
 	DisableInsert bool
+	// DisableCheck makes every CheckPending call run its own query.
+	// Defaults to false: on PostgreSQL, concurrent checks of stores without
+	// a lease are combined into one query over arrays of ids and
+	// consumers. Elsewhere each check runs its own query.
+	DisableCheck bool
 	// DisableComplete makes every Complete call run its own statement.
 	// Defaults to false: concurrent completions are combined wherever the
 	// dialect can report which of the ids a statement completed (PostgreSQL
@@ -103,6 +110,55 @@ func (s *Store) insertBatch(ctx context.Context, batch []*call[[]recordstore.Rec
 			c.err = err
 		}
 	}
+}
+
+// checkBatch reads the state of every call's delivery with one query and
+// gives each call CheckPending's verdict on it.
+func (s *Store) checkBatch(ctx context.Context, batch []*call[recordstore.Delivery]) {
+	db, err := s.pool()
+	if err == nil {
+		err = s.readStates(ctx, db, batch)
+	}
+	if err != nil {
+		for _, c := range batch {
+			c.err = err
+		}
+	}
+}
+
+// readStates runs q.stateMany for the batch and sets each call's verdict.
+func (s *Store) readStates(ctx context.Context, db *sqlx.DB, batch []*call[recordstore.Delivery]) error {
+	ids := make([]int64, len(batch))
+	consumers := make([]string, len(batch))
+	for i, c := range batch {
+		ids[i], consumers[i] = c.arg.ID, c.arg.Consumer
+	}
+	rows, err := db.QueryContext(ctx, s.q.stateMany, ids, consumers)
+	if err != nil {
+		return s.fail("check pending", err)
+	}
+	defer rows.Close()
+	type key struct {
+		id       int64
+		consumer string
+	}
+	states := make(map[key]recordState, len(batch))
+	for rows.Next() {
+		var k key
+		st, err := scanState(rows, &k.id, &k.consumer)
+		if err != nil {
+			return s.fail("check pending", err)
+		}
+		states[k] = st
+	}
+	if err := rows.Err(); err != nil {
+		return s.fail("check pending", err)
+	}
+	for _, c := range batch {
+		st, found := states[key{c.arg.ID, c.arg.Consumer}]
+		c.err = s.decide(st, found, c.arg)
+	}
+	return nil
 }
 
 // completeBatch completes the records without consumers of every call with

@@ -59,13 +59,27 @@ func setupCoalescing(t *testing.T, b testenv.Backend, mode sqlstore.Completion, 
 // behind it. The returned function releases the lock.
 func (c *coalescing) blockWrites(t *testing.T) (release func()) {
 	t.Helper()
+	return c.lockTable(t, "EXCLUSIVE")
+}
+
+// blockReads holds the table's lock on PostgreSQL in a mode that blocks
+// reads too, so that the store's next check waits in the database.
+func (c *coalescing) blockReads(t *testing.T) (release func()) {
+	t.Helper()
+	return c.lockTable(t, "ACCESS EXCLUSIVE")
+}
+
+// lockTable holds the table's lock, in mode on PostgreSQL, and SQLite's
+// write lock elsewhere.
+func (c *coalescing) lockTable(t *testing.T, mode string) (release func()) {
+	t.Helper()
 	ctx := testCtx(t)
 	conn, err := c.db.Connx(ctx)
 	require.NoError(t, err)
 	if c.backend.Name == "Postgres" {
 		_, err = conn.ExecContext(ctx, "BEGIN")
 		require.NoError(t, err)
-		_, err = conn.ExecContext(ctx, "LOCK TABLE "+c.store.Table()+" IN EXCLUSIVE MODE")
+		_, err = conn.ExecContext(ctx, "LOCK TABLE "+c.store.Table()+" IN "+mode+" MODE")
 	} else {
 		_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
 	}

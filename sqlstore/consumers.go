@@ -132,19 +132,29 @@ type recordState struct {
 // readState reads the record of d and its delivery row for d's consumer;
 // false when there is no record with the id.
 func (s *Store) readState(ctx context.Context, db executor, d recordstore.Delivery) (recordState, bool, error) {
-	var st recordState
-	var completed, abandoned, has, dCompleted, dAbandoned int
-	err := db.QueryRowContext(ctx, s.q.state, d.Consumer, d.ID).Scan(&st.topic, &st.consumers, &completed, &st.completedBy, &abandoned, &st.wait,
-		&has, &dCompleted, &dAbandoned, &st.deliveryWaitMicros)
+	st, err := scanState(db.QueryRowContext(ctx, s.q.state, d.Consumer, d.ID))
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return st, false, nil
 	case err != nil:
 		return st, false, s.fail("check pending", err)
 	}
+	return st, true, nil
+}
+
+// scanState scans the columns of q.state, after the leading ones of the
+// row, if any (stateMany's id and consumer).
+func scanState(row interface{ Scan(...any) error }, leading ...any) (recordState, error) {
+	var st recordState
+	var completed, abandoned, has, dCompleted, dAbandoned int
+	dest := append(leading, &st.topic, &st.consumers, &completed, &st.completedBy, &abandoned, &st.wait,
+		&has, &dCompleted, &dAbandoned, &st.deliveryWaitMicros)
+	if err := row.Scan(dest...); err != nil {
+		return st, err
+	}
 	st.completed, st.abandoned = completed == 1, abandoned == 1
 	st.hasDelivery, st.deliveryCompleted, st.deliveryAbandoned = has == 1, dCompleted == 1, dAbandoned == 1
-	return st, true, nil
+	return st, nil
 }
 
 // checkPending reads whether the record is pending for d's consumer.
@@ -196,13 +206,14 @@ func notDue(id int64, waitMicros sql.NullInt64) error {
 // completeDeliveryNow completes the delivery of a record with consumers in
 // a transaction of its own; ErrNotPending when there is none pending.
 func (s *Store) completeDeliveryNow(ctx context.Context, db *sqlx.DB, d recordstore.Delivery) error {
-	return s.inTx(ctx, db, "complete", func(tx executor) error { return s.completeDelivery(ctx, tx, d, "complete") })
+	return s.inTx(ctx, db, "complete", func(tx executor) error { return s.completeDelivery(ctx, tx, d, "complete", s.q.lockRecordAlone) })
 }
 
-// completeDelivery locks the record of d, completes d's delivery and rolls
-// the record up, through tx.
-func (s *Store) completeDelivery(ctx context.Context, tx executor, d recordstore.Delivery, op string) error {
-	if _, err := tx.ExecContext(ctx, s.q.lockRecord, d.ID); err != nil {
+// completeDelivery locks the record of d with the lock statement (a
+// lazy-commit one in a transaction of the store's own), completes d's
+// delivery and rolls the record up, through tx.
+func (s *Store) completeDelivery(ctx context.Context, tx executor, d recordstore.Delivery, op, lock string) error {
+	if _, err := tx.ExecContext(ctx, lock, d.ID); err != nil {
 		return s.fail(op, err)
 	}
 	n, err := s.exec(ctx, tx, op, s.q.completeDelivery, d.ID, d.Consumer)

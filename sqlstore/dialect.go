@@ -43,7 +43,17 @@ type Dialect interface {
 	insertQuery(table string) string
 	// completeManyQuery is completeMany's statement for the quoted table,
 	// when the dialect has one of fixed text; "" when it lists the ids.
-	completeManyQuery(table string, mode Completion) string
+	// lazy is lazyCommit's row source, or "" for a statement that waits
+	// for the disk.
+	completeManyQuery(table string, mode Completion, lazy string) string
+	// deliveryPairs is a row source x(id, consumer) of the deliveries in
+	// the arrays passed as arguments 1 (ids) and 2 (consumers); "" when
+	// the dialect has no arrays, and checks run one by one.
+	deliveryPairs() string
+	// lazyCommit is a one-row source that, joined to a statement run on
+	// its own, lets the statement's commit return before its log reaches
+	// the disk; "" when the dialect has none.
+	lazyCommit() string
 	// migrationLock is run inside the migration transaction to serialize
 	// concurrent migrations; "" when the database needs none.
 	migrationLock() string

@@ -399,7 +399,15 @@ func (mysql) completeMany(context.Context, executor, *queries, string, []int64) 
 	return nil, errors.New("sqlstore: the MySQL dialect has no combined completion")
 }
 
-func (mysql) completeManyQuery(string, Completion) string { return "" }
+func (mysql) completeManyQuery(string, Completion, string) string { return "" }
+
+// lazyCommit: no statement here can commit without waiting for the
+// disk while the others wait (MariamysqlB's innodb_flush_log_at_trx_commit is
+// global, SQLite's synchronous is per connection), so every completion
+// waits for it.
+func (mysql) lazyCommit() string { return "" }
+
+func (mysql) deliveryPairs() string { return "" }
 
 // recordError reports the server refusing a row's data: a value too long or
 // of the wrong kind, a NULL where none is allowed, a duplicate, a CHECK

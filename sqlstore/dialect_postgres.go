@@ -69,11 +69,28 @@ func (postgres) batchComplete(Completion) bool { return true }
 // for any number of ids and the statement is prepared once per connection.
 // Only records without consumers complete this way; a marking table
 // records the consumer that completed them.
-func (postgres) completeManyQuery(table string, mode Completion) string {
-	if mode == Mark {
-		return fmt.Sprintf("UPDATE %s SET processed_at = now(), completed_by = $2 WHERE id = ANY($1::bigint[]) AND processed_at IS NULL AND consumers = 0 RETURNING id", table)
+func (postgres) completeManyQuery(table string, mode Completion, lazy string) string {
+	lazyFrom, lazyUsing := "", ""
+	if lazy != "" {
+		lazyFrom, lazyUsing = " FROM "+lazy, " USING "+lazy
 	}
-	return fmt.Sprintf("DELETE FROM %s WHERE id = ANY($1::bigint[]) AND consumers = 0 AND abandoned_at IS NULL RETURNING id", table)
+	if mode == Mark {
+		return fmt.Sprintf("UPDATE %s SET processed_at = now(), completed_by = $2%s WHERE id = ANY($1::bigint[]) AND processed_at IS NULL AND consumers = 0 RETURNING id", table, lazyFrom)
+	}
+	return fmt.Sprintf("DELETE FROM %s%s WHERE id = ANY($1::bigint[]) AND consumers = 0 AND abandoned_at IS NULL RETURNING id", table, lazyUsing)
+}
+
+func (postgres) deliveryPairs() string {
+	return "unnest($1::bigint[], $2::text[]) AS x(id, consumer)"
+}
+
+// lazyCommit sets synchronous_commit off for the statement's own
+// transaction (set_config's third argument): its commit returns once the
+// log is written, not flushed, and the WAL writer flushes it within a few
+// hundred milliseconds. The setting is read when the transaction commits,
+// after the statement ran.
+func (postgres) lazyCommit() string {
+	return "(SELECT set_config('synchronous_commit', 'off', true)) AS lazy_commit"
 }
 
 func (postgres) completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64) ([]int64, error) {

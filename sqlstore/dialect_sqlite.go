@@ -75,7 +75,15 @@ func (sqlite) insert(ctx context.Context, db executor, q *queries, records []rec
 // batchComplete: SQLite has UPDATE … RETURNING and DELETE … RETURNING.
 func (sqlite) batchComplete(Completion) bool { return true }
 
-func (sqlite) completeManyQuery(string, Completion) string { return "" }
+func (sqlite) completeManyQuery(string, Completion, string) string { return "" }
+
+// lazyCommit: no statement here can commit without waiting for the
+// disk while the others wait (MariasqliteB's innodb_flush_log_at_trx_commit is
+// global, SQLite's synchronous is per connection), so every completion
+// waits for it.
+func (sqlite) lazyCommit() string { return "" }
+
+func (sqlite) deliveryPairs() string { return "" }
 
 func (d sqlite) completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64) ([]int64, error) {
 	done := make([]int64, 0, len(ids))

@@ -50,3 +50,12 @@ func (w *QueueWatch) Wait(ctx context.Context, inFlight, queued int) error {
 		}
 	}
 }
+
+// WatchChecks follows the store's check coalescer; call it before the store
+// is used. It is nil where checks are not combined.
+func WatchChecks(s *Store) *QueueWatch {
+	if s.checks == nil {
+		return nil
+	}
+	return watch(s.checks)
+}

@@ -25,8 +25,11 @@ type queries struct {
 	setConsumers     string
 
 	// state reads, in one round trip, what CheckPending decides from: the
-	// record and the delivery row of one consumer.
-	state string
+	// record and the delivery row of one consumer. stateMany reads it for
+	// many deliveries at once, each row led by its delivery's id and
+	// consumer; "" when the dialect cannot pass them as arrays.
+	state     string
+	stateMany string
 	// claimRecord and claimDelivery take a delivery lease (Config.Lease)
 	// of a record without consumers, or of one consumer's delivery.
 	claimRecord   string
@@ -36,18 +39,25 @@ type queries struct {
 	releaseRecord   string
 	releaseDelivery string
 
-	// complete completes a record without consumers (the single path);
-	// completeMany, or completeIn followed by the ids, many of them.
-	complete     string
-	completeMany string
-	completeIn   string
+	// complete completes a record without consumers in the caller's
+	// transaction (CompleteTx); completeAlone is the same statement run on
+	// its own (the single path of Complete), which on a dialect with a lazy
+	// commit does not wait for the disk; completeMany, or completeIn
+	// followed by the ids, many of them, on their own too.
+	complete      string
+	completeAlone string
+	completeMany  string
+	completeIn    string
 	// lockRecord writes the row of a record with consumers without
 	// changing it, so that concurrent completions of its deliveries
 	// serialize on it on every database; completeDelivery completes one
 	// delivery; deliveries reads the state of every delivery of a record;
 	// finishRecord, dropDeliveries and abandonRecord roll the record up
 	// once none of its deliveries is pending.
+	// lockRecordAlone is lockRecord in a transaction of the store's own,
+	// with the lazy commit.
 	lockRecord       string
+	lockRecordAlone  string
 	completeDelivery string
 	deliveries       string
 	finishRecord     string
@@ -118,6 +128,10 @@ type fragments struct {
 	// pending selects a pending record: neither completed (on a marking
 	// table) nor abandoned; abandoning marks a record processed too.
 	pending string
+	// lazy is the dialect's lazy commit row source for the statements that
+	// complete on their own, "" when they wait for the disk (the dialect
+	// has none, or Config.DurableCompletion).
+	lazy string
 }
 
 // A delivery row is pending while it is neither completed nor abandoned;
@@ -142,8 +156,11 @@ func (f fragments) wait(col string) string {
 
 // buildQueries builds every statement of a store once, when the store is
 // made, so that its methods only execute them.
-func buildQueries(d Dialect, table string, mode Completion) *queries {
+func buildQueries(d Dialect, table string, mode Completion, durable bool) *queries {
 	f := fragments{d: d, t: d.quote(table), tc: d.quote(consumersTable(table)), clock: d.clock(), mark: mode == Mark, pending: "abandoned_at IS NULL"}
+	if !durable {
+		f.lazy = d.lazyCommit()
+	}
 	if f.mark {
 		f.pending = "processed_at IS NULL"
 	}
@@ -176,11 +193,16 @@ func (q *queries) buildCheck(f fragments) {
 	if f.mark {
 		recordDone, completedBy = "CASE WHEN r.processed_at IS NULL THEN 0 ELSE 1 END", "COALESCE(r.completed_by, '')"
 	}
-	q.state = fmt.Sprintf(`SELECT r.topic, r.consumers, %s, %s, CASE WHEN r.abandoned_at IS NULL THEN 0 ELSE 1 END, %s,
+	columns := fmt.Sprintf(`r.topic, r.consumers, %s, %s, CASE WHEN r.abandoned_at IS NULL THEN 0 ELSE 1 END, %s,
     CASE WHEN c.record_id IS NULL THEN 0 ELSE 1 END, CASE WHEN c.processed_at IS NULL THEN 0 ELSE 1 END,
-    CASE WHEN c.abandoned_at IS NULL THEN 0 ELSE 1 END, %s
+    CASE WHEN c.abandoned_at IS NULL THEN 0 ELSE 1 END, %s`, recordDone, completedBy, f.wait("r.due_at"), f.wait("c.due_at"))
+	q.state = fmt.Sprintf(`SELECT %s
 FROM %s r LEFT JOIN %s c ON c.record_id = r.id AND c.consumer = %s
-WHERE r.id = %s`, recordDone, completedBy, f.wait("r.due_at"), f.wait("c.due_at"), t, tc, p(1), p(2))
+WHERE r.id = %s`, columns, t, tc, p(1), p(2))
+	if pairs := d.deliveryPairs(); pairs != "" {
+		q.stateMany = fmt.Sprintf(`SELECT x.id, x.consumer, %s
+FROM %s JOIN %s r ON r.id = x.id LEFT JOIN %s c ON c.record_id = r.id AND c.consumer = x.consumer`, columns, pairs, t, tc)
+	}
 
 	free := fmt.Sprintf("(lease_until IS NULL OR lease_until < %s)", f.clock)
 	q.claimRecord = fmt.Sprintf("UPDATE %s SET lease_until = %s, lease_owner = %s WHERE id = %s AND topic = %s AND consumers = 0 AND %s AND %s AND %s",
@@ -198,21 +220,32 @@ WHERE r.id = %s`, recordDone, completedBy, f.wait("r.due_at"), f.wait("c.due_at"
 // roll-up of its record.
 func (q *queries) buildComplete(f fragments, mode Completion) {
 	t, tc, p, clock := f.t, f.tc, f.p, f.clock
+	// lazyFrom and lazyUsing join an UPDATE and a DELETE with the lazy
+	// commit's row source; empty without one.
+	lazyFrom, lazyUsing := "", ""
+	if f.lazy != "" {
+		lazyFrom, lazyUsing = " FROM "+f.lazy, " USING "+f.lazy
+	}
 	if f.mark {
-		q.complete = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s WHERE id = %s AND processed_at IS NULL AND consumers = 0",
-			t, clock, p(1), p(2))
+		complete := "UPDATE %s SET processed_at = %s, completed_by = %s%s WHERE id = %s AND processed_at IS NULL AND consumers = 0"
+		q.complete = fmt.Sprintf(complete, t, clock, p(1), "", p(2))
+		q.completeAlone = fmt.Sprintf(complete, t, clock, p(1), lazyFrom, p(2))
 		q.completeIn = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s WHERE processed_at IS NULL AND consumers = 0 AND id IN (",
 			t, clock, p(1))
 		q.finishRecord = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE id = %s", t, clock, p(1))
 		q.abandonRecord = fmt.Sprintf("UPDATE %s SET abandoned_at = %s, processed_at = %s WHERE id = %s", t, clock, clock, p(1))
 	} else {
-		q.complete = fmt.Sprintf("DELETE FROM %s WHERE id = %s AND consumers = 0 AND abandoned_at IS NULL", t, p(1))
+		complete := "DELETE FROM %s%s WHERE id = %s AND consumers = 0 AND abandoned_at IS NULL"
+		q.complete = fmt.Sprintf(complete, t, "", p(1))
+		q.completeAlone = fmt.Sprintf(complete, t, lazyUsing, p(1))
 		q.completeIn = fmt.Sprintf("DELETE FROM %s WHERE consumers = 0 AND abandoned_at IS NULL AND id IN (", t)
 		q.finishRecord = fmt.Sprintf("DELETE FROM %s WHERE id = %s", t, p(1))
 		q.abandonRecord = fmt.Sprintf("UPDATE %s SET abandoned_at = %s WHERE id = %s", t, clock, p(1))
 	}
-	q.completeMany = f.d.completeManyQuery(t, mode)
-	q.lockRecord = fmt.Sprintf("UPDATE %s SET consumers = consumers WHERE id = %s AND consumers > 0", t, p(1))
+	q.completeMany = f.d.completeManyQuery(t, mode, f.lazy)
+	lock := "UPDATE %s SET consumers = consumers%s WHERE id = %s AND consumers > 0"
+	q.lockRecord = fmt.Sprintf(lock, t, "", p(1))
+	q.lockRecordAlone = fmt.Sprintf(lock, t, lazyFrom, p(1))
 	q.completeDelivery = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE record_id = %s AND consumer = %s AND %s",
 		tc, clock, p(1), p(2), deliveryPending)
 	q.deliveries = fmt.Sprintf("SELECT CASE WHEN %s THEN 1 ELSE 0 END, CASE WHEN abandoned_at IS NULL THEN 0 ELSE 1 END FROM %s WHERE record_id = %s%s",

@@ -37,6 +37,18 @@ type Config struct {
 	// lease may overlap a redelivery. A crashed handler's lease runs out and
 	// the record can be claimed again. Defaults to 0, no lease.
 	Lease time.Duration
+	// DurableCompletion makes Complete wait until its commit is on disk.
+	// Defaults to false: on PostgreSQL, Complete's statements (not
+	// [Store.CompleteTx], which runs in the caller's transaction, and not
+	// Insert) commit with synchronous_commit off, for their own transaction
+	// alone, so that a delivery does not wait for a disk flush. A
+	// PostgreSQL server crash within the WAL writer's delay (a few hundred
+	// milliseconds) can then lose completions, never records: those
+	// records stay pending and are sent again, a duplicate that
+	// at-least-once delivery allows. A crash of the service loses nothing
+	// more than with it set. MySQL, MariaDB and SQLite have no such
+	// per-statement setting and always wait.
+	DurableCompletion bool
 	// Coalescing combines concurrent inserts, and concurrent completions,
 	// into one statement each. Defaults to combining both, one statement of
 	// each kind in flight, at most 1000 records per statement; see
@@ -83,8 +95,10 @@ type Store struct {
 	// migrations holds migrations/<dialect>/NNN_name.sql.
 	migrations fs.FS
 	coalescing Coalescing
-	// inserts and completes combine concurrent calls; nil when disabled.
+	// inserts, checks and completes combine concurrent calls; nil when
+	// disabled.
 	inserts   *coalescer[[]recordstore.Record]
+	checks    *coalescer[recordstore.Delivery]
 	completes *coalescer[recordstore.Delivery]
 }
 
@@ -110,12 +124,15 @@ func New(cfg Config) (*Store, error) {
 		}
 	}
 	s := &Store{dialect: cfg.Dialect, table: cfg.Table, mode: cfg.Completion, lease: cfg.Lease, migrations: migrationFiles}
-	s.q = buildQueries(cfg.Dialect, cfg.Table, cfg.Completion)
+	s.q = buildQueries(cfg.Dialect, cfg.Table, cfg.Completion, cfg.DurableCompletion)
 	s.leaseArg = cfg.Dialect.leaseArg(cfg.Lease)
 	co := cfg.Coalescing
 	s.coalescing = co
 	if !co.DisableInsert {
 		s.inserts = newCoalescer(co.MaxInFlight, co.MaxBatch, s.insertNow, s.insertBatch)
+	}
+	if !co.DisableCheck && cfg.Lease == 0 && s.q.stateMany != "" {
+		s.checks = newCoalescer(co.MaxInFlight, co.MaxBatch, s.checkNow, s.checkBatch)
 	}
 	if !co.DisableComplete && cfg.Dialect.batchComplete(cfg.Completion) {
 		s.completes = newCoalescer(co.MaxInFlight, co.MaxBatch, s.completeNow, s.completeBatch)
@@ -221,7 +238,8 @@ func (s *Store) insertWith(ctx context.Context, db executor, d Dialect, op strin
 
 // CheckPending implements [recordstore.Store] with one query in the common case:
 // it reads the record and the consumer's delivery row together and decides
-// from them. With a [Config.Lease] it claims the record, or the consumer's
+// from them. On PostgreSQL, concurrent calls are combined into one query as
+// [Coalescing] says; each gets its own verdict. With a [Config.Lease] it claims the record, or the consumer's
 // delivery, returning [recordstore.ErrLeased] while another delivery holds it;
 // see claim.
 func (s *Store) CheckPending(ctx context.Context, d recordstore.Delivery) error {
@@ -231,6 +249,18 @@ func (s *Store) CheckPending(ctx context.Context, d recordstore.Delivery) error 
 	}
 	if s.lease > 0 {
 		return s.claim(ctx, db, d)
+	}
+	if s.checks != nil {
+		return s.checks.do(ctx, d, 1)
+	}
+	return s.checkPending(ctx, db, d)
+}
+
+// checkNow checks one delivery (the coalescer's single path).
+func (s *Store) checkNow(ctx context.Context, d recordstore.Delivery) error {
+	db, err := s.pool()
+	if err != nil {
+		return err
 	}
 	return s.checkPending(ctx, db, d)
 }
@@ -254,7 +284,7 @@ func (s *Store) completeNow(ctx context.Context, d recordstore.Delivery) error {
 	if err != nil {
 		return err
 	}
-	n, err := s.exec(ctx, db, "complete", s.q.complete, s.completeArgs(d)...)
+	n, err := s.exec(ctx, db, "complete", s.q.completeAlone, s.completeArgs(d)...)
 	if err != nil {
 		return err
 	}

@@ -25,3 +25,10 @@ func InsertsWithReturning(ctx context.Context, s *Store) (bool, error) {
 
 // MigrationFiles are the embedded migrations.
 var MigrationFiles fs.FS = migrationFiles
+
+// CompletionStatements are the statements s completes with: on its own
+// (alone, many, and the lock of a record with consumers), and in the
+// caller's transaction.
+func CompletionStatements(s *Store) (alone, many, lockAlone, inTx string) {
+	return s.q.completeAlone, s.q.completeMany, s.q.lockRecordAlone, s.q.complete
+}

@@ -73,7 +73,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx recordstore.Tx, d recordstore
 	if n == 1 {
 		return nil
 	}
-	return s.completeDelivery(ctx, tx, d, "complete in transaction")
+	return s.completeDelivery(ctx, tx, d, "complete in transaction", s.q.lockRecord)
 }
 
 // exec runs a statement and returns the number of rows it changed.
