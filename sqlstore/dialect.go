@@ -57,13 +57,18 @@ type Dialect interface {
 	// migrationLock is run inside the migration transaction to serialize
 	// concurrent migrations; "" when the database needs none.
 	migrationLock() string
-	// versionTableDDL creates the schema version table if it is missing.
-	versionTableDDL() string
+	// versionTableDDL creates the schema version table vt (quoted, in the
+	// record table's schema) if it is missing.
+	versionTableDDL(vt string) string
 	// versionIdentityColumn counts the identity columns of the schema
-	// version table (0 in one created before identities); addVersionIdentity
-	// adds the column.
-	versionIdentityColumn() string
-	addVersionIdentity() string
+	// version table of t (0 in one created before identities);
+	// addVersionIdentity adds the column to vt.
+	versionIdentityColumn(t tableName) string
+	addVersionIdentity(vt string) string
+	// schemaExistsQuery counts the schemas (MySQL: databases) named by its
+	// one argument; "" when the database has no schemas (SQLite), whose
+	// table names cannot be qualified.
+	schemaExistsQuery() string
 	// databaseQuery reads the name of the database a connection is in,
 	// for errors that name it.
 	databaseQuery() string
@@ -114,10 +119,11 @@ type serverProber interface {
 // sessionLocker is implemented by dialects whose DDL commits on its own
 // (MySQL), where a lock taken inside the migration transaction would not
 // cover the migration. Migrate holds the lock on its connection instead, from
-// before the transaction to after it.
+// before the transaction to after it. The lock is the schema's: schema is
+// the record table's, "" for the connection's own.
 type sessionLocker interface {
-	lockSession(ctx context.Context, conn *sqlx.Conn) error
-	unlockSession(ctx context.Context, conn *sqlx.Conn) error
+	lockSession(ctx context.Context, conn *sqlx.Conn, schema string) error
+	unlockSession(ctx context.Context, conn *sqlx.Conn, schema string) error
 }
 
 // rerunTolerant is implemented by dialects whose DDL commits on its own

@@ -281,14 +281,27 @@ func (srv *mysqlServer) insertRows(ctx context.Context, db executor, q *queries,
 func (mysql) migrationLock() string { return "" }
 
 // mysqlMigrationLock names the lock that serializes migrations. GET_LOCK names
-// are server-wide, so the name carries the database; names are at most 64
-// characters, and a clash after truncation only serializes more.
+// are server-wide, so the name carries the database the tables are in: the
+// connection's own, or the schema of a qualified table name, so that
+// migrations of one database's tables serialize however they name them.
+// Names are at most 64 characters, and a clash after truncation only
+// serializes more.
 const mysqlMigrationLock = "LEFT(CONCAT('watermill_outbox_migrate:', COALESCE(DATABASE(), '')), 64)"
+
+// migrationLockName is mysqlMigrationLock for a schema, a validated
+// identifier and so safe in a string literal.
+func migrationLockName(schema string) string {
+	if schema == "" {
+		return mysqlMigrationLock
+	}
+	return "LEFT(CONCAT('watermill_outbox_migrate:', '" + schema + "'), 64)"
+}
 
 // lockSession takes the migration lock on the connection the migration runs
 // on. It waits in short slices so that a cancelled context stops the wait
 // within a second or so, while a long migration elsewhere is waited for.
-func (mysql) lockSession(ctx context.Context, conn *sqlx.Conn) error {
+func (mysql) lockSession(ctx context.Context, conn *sqlx.Conn, schema string) error {
+	lock := "SELECT GET_LOCK(" + migrationLockName(schema) + ", ?)"
 	for {
 		wait := 5 * time.Second
 		if deadline, ok := ctx.Deadline(); ok {
@@ -296,7 +309,7 @@ func (mysql) lockSession(ctx context.Context, conn *sqlx.Conn) error {
 		}
 		var got sql.NullInt64
 		secs := max(1, int(wait.Round(time.Second)/time.Second))
-		if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK("+mysqlMigrationLock+", ?)", secs).Scan(&got); err != nil {
+		if err := conn.QueryRowContext(ctx, lock, secs).Scan(&got); err != nil {
 			return err
 		}
 		switch {
@@ -311,13 +324,13 @@ func (mysql) lockSession(ctx context.Context, conn *sqlx.Conn) error {
 	}
 }
 
-func (mysql) unlockSession(ctx context.Context, conn *sqlx.Conn) error {
-	_, err := conn.ExecContext(ctx, "DO RELEASE_LOCK("+mysqlMigrationLock+")")
+func (mysql) unlockSession(ctx context.Context, conn *sqlx.Conn, schema string) error {
+	_, err := conn.ExecContext(ctx, "DO RELEASE_LOCK("+migrationLockName(schema)+")")
 	return err
 }
 
-func (mysql) versionTableDDL() string {
-	return "CREATE TABLE IF NOT EXISTS `" + VersionTable + "` (\n" +
+func (mysql) versionTableDDL(vt string) string {
+	return "CREATE TABLE IF NOT EXISTS " + vt + " (\n" +
 		"    table_name VARCHAR(64) NOT NULL PRIMARY KEY,\n" +
 		"    version INT NOT NULL,\n" +
 		"    completion VARCHAR(16) NOT NULL,\n" +
@@ -325,19 +338,32 @@ func (mysql) versionTableDDL() string {
 		") ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
 }
 
-func (mysql) versionIdentityColumn() string {
-	return "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = DATABASE() AND table_name = '" + VersionTable + "' AND column_name = 'table_identity'"
+// versionIdentityColumn looks in the record table's database: the
+// connection's, or the schema of a qualified name (a validated identifier,
+// safe in the literal).
+func (mysql) versionIdentityColumn(t tableName) string {
+	schema := "DATABASE()"
+	if t.schema != "" {
+		schema = "'" + t.schema + "'"
+	}
+	return "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = " + schema + " AND table_name = '" + VersionTable + "' AND column_name = 'table_identity'"
 }
 
 // addVersionIdentity runs under the migration lock; a rerun after a
 // concurrent add is refused as a duplicate column, which alreadyApplied
 // accepts.
-func (mysql) addVersionIdentity() string {
-	return "ALTER TABLE `" + VersionTable + "` ADD COLUMN table_identity VARCHAR(64) NULL DEFAULT NULL"
+func (mysql) addVersionIdentity(vt string) string {
+	return "ALTER TABLE " + vt + " ADD COLUMN table_identity VARCHAR(64) NULL DEFAULT NULL"
+}
+
+// schemaExistsQuery: a MySQL schema is a database.
+func (mysql) schemaExistsQuery() string {
+	return "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?"
 }
 
 // Server error numbers, the same on MySQL and MariaDB.
 const (
+	mysqlBadDB             = 1049 // ER_BAD_DB_ERROR
 	mysqlNoSuchTable       = 1146 // ER_NO_SUCH_TABLE
 	mysqlNetPacketTooLarge = 1153 // ER_NET_PACKET_TOO_LARGE
 )
@@ -347,6 +373,8 @@ func (mysql) convertError(err error) error {
 	switch {
 	case errors.As(err, &myErr) && myErr.Number == mysqlNoSuchTable:
 		return fmt.Errorf("%w: %w", ErrTableMissing, err)
+	case errors.As(err, &myErr) && myErr.Number == mysqlBadDB:
+		return fmt.Errorf("%w: %w", ErrSchemaMissing, err)
 	case errors.As(err, &myErr) && myErr.Number == mysqlNetPacketTooLarge,
 		errors.Is(err, mysqldriver.ErrPktTooLarge):
 		return fmt.Errorf("%w (raise the server's max_allowed_packet, or the DSN's maxAllowedPacket): %w", ErrRecordTooLarge, err)

@@ -117,8 +117,8 @@ func (postgres) migrationLock() string {
 	return "SELECT pg_advisory_xact_lock(7246981365)"
 }
 
-func (postgres) versionTableDDL() string {
-	return `CREATE TABLE IF NOT EXISTS "` + VersionTable + `" (
+func (postgres) versionTableDDL(vt string) string {
+	return `CREATE TABLE IF NOT EXISTS ` + vt + ` (
     table_name TEXT PRIMARY KEY,
     version INTEGER NOT NULL,
     completion TEXT NOT NULL,
@@ -126,20 +126,28 @@ func (postgres) versionTableDDL() string {
 )`
 }
 
-// versionIdentityColumn finds the table as the statements do, through the
-// search path.
-func (postgres) versionIdentityColumn() string {
-	return `SELECT COUNT(*) FROM pg_attribute WHERE attrelid = to_regclass('"` + VersionTable + `"') AND attname = 'table_identity' AND NOT attisdropped`
+// versionIdentityColumn finds the table as the statements do: in the
+// record table's schema, or through the search path. The name is made of
+// validated identifiers, so it is safe in the literal.
+func (d postgres) versionIdentityColumn(t tableName) string {
+	return `SELECT COUNT(*) FROM pg_attribute WHERE attrelid = to_regclass('` + t.versionTable(d) + `') AND attname = 'table_identity' AND NOT attisdropped`
 }
 
-func (postgres) addVersionIdentity() string {
-	return `ALTER TABLE "` + VersionTable + `" ADD COLUMN IF NOT EXISTS table_identity TEXT`
+func (postgres) addVersionIdentity(vt string) string {
+	return `ALTER TABLE ` + vt + ` ADD COLUMN IF NOT EXISTS table_identity TEXT`
+}
+
+func (postgres) schemaExistsQuery() string {
+	return "SELECT COUNT(*) FROM pg_namespace WHERE nspname = $1"
 }
 
 func (postgres) convertError(err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" { // undefined_table
+	switch {
+	case errors.As(err, &pgErr) && pgErr.Code == "42P01": // undefined_table
 		return fmt.Errorf("%w: %w", ErrTableMissing, err)
+	case errors.As(err, &pgErr) && pgErr.Code == "3F000": // invalid_schema_name
+		return fmt.Errorf("%w: %w", ErrSchemaMissing, err)
 	}
 	return err
 }

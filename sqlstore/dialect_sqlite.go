@@ -127,8 +127,8 @@ func (sqlite) recordError(err error) bool {
 
 func (sqlite) migrationLock() string { return "" }
 
-func (sqlite) versionTableDDL() string {
-	return `CREATE TABLE IF NOT EXISTS "` + VersionTable + `" (
+func (sqlite) versionTableDDL(vt string) string {
+	return `CREATE TABLE IF NOT EXISTS ` + vt + ` (
     table_name TEXT PRIMARY KEY,
     version INTEGER NOT NULL,
     completion TEXT NOT NULL,
@@ -136,13 +136,20 @@ func (sqlite) versionTableDDL() string {
 )`
 }
 
-func (sqlite) versionIdentityColumn() string {
+// versionIdentityColumn: SQLite table names are never qualified (see
+// schemaExistsQuery).
+func (sqlite) versionIdentityColumn(tableName) string {
 	return `SELECT COUNT(*) FROM pragma_table_info('` + VersionTable + `') WHERE name = 'table_identity'`
 }
 
-func (sqlite) addVersionIdentity() string {
-	return `ALTER TABLE "` + VersionTable + `" ADD COLUMN table_identity TEXT`
+func (sqlite) addVersionIdentity(vt string) string {
+	return `ALTER TABLE ` + vt + ` ADD COLUMN table_identity TEXT`
 }
+
+// schemaExistsQuery is "": SQLite's nearest thing to a schema is an attached
+// database, which lives only as long as the connection that attached it, so
+// a pool could not be relied on to have it. Table names are not qualified.
+func (sqlite) schemaExistsQuery() string { return "" }
 
 func (sqlite) convertError(err error) error {
 	if err != nil && strings.Contains(err.Error(), "no such table") {

@@ -5,7 +5,8 @@
 // # Tables
 //
 // Each [Store] owns one table, created by [Store.Migrate] from migrations
-// embedded per dialect and versioned in the table watermill_outbox_schema.
+// embedded per dialect and versioned in the table watermill_outbox_schema
+// ([VersionTable]) of its schema.
 // [Store.Verify] checks that the table exists at the version the code
 // expects; outbox.Replay and outbox.ReplayPlugin call it before replaying, so
 // a missing or mismatched table stops the start with an error that says what
@@ -21,6 +22,17 @@
 // Migrate also gives each table a random identity, kept with its schema
 // version; [Store.Identity] returns it, and the publisher stamps it into
 // every message so that a receiver acts only on its own table's records.
+//
+// # Schemas
+//
+// On PostgreSQL and MySQL/MariaDB a table may be qualified by a schema
+// ([Config.Table] "tenant_a.watermill_outbox"; on MySQL a schema is a
+// database). Everything the store keeps lives beside the table, in that
+// schema: the consumers table, the indexes and the table's row in the
+// schema's own watermill_outbox_schema, so that one table name in two
+// schemas gives two tables with their own records, versions and identities.
+// The schema must exist: the store never creates one, and names a missing
+// one with [ErrSchemaMissing]. SQLite table names are never qualified.
 //
 // # Several receivers
 //

@@ -3,12 +3,15 @@ package sqlstore
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
 var (
-	// ErrInvalidTable is wrapped when a table name is not a plain identifier.
+	// ErrInvalidTable is wrapped when a table name is neither a plain
+	// identifier nor, on PostgreSQL and MySQL/MariaDB, two of them joined by
+	// a dot (schema.table).
 	ErrInvalidTable = errors.New("sqlstore: invalid table name")
 
 	// ErrNoDB is returned by a store that has no database attached yet.
@@ -16,6 +19,12 @@ var (
 
 	// ErrTableMissing is wrapped when the store's table does not exist.
 	ErrTableMissing = errors.New("sqlstore: table does not exist")
+
+	// ErrSchemaMissing is wrapped when the schema of a schema-qualified
+	// table (on MySQL/MariaDB, its database) does not exist. The store never
+	// creates schemas: create it (CREATE SCHEMA, CREATE DATABASE), then run
+	// [Store.Migrate].
+	ErrSchemaMissing = errors.New("sqlstore: schema does not exist")
 
 	// ErrSchemaVersion is wrapped when the table's schema version or
 	// completion mode differs from what the code expects.
@@ -65,6 +74,9 @@ func (e *TableError) Error() string {
 		where = fmt.Sprintf(" (%s, database %s)", e.Dialect, e.Database)
 	case e.Dialect != "":
 		where = fmt.Sprintf(" (%s)", e.Dialect)
+	}
+	if schema, _, qualified := strings.Cut(e.Table, "."); qualified && errors.Is(e.Err, ErrSchemaMissing) {
+		return fmt.Sprintf("sqlstore: %s on table %q%s: schema %q does not exist; create it first, the store never creates schemas: %v", e.Op, e.Table, where, schema, e.Err)
 	}
 	if errors.Is(e.Err, ErrTableMissing) {
 		return fmt.Sprintf("sqlstore: %s on table %q%s: table does not exist; create it with Store.Migrate: %v", e.Op, e.Table, where, e.Err)

@@ -1,6 +1,9 @@
 package sqlstore
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // maxIdentifier is the identifier limit of PostgreSQL (63 bytes); MySQL
 // allows 64 and SQLite has none.
@@ -21,6 +24,53 @@ const consumersSuffix = "_consumers"
 // consumersTable is the name of the deliveries table of a record table.
 func consumersTable(table string) string { return table + consumersSuffix }
 
+// tableName is a validated table name: a plain identifier, or one qualified
+// by a schema (schema.table). The objects the store derives from the table
+// (its consumers table, its schema version table) live in the same schema;
+// index names are never qualified, since an index lives in its table's
+// schema (PostgreSQL) or belongs to its table (MySQL).
+type tableName struct {
+	schema string // "" when the name is not qualified
+	name   string
+}
+
+// parseTable validates a table name, "table" or "schema.table", for the
+// dialect. Each part must be a plain ASCII identifier, so that it is safe to
+// quote and to write in a string literal; a dialect without schemas (SQLite)
+// refuses a qualified name.
+func parseTable(d Dialect, full string) (tableName, error) {
+	schema, name, qualified := strings.Cut(full, ".")
+	if !qualified {
+		return tableName{name: full}, validateTable(full)
+	}
+	if strings.Contains(name, ".") {
+		return tableName{}, fmt.Errorf("%w: %q has more than one dot; write table or schema.table", ErrInvalidTable, full)
+	}
+	if d.schemaExistsQuery() == "" {
+		return tableName{}, fmt.Errorf("%w: %q is qualified by a schema, which %s tables cannot be; write a plain table name", ErrInvalidTable, full, d.Name())
+	}
+	if err := validateSchema(full, schema); err != nil {
+		return tableName{}, err
+	}
+	if err := validateTable(name); err != nil {
+		return tableName{}, fmt.Errorf("table of %q: %w", full, err)
+	}
+	return tableName{schema: schema, name: name}, nil
+}
+
+// validateSchema accepts a plain identifier within the identifier limit.
+func validateSchema(full, schema string) error {
+	switch {
+	case schema == "":
+		return fmt.Errorf("%w: %q has an empty schema; write table or schema.table", ErrInvalidTable, full)
+	case len(schema) > maxIdentifier:
+		return fmt.Errorf("%w: the schema of %q is longer than %d bytes", ErrInvalidTable, full, maxIdentifier)
+	case !isIdentifier(schema):
+		return fmt.Errorf("%w: the schema of %q must match [A-Za-z_][A-Za-z0-9_]*", ErrInvalidTable, full)
+	}
+	return nil
+}
+
 // validateTable accepts only plain ASCII identifiers: a letter or underscore,
 // then letters, digits or underscores. Anything else (quotes, dots, spaces,
 // unicode) is refused before any SQL is built, so names are safe to quote.
@@ -39,14 +89,38 @@ func validateTable(name string) error {
 				ErrInvalidTable, name, name+suffix, maxIdentifier)
 		}
 	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
+	if !isIdentifier(name) {
+		return fmt.Errorf("%w: %q must match [A-Za-z_][A-Za-z0-9_]*", ErrInvalidTable, name)
+	}
+	return nil
+}
+
+// isIdentifier reports whether s matches [A-Za-z_][A-Za-z0-9_]*.
+func isIdentifier(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
 		switch {
 		case c == '_', c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z':
 		case c >= '0' && c <= '9' && i > 0:
 		default:
-			return fmt.Errorf("%w: %q must match [A-Za-z_][A-Za-z0-9_]*", ErrInvalidTable, name)
+			return false
 		}
 	}
-	return nil
+	return s != ""
 }
+
+// in returns the quoted name of an object in the table's schema: the
+// table's own, its consumers table's or its schema version table's.
+func (t tableName) in(d Dialect, name string) string {
+	if t.schema == "" {
+		return d.quote(name)
+	}
+	return d.quote(t.schema) + "." + d.quote(name)
+}
+
+// quoted is the table's quoted, qualified name.
+func (t tableName) quoted(d Dialect) string { return t.in(d, t.name) }
+
+// versionTable is the quoted schema version table that holds the table's
+// row: the one in the table's schema.
+func (t tableName) versionTable(d Dialect) string { return t.in(d, VersionTable) }

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -24,6 +25,102 @@ func TestValidateTable(t *testing.T) {
 	}
 }
 
+func TestParseTableWithSchema(t *testing.T) {
+	t.Parallel()
+	for _, d := range []Dialect{Postgres(), MySQL()} {
+		for full, want := range map[string]tableName{
+			"watermill_outbox":          {name: "watermill_outbox"},
+			"tenant_a.watermill_outbox": {schema: "tenant_a", name: "watermill_outbox"},
+			"_S1.T":                     {schema: "_S1", name: "T"},
+			strings.Repeat("s", maxIdentifier) + ".t": {schema: strings.Repeat("s", maxIdentifier), name: "t"},
+		} {
+			got, err := parseTable(d, full)
+			if err != nil || got != want {
+				t.Errorf("%s: %q parsed as %+v, %v", d.Name(), full, got, err)
+			}
+		}
+		for _, bad := range []string{"a.b.c", ".t", "s.", ".", "a..b", "s .t", "s. t", `"s".t`, "`s`.t", "s.'t'",
+			"1s.t", "s.1t", "s;x.t", "sé.t", "s.t;x", strings.Repeat("s", maxIdentifier+1) + ".t",
+			"s." + strings.Repeat("t", maxTableName+1)} {
+			if _, err := parseTable(d, bad); !errors.Is(err, ErrInvalidTable) {
+				t.Errorf("%s: %q accepted (err %v)", d.Name(), bad, err)
+			}
+		}
+	}
+}
+
+func TestSQLiteRefusesASchema(t *testing.T) {
+	t.Parallel()
+	_, err := New(Config{Dialect: SQLite(), Table: "tenant_a.watermill_outbox"})
+	if !errors.Is(err, ErrInvalidTable) || !strings.Contains(err.Error(), "sqlite") || !strings.Contains(err.Error(), "tenant_a.watermill_outbox") {
+		t.Errorf("a qualified name on SQLite: %v", err)
+	}
+	if _, err := New(Config{Dialect: SQLite(), Table: "watermill_outbox"}); err != nil {
+		t.Errorf("a plain name on SQLite: %v", err)
+	}
+}
+
+// TestQualifiedStatementsOnlyQualifyTheTables builds every statement and
+// migration for t and for s.t: the only difference is the schema before
+// each table (the record table, its consumers table and the schema version
+// table). Index and key names stay unqualified, and the statements of a
+// plain name are those of a table in the connection's own schema.
+func TestQualifiedStatementsOnlyQualifyTheTables(t *testing.T) {
+	t.Parallel()
+	plain, qualified := tableName{name: "t"}, tableName{schema: "s", name: "t"}
+	for _, d := range []Dialect{Postgres(), MySQL()} {
+		q := func(name string) string { return d.quote(name) }
+		qualify := strings.NewReplacer(
+			q("t"), q("s")+"."+q("t"),
+			q("t_consumers"), q("s")+"."+q("t_consumers"),
+			q(VersionTable), q("s")+"."+q(VersionTable),
+			"table_schema = DATABASE()", "table_schema = 's'", // MySQL's version table lookup
+		)
+		for _, mode := range []Completion{Mark, Delete} {
+			want, got := statementsOf(t, d, plain, mode), statementsOf(t, d, qualified, mode)
+			for name, stmt := range want {
+				if w := qualify.Replace(stmt); got[name] != w {
+					t.Errorf("%s %v %s:\n got %s\nwant %s", d.Name(), mode, name, got[name], w)
+				}
+				if strings.Contains(got[name], q("s")+"."+q("t_")) && !strings.Contains(got[name], q("s")+"."+q("t_consumers")) {
+					t.Errorf("%s %v %s qualifies an index name: %s", d.Name(), mode, name, got[name])
+				}
+			}
+		}
+	}
+}
+
+// statementsOf returns every statement of a store on table, and its
+// rendered migrations, by name.
+func statementsOf(t *testing.T, d Dialect, table tableName, mode Completion) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	v := reflect.ValueOf(buildQueries(d, table, mode, false)).Elem()
+	for i := range v.NumField() {
+		f, name := v.Field(i), v.Type().Field(i).Name
+		switch f.Kind() {
+		case reflect.String:
+			out[name] = f.String()
+		case reflect.Map:
+			for _, k := range f.MapKeys() {
+				out[name+"["+k.String()+"]"] = f.MapIndex(k).String()
+			}
+		}
+	}
+	ms, err := loadMigrations(migrationFiles, d.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		var b strings.Builder
+		if err := m.tmpl.Execute(&b, templateData{d: d, table: table, Mark: mode == Mark}); err != nil {
+			t.Fatal(err)
+		}
+		out[m.name] = b.String()
+	}
+	return out
+}
+
 func TestValidateTableLeavesRoomForDerivedNames(t *testing.T) {
 	t.Parallel()
 	longest := strings.Repeat("t", maxTableName)
@@ -35,7 +132,7 @@ func TestValidateTableLeavesRoomForDerivedNames(t *testing.T) {
 			t.Errorf("%q is %d bytes, over the %d-byte identifier limit", longest+suffix, n, maxIdentifier)
 		}
 	}
-	data := templateData{d: Postgres(), table: longest}
+	data := templateData{d: Postgres(), table: tableName{name: longest}}
 	for _, name := range []string{data.ConsumersTable(), data.ConsumersIndex("pending"), data.ConsumersIndex("pkey")} {
 		if n := len(strings.Trim(name, `"`)); n > maxIdentifier {
 			t.Errorf("%s is %d bytes, over the limit", name, n)

@@ -22,8 +22,12 @@ import (
 //go:embed migrations
 var migrationFiles embed.FS
 
-// VersionTable records the schema version and completion mode of every
-// outbox table in the database.
+// VersionTable records the schema version, completion mode and identity of
+// every outbox table in its schema, one row per table keyed by the table's
+// name without its schema. Each schema has its own: the version table of
+// "tenant_a.watermill_outbox" is "tenant_a.watermill_outbox_schema", and an
+// unqualified table's is found as the table is (PostgreSQL's search_path,
+// MySQL's current database).
 const VersionTable = "watermill_outbox_schema"
 
 type migration struct {
@@ -79,25 +83,28 @@ func SchemaVersion(d Dialect) (int, error) {
 }
 
 // templateData is what migration templates see. Every name in it is a
-// validated identifier, quoted by the dialect.
+// validated identifier, quoted by the dialect. Tables are qualified by the
+// schema, if any; index and key names never are: an index lives in its
+// table's schema (PostgreSQL refuses a qualified name in CREATE INDEX), or
+// belongs to its table (MySQL).
 type templateData struct {
 	d     Dialect
-	table string
+	table tableName
 	Mark  bool
 }
 
-func (t templateData) Table() string { return t.d.quote(t.table) }
+func (t templateData) Table() string { return t.table.quoted(t.d) }
 
-func (t templateData) Index(suffix string) string { return t.d.quote(t.table + "_" + suffix) }
+func (t templateData) Index(suffix string) string { return t.d.quote(t.table.name + "_" + suffix) }
 
 // ConsumersTable is the table of the per-consumer deliveries.
-func (t templateData) ConsumersTable() string { return t.d.quote(consumersTable(t.table)) }
+func (t templateData) ConsumersTable() string { return t.table.in(t.d, consumersTable(t.table.name)) }
 
 // ConsumersIndex names an index or key of the consumers table, kept short
 // so that it fits the identifier limit whatever the table (see
 // validateTable).
 func (t templateData) ConsumersIndex(suffix string) string {
-	return t.d.quote(t.table + "_c_" + suffix)
+	return t.d.quote(t.table.name + "_c_" + suffix)
 }
 
 // statements splits a rendered migration at semicolons that end a line.
@@ -151,13 +158,13 @@ func (s *Store) migrateTo(ctx context.Context, version int) error {
 	}
 	defer conn.Close()
 	if locker, ok := d.(sessionLocker); ok {
-		if err := locker.lockSession(ctx, conn); err != nil {
+		if err := locker.lockSession(ctx, conn, s.name.schema); err != nil {
 			return s.fail("lock migrations", err)
 		}
 		defer func() {
 			// The lock lives as long as the session: a connection that
 			// cannot release it is discarded rather than pooled.
-			if err := locker.unlockSession(context.WithoutCancel(ctx), conn); err != nil {
+			if err := locker.unlockSession(context.WithoutCancel(ctx), conn, s.name.schema); err != nil {
 				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 			}
 		}()
@@ -190,7 +197,7 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 	if version > len(ms) {
 		return &TableError{Table: s.table, Op: "migrate", Err: fmt.Errorf("%w: table is at version %d, newer than this code's %d", ErrSchemaVersion, version, len(ms))}
 	}
-	data := templateData{d: d, table: s.table, Mark: s.mode == Mark}
+	data := templateData{d: d, table: s.name, Mark: s.mode == Mark}
 	if version >= target && target < len(ms) {
 		return tx.Commit() // at or past the version asked for
 	}
@@ -227,17 +234,35 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 	return nil
 }
 
+// readVersion reads the table's row in the schema version table: version
+// 0 when it has none. A qualified table whose schema is missing gets an
+// error wrapping [ErrSchemaMissing] rather than [ErrTableMissing], whose
+// remedy (Migrate) would not help.
 func (s *Store) readVersion(ctx context.Context, q executor) (int, string, error) {
 	var version int
 	var mode string
-	err := q.QueryRowContext(ctx, s.q.readVersion, s.table).Scan(&version, &mode)
+	err := q.QueryRowContext(ctx, s.q.readVersion, s.name.name).Scan(&version, &mode)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, "", nil
 	}
 	if err != nil {
-		return 0, "", s.fail("read schema version", err)
+		err = s.fail("read schema version", err)
+		if errors.Is(err, ErrTableMissing) && s.name.schema != "" {
+			return 0, "", s.schemaMissing(ctx, q, err)
+		}
+		return 0, "", err
 	}
 	return version, mode, nil
+}
+
+// schemaMissing returns an error wrapping [ErrSchemaMissing] when the
+// table's schema does not exist, err otherwise.
+func (s *Store) schemaMissing(ctx context.Context, q executor, err error) error {
+	var n int
+	if qerr := q.QueryRowContext(ctx, s.q.schemaExists, s.name.schema).Scan(&n); qerr != nil || n > 0 {
+		return err
+	}
+	return &TableError{Table: s.table, Op: "read schema version", Err: ErrSchemaMissing}
 }
 
 // writeVersion records the version the table is at, and its identity, in
@@ -247,9 +272,9 @@ func (s *Store) writeVersion(ctx context.Context, q executor, from, to int, iden
 	id := sql.NullString{String: identity, Valid: identity != ""}
 	var err error
 	if from == 0 {
-		_, err = q.ExecContext(ctx, s.q.insertVersion, s.table, to, s.mode.String(), id)
+		_, err = q.ExecContext(ctx, s.q.insertVersion, s.name.name, to, s.mode.String(), id)
 	} else {
-		_, err = q.ExecContext(ctx, s.q.updateVersion, to, id, s.table)
+		_, err = q.ExecContext(ctx, s.q.updateVersion, to, id, s.name.name)
 	}
 	if err != nil {
 		return s.fail("write schema version", err)

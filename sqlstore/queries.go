@@ -110,6 +110,7 @@ type queries struct {
 	versionIdentityColumn string
 	addVersionIdentity    string
 	migrationLock         string // "" when the database needs none
+	schemaExists          string // "" when the database has no schemas
 	readVersion           string
 	readIdentity          string
 	insertVersion         string
@@ -122,6 +123,7 @@ type queries struct {
 // what is pending.
 type fragments struct {
 	d     Dialect
+	table tableName
 	t, tc string // the quoted record and consumers tables
 	clock string
 	mark  bool
@@ -156,8 +158,8 @@ func (f fragments) wait(col string) string {
 
 // buildQueries builds every statement of a store once, when the store is
 // made, so that its methods only execute them.
-func buildQueries(d Dialect, table string, mode Completion, durable bool) *queries {
-	f := fragments{d: d, t: d.quote(table), tc: d.quote(consumersTable(table)), clock: d.clock(), mark: mode == Mark, pending: "abandoned_at IS NULL"}
+func buildQueries(d Dialect, table tableName, mode Completion, durable bool) *queries {
+	f := fragments{d: d, table: table, t: table.quoted(d), tc: table.in(d, consumersTable(table.name)), clock: d.clock(), mark: mode == Mark, pending: "abandoned_at IS NULL"}
 	if !durable {
 		f.lazy = d.lazyCommit()
 	}
@@ -354,13 +356,14 @@ FROM %s WHERE record_id IN `, tc)
 }
 
 // buildSchema builds the statements of Migrate and Verify on the schema
-// version table.
+// version table, the one in the record table's schema.
 func (q *queries) buildSchema(f fragments) {
 	p, d := f.p, f.d
-	vt := d.quote(VersionTable)
-	q.versionTableDDL = d.versionTableDDL()
-	q.versionIdentityColumn = d.versionIdentityColumn()
-	q.addVersionIdentity = d.addVersionIdentity()
+	vt := f.table.versionTable(d)
+	q.versionTableDDL = d.versionTableDDL(vt)
+	q.versionIdentityColumn = d.versionIdentityColumn(f.table)
+	q.addVersionIdentity = d.addVersionIdentity(vt)
+	q.schemaExists = d.schemaExistsQuery()
 	q.migrationLock = d.migrationLock()
 	q.readVersion = fmt.Sprintf("SELECT version, completion FROM %s WHERE table_name = %s", vt, p(1))
 	q.readIdentity = fmt.Sprintf("SELECT table_identity FROM %s WHERE table_name = %s", vt, p(1))

@@ -21,8 +21,17 @@ const DefaultTable = "watermill_outbox"
 type Config struct {
 	// Dialect is the database's dialect. Required.
 	Dialect Dialect
-	// Table is the record table, a plain identifier. Defaults to
-	// "watermill_outbox".
+	// Table is the record table: a plain identifier ([A-Za-z_][A-Za-z0-9_]*,
+	// at most 48 bytes), or on PostgreSQL and MySQL/MariaDB one qualified by
+	// a schema, "schema.table" (on MySQL/MariaDB the schema is a database),
+	// each part such an identifier and quoted on its own. Everything the
+	// store keeps lives beside the table: its <table>_consumers table, its
+	// indexes, and its row in the schema's own [VersionTable], so two
+	// schemas with tables of one name have their own records, versions and
+	// identities. The schema must exist; the store does not create it. A
+	// name without a schema is found as the database finds any unqualified
+	// name (PostgreSQL's search_path, MySQL's current database). SQLite
+	// refuses a qualified name. Defaults to "watermill_outbox".
 	Table string
 	// Completion is what happens to a handled record. Defaults to [Mark].
 	Completion Completion
@@ -77,15 +86,19 @@ func (c Config) Validate() error {
 	if err := c.Coalescing.Validate(); err != nil {
 		return err
 	}
-	return validateTable(c.Table)
+	_, err := parseTable(c.Dialect, c.Table)
+	return err
 }
 
 // Store is an [recordstore.Store] over one SQL table.
 type Store struct {
 	dialect Dialect
-	table   string
-	mode    Completion
-	lease   time.Duration
+	// table is the name as configured, for Table and errors; name is it
+	// parsed, for the statements and the schema version table's key.
+	table string
+	name  tableName
+	mode  Completion
+	lease time.Duration
 	// leaseArg is lease as the claim's argument, made once.
 	leaseArg any
 	q        *queries
@@ -123,8 +136,12 @@ func New(cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	s := &Store{dialect: cfg.Dialect, table: cfg.Table, mode: cfg.Completion, lease: cfg.Lease, migrations: migrationFiles}
-	s.q = buildQueries(cfg.Dialect, cfg.Table, cfg.Completion, cfg.DurableCompletion)
+	name, err := parseTable(cfg.Dialect, cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{dialect: cfg.Dialect, table: cfg.Table, name: name, mode: cfg.Completion, lease: cfg.Lease, migrations: migrationFiles}
+	s.q = buildQueries(cfg.Dialect, name, cfg.Completion, cfg.DurableCompletion)
 	s.leaseArg = cfg.Dialect.leaseArg(cfg.Lease)
 	co := cfg.Coalescing
 	s.coalescing = co
@@ -143,7 +160,8 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// Table returns the table name.
+// Table returns the table name as configured, "schema.table" when it is
+// qualified.
 func (s *Store) Table() string { return s.table }
 
 // Completion returns what the store does with handled records.

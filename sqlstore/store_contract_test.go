@@ -40,3 +40,25 @@ func TestStoreContract(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreContractInSchema runs the whole suite on tables qualified by a
+// schema that is not the connection's own (on MariaDB, another database):
+// every statement, migration, index, the consumers table and the schema
+// version row must live there.
+func TestStoreContractInSchema(t *testing.T) {
+	t.Parallel()
+	for _, b := range testenv.SchemaBackends() {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			schema := testenv.Schema(t, b.Open(t), b.Dialect, "storetest")
+			storetest.Run(t, b.Features, func(t *testing.T, cfg sqlstore.Config) *sqlstore.Store {
+				db := b.Open(t)
+				cfg.Dialect, cfg.DB, cfg.Table = b.Dialect, db, schema+"."+cfg.Table
+				s, err := sqlstore.New(cfg)
+				require.NoError(t, err)
+				t.Cleanup(func() { testenv.DropTable(t, db, b.Dialect, cfg.Table) })
+				return s
+			})
+		})
+	}
+}

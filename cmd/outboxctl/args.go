@@ -52,7 +52,7 @@ type cli struct {
 func (c *cli) globalFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.dsn, "dsn", c.dsn, "database `DSN` (default $OUTBOX_DSN)")
 	fs.StringVar(&c.dialect, "dialect", c.dialect, "database `dialect`: postgres, mysql or sqlite (default: read from the DSN)")
-	fs.StringVar(&c.table, "table", c.table, "the record `table`")
+	fs.StringVar(&c.table, "table", c.table, "the record `table`; schema.table for one in a schema (PostgreSQL, MySQL/MariaDB)")
 	fs.BoolVar(&c.json, "json", c.json, "print JSON instead of text")
 }
 

@@ -27,7 +27,7 @@ Global flags, before or after the command:
   -json
     	print JSON instead of text
   -table table
-    	the record table (default "watermill_outbox")
+    	the record table; schema.table for one in a schema (PostgreSQL, MySQL/MariaDB) (default "watermill_outbox")
 
 Examples:
   outboxctl -dsn file:outbox.db status

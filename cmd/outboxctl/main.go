@@ -21,10 +21,12 @@
 // -dsn or the OUTBOX_DSN environment variable; the dialect is read from it
 // (postgres:// URLs, MySQL's user@tcp(host)/db form, and file: or *.db paths
 // for SQLite) unless -dialect names it. A SQLite file that does not exist is
-// an error, never created. The table's completion mode is read from the
-// schema version table. The tool never publishes: replay and requeue mark
-// records due, and the running service sends them (outbox.StaleResubmitter,
-// or startup replay).
+// an error, never created. -table names the record table, schema.table for
+// one in a schema on PostgreSQL or MySQL/MariaDB (tenant_a.watermill_outbox);
+// a missing schema is an error that names it. The table's completion mode is
+// read from the schema version table. The tool never publishes: replay and
+// requeue mark records due, and the running service sends them
+// (outbox.StaleResubmitter, or startup replay).
 //
 // Exit status: 0 on success, 1 when a command fails, 2 for a usage mistake.
 package main

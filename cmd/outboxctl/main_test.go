@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/outbox/internal/testenv"
@@ -79,6 +80,12 @@ type fixture struct {
 
 func newFixture(t *testing.T, b testenv.Backend) *fixture {
 	t.Helper()
+	return newFixtureOn(t, b, func(db *sqlx.DB) *sqlstore.Store { return testenv.NewStore(t, b, db, sqlstore.Mark) })
+}
+
+// newFixtureOn is newFixture on the marking table that table migrates.
+func newFixtureOn(t *testing.T, b testenv.Backend, table func(db *sqlx.DB) *sqlstore.Store) *fixture {
+	t.Helper()
 	var dsn string
 	switch b.Name {
 	case "Postgres":
@@ -92,7 +99,7 @@ func newFixture(t *testing.T, b testenv.Backend) *fixture {
 	}
 	driver := map[string]string{"postgres": "pgx", "mysql": "mysql", "sqlite": "sqlite"}[b.Dialect.Name()]
 	db := testenv.Open(t, b.Name, driver, dsn)
-	store := testenv.NewStore(t, b, db, sqlstore.Mark)
+	store := table(db)
 	ctx := t.Context()
 	recs := make([]recordstore.Record, 4)
 	for i := range recs {

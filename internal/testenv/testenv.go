@@ -193,11 +193,67 @@ func NewStore(tb testing.TB, b Backend, db *sqlx.DB, mode sqlstore.Completion) *
 }
 
 // DropTable removes a test table, its consumers table and its schema
-// version row.
+// version row. A schema-qualified table's row is in its schema's version
+// table, keyed by the name without the schema.
 func DropTable(tb testing.TB, db *sqlx.DB, d sqlstore.Dialect, table string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table) // table names here are generated identifiers
 	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table+"_consumers")
-	_, _ = db.ExecContext(ctx, db.Rebind("DELETE FROM "+sqlstore.VersionTable+" WHERE table_name = ?"), table)
+	versions, key := VersionRow(table)
+	_, _ = db.ExecContext(ctx, db.Rebind("DELETE FROM "+versions+" WHERE table_name = ?"), key)
+}
+
+// VersionRow returns the schema version table that holds a table's row, and
+// the row's key: the version table of the table's schema, keyed by the
+// table's name without the schema.
+func VersionRow(table string) (versionTable, key string) {
+	if schema, name, ok := strings.Cut(table, "."); ok {
+		return schema + "." + sqlstore.VersionTable, name
+	}
+	return sqlstore.VersionTable, table
+}
+
+// Schema creates a schema unique to this test run, named prefix_<random>
+// (on MySQL/MariaDB a database), and drops it with everything in it when
+// the test ends. It fails the test on a database without schemas.
+func Schema(tb testing.TB, db *sqlx.DB, d sqlstore.Dialect, prefix string) string {
+	tb.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name := prefix + "_" + hex.EncodeToString(b[:])
+	var create, drop string
+	switch d.Name() {
+	case "postgres":
+		create, drop = "CREATE SCHEMA IF NOT EXISTS "+name, "DROP SCHEMA IF EXISTS "+name+" CASCADE"
+	case "mysql":
+		create, drop = "CREATE DATABASE IF NOT EXISTS "+name, "DROP DATABASE IF EXISTS "+name
+	default:
+		tb.Fatalf("%s has no schemas", d.Name())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, create); err != nil {
+		tb.Fatalf("create schema %s: %v", name, err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if _, err := db.ExecContext(ctx, drop); err != nil {
+			tb.Errorf("drop schema %s: %v", name, err)
+		}
+	})
+	return name
+}
+
+// SchemaBackends returns the databases that have schemas: PostgreSQL and
+// MySQL/MariaDB.
+func SchemaBackends() []Backend {
+	var out []Backend
+	for _, b := range Backends() {
+		if b.Dialect.Name() != "sqlite" {
+			out = append(out, b)
+		}
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -11,14 +12,18 @@ import (
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-// badTableNames are names that are not plain identifiers.
+// badTableNames are names that are neither plain identifiers nor two of
+// them joined by one dot (schema.table), which every dialect refuses.
 var badTableNames = []string{
-	"1orders", `orders"; DROP TABLE x; --`, "orders`x", "orders'x", "a.b", "a b", "a-b", "a;b",
+	"1orders", `orders"; DROP TABLE x; --`, "orders`x", "orders'x", "a b", "a-b", "a;b",
 	"ordres_é", "orders\x00", "ab\ncd", "abcdefghijabcdefghijabcdefghijabcdefghijabcdefghij",
+	"a.b.c", ".orders", "tenant.", ".", "a..b", "tenant .orders", "tenant. orders", `"tenant".orders`,
+	"`tenant`.orders", "tenant.'orders'", "1tenant.orders", "tenant.1orders", "tenant.orders;x",
+	"tenant.abcdefghijabcdefghijabcdefghijabcdefghijabcdefghij",
 }
 
 func (s *suite) testSchema(t *testing.T) {
-	t.Run("TableNamesThatAreNotPlainIdentifiersAreRefusedBeforeSQL", func(t *testing.T) {
+	t.Run("BadTableNamesAreRefusedBeforeSQL", func(t *testing.T) {
 		t.Parallel()
 		store := s.bare(t, sqlstore.Mark)
 		// New refuses the name, so there is no store whose methods could
@@ -76,8 +81,9 @@ func (s *suite) testSchema(t *testing.T) {
 		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
 			store := s.store(t, mode)
 			newer := schemaVersion(t, store) + 1
-			_, err := store.DB().ExecContext(ctx(t), store.DB().Rebind("UPDATE "+sqlstore.VersionTable+" SET version = ? WHERE table_name = ?"),
-				newer, store.Table())
+			versions, key := versionRow(store)
+			_, err := store.DB().ExecContext(ctx(t), store.DB().Rebind("UPDATE "+versions+" SET version = ? WHERE table_name = ?"),
+				newer, key)
 			require.NoError(t, err)
 			for op, err := range map[string]error{"Verify": store.Verify(ctx(t)), "Migrate": store.Migrate(ctx(t))} {
 				require.ErrorIs(t, err, sqlstore.ErrSchemaVersion, op)
@@ -111,9 +117,20 @@ func (s *suite) testSchema(t *testing.T) {
 func (s *suite) version(t *testing.T, store *sqlstore.Store) int {
 	t.Helper()
 	var v int
+	versions, key := versionRow(store)
 	require.NoError(t, store.DB().GetContext(ctx(t), &v,
-		store.DB().Rebind("SELECT version FROM "+sqlstore.VersionTable+" WHERE table_name = ?"), store.Table()))
+		store.DB().Rebind("SELECT version FROM "+versions+" WHERE table_name = ?"), key))
 	return v
+}
+
+// versionRow returns the schema version table that holds the store's row,
+// and the row's key: the version table of the table's schema, keyed by the
+// table's name without the schema.
+func versionRow(store *sqlstore.Store) (versionTable, key string) {
+	if schema, name, ok := strings.Cut(store.Table(), "."); ok {
+		return schema + "." + sqlstore.VersionTable, name
+	}
+	return sqlstore.VersionTable, store.Table()
 }
 
 func schemaVersion(t *testing.T, store *sqlstore.Store) int {

@@ -74,7 +74,9 @@ func (f Features) Validate() error {
 // nothing else changed, without creating its table, and drops the table
 // (and its row in [sqlstore.VersionTable]) when the test ends. The suite sets
 // cfg.Table to a fresh lowercase identifier, cfg.Completion, and cfg.Lease
-// for the lease tests.
+// for the lease tests. To run the suite in a schema, NewStore may qualify
+// the name with it (schema + "." + cfg.Table); the suite then finds the
+// table's row in that schema's version table.
 type NewStore func(t *testing.T, cfg sqlstore.Config) *sqlstore.Store
 
 // Run runs the whole suite, each test on its own fresh table, in parallel:
