@@ -14,12 +14,13 @@ import (
 // and the requeue of abandoned records all send through one. It sends
 // through the undecorated publisher, so that a record is never saved twice.
 type resender struct {
-	reg *Registry
-	pub message.Publisher
+	reg  *Registry
+	pub  message.Publisher
+	kind ResendKind
 }
 
 // newResender accepts the decorated publisher too: it unwraps it.
-func newResender(reg *Registry, pub message.Publisher) (*resender, error) {
+func newResender(reg *Registry, pub message.Publisher, kind ResendKind) (*resender, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
 	}
@@ -33,7 +34,7 @@ func newResender(reg *Registry, pub message.Publisher) (*resender, error) {
 		}
 		pub = p.pub
 	}
-	return &resender{reg: reg, pub: pub}, nil
+	return &resender{reg: reg, pub: pub, kind: kind}, nil
 }
 
 // identity reads the table identity that resent messages carry, once per
@@ -58,7 +59,13 @@ func (s *resender) send(ctx context.Context, t *tracked, identity string, recs [
 	for i, rec := range recs {
 		msgs[i] = replayMessage(msgCtx, t.name, identity, rec)
 	}
-	if err := s.pub.Publish(t.name, msgs...); err != nil {
+	var end func(error)
+	if tr := s.reg.tracer(); tr != nil {
+		end = tr.TraceResend(s.kind, t.name, msgs)
+	}
+	err := s.pub.Publish(t.name, msgs...)
+	endStep(end, err)
+	if err != nil {
 		return &ReplayError{Topic: t.name, ID: recs[0].ID, Err: fmt.Errorf("sending records %d..%d: %w", recs[0].ID, recs[len(recs)-1].ID, err)}
 	}
 	s.reg.observer().Replayed(t.name, len(recs))
@@ -86,7 +93,7 @@ func replayMessage(ctx context.Context, name, identity string, rec recordstore.R
 // fails the record stays pending, and replay or the [StaleResubmitter] sends
 // it later.
 func Requeue(ctx context.Context, reg *Registry, pub message.Publisher, topic string, id int64) error {
-	out, err := newResender(reg, pub)
+	out, err := newResender(reg, pub, ResendRequeue)
 	if err != nil {
 		return err
 	}
