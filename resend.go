@@ -27,14 +27,35 @@ func newResender(reg *Registry, pub message.Publisher, kind ResendKind) (*resend
 	if pub == nil {
 		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
 	}
-	for {
-		p, decorated := pub.(*publisher)
-		if !decorated {
+	return &resender{reg: reg, pub: undecorated(pub), kind: kind}, nil
+}
+
+// maxWrappers bounds the walk down a chain of publisher wrappers, so that
+// a wrapper that unwraps to itself cannot hang it.
+const maxWrappers = 32
+
+// undecorated returns the publisher under the outbox's own decorator in
+// pub's chain of wrappers (each exposing Unwrap() message.Publisher, as the
+// decorator does), so that a resend never saves its record again, whatever
+// wraps the decorated publisher; pub itself when no decorator is in the
+// chain. What lies under the decorator (a tracing decorator, say) stays.
+func undecorated(pub message.Publisher) message.Publisher {
+	out := pub
+	p := pub
+	for range maxWrappers {
+		if d, ok := p.(*publisher); ok {
+			out, p = d.pub, d.pub
+			continue
+		}
+		u, ok := p.(interface{ Unwrap() message.Publisher })
+		if !ok {
 			break
 		}
-		pub = p.pub
+		if p = u.Unwrap(); p == nil {
+			break
+		}
 	}
-	return &resender{reg: reg, pub: pub, kind: kind}, nil
+	return out
 }
 
 // identity reads the table identity that resent messages carry, once per
