@@ -69,45 +69,81 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 	a := &admission{t: t, idText: idText, identity: identity,
 		d:      recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Lease: m.leasePrefix + strconv.FormatUint(m.leaseSeq.Add(1), 36)},
 		fields: watermill.LogFields{"message_uuid": msg.UUID, "topic": name, "outbox_id": id, "consumer": consumer}}
-	v, err := m.check(ctx, fetchCtx, a)
-	return a, v, err
+	if tr := m.reg.tracer(); tr != nil {
+		return m.tracedCheck(tr, msg, fetchCtx, a)
+	}
+	o, err := m.check(ctx, fetchCtx, a)
+	return a, verdictOf(o), err
+}
+
+// tracedCheck checks the record as admit does, in the delivery's and the
+// check's contexts the tracer gives, under the same deadline. The message
+// carries the delivery's context from then on.
+func (m *middleware) tracedCheck(tr Tracer, msg *message.Message, fetchCtx context.Context, a *admission) (*admission, verdict, error) {
+	ref := RecordRef{Topic: a.t.name, ID: a.d.ID, Consumer: a.d.Consumer}
+	ctx := tr.TraceDelivery(msg.Context(), msg, ref)
+	msg.SetContext(ctx)
+	checkCtx, end := tr.TraceCheck(ctx, ref)
+	if deadline, ok := fetchCtx.Deadline(); ok {
+		var cancel context.CancelFunc
+		checkCtx, cancel = context.WithDeadline(checkCtx, deadline)
+		defer cancel()
+	}
+	o, err := m.check(ctx, checkCtx, a)
+	if end != nil {
+		end(o, err)
+	}
+	return a, verdictOf(o), err
+}
+
+// verdictOf is what the middleware does after the check.
+func verdictOf(o CheckOutcome) verdict {
+	switch o {
+	case CheckPending:
+		return run
+	case CheckDuplicate, CheckUnknown:
+		return skip
+	case CheckUntracked:
+		return untracked
+	}
+	return refuse
 }
 
 // check reads the record's state for the delivery's consumer within
 // fetchCtx; a copy it holds waits on ctx, the message's own.
-func (m *middleware) check(ctx, fetchCtx context.Context, a *admission) (verdict, error) {
+func (m *middleware) check(ctx, fetchCtx context.Context, a *admission) (CheckOutcome, error) {
 	err := a.t.store.CheckPending(fetchCtx, a.d)
 	var conflict *recordstore.ConsumerConflictError
 	var notDue *recordstore.NotDueError
 	switch {
 	case err == nil:
-		return run, nil
+		return CheckPending, nil
 	case errors.Is(err, ErrNotPending):
 		m.logger.Debug("Record already completed, acking copy without handling", a.fields)
 		m.reg.observer().DuplicateSkipped(a.t.name, a.d.Consumer)
-		return skip, nil
+		return CheckDuplicate, nil
 	case errors.As(err, &conflict):
 		m.conflict(a.t, a.d.Consumer, conflict.CompletedBy)
 		m.reg.observer().NotOwned(a.t.name, a.d.Consumer)
-		return untracked, nil
+		return CheckUntracked, nil
 	case errors.Is(err, recordstore.ErrUnknownRecord):
 		warn(m.logger, "No record with this id in the topic's table (never saved, or cleaned up); acking without handling", a.fields)
 		m.reg.observer().UnknownRecord(a.t.name, a.d.Consumer)
-		return skip, nil
+		return CheckUnknown, nil
 	case errors.Is(err, recordstore.ErrNoDelivery):
 		m.logger.Error("Record was saved before this consumer was declared; handling it untracked", err, a.fields)
 		m.reg.observer().NotOwned(a.t.name, a.d.Consumer)
-		return untracked, nil
+		return CheckUntracked, nil
 	case errors.As(err, &notDue):
 		m.logger.Debug("Record not due for its next attempt, holding and nacking the copy", a.fields.Add(watermill.LogFields{"wait": notDue.Wait}))
 		m.hold(ctx, notDue.Wait)
-		return refuse, err
+		return CheckRefused, err
 	case errors.Is(err, recordstore.ErrLeased):
 		m.logger.Debug("Record leased by another delivery, nacking copy without handling", a.fields)
 		m.hold(ctx, m.cfg.LeasedNackDelay)
-		return refuse, &FetchError{Topic: a.t.name, ID: a.d.ID, Err: err}
+		return CheckRefused, &FetchError{Topic: a.t.name, ID: a.d.ID, Err: err}
 	}
-	return refuse, &FetchError{Topic: a.t.name, ID: a.d.ID, Err: err}
+	return CheckRefused, &FetchError{Topic: a.t.name, ID: a.d.ID, Err: err}
 }
 
 // warner is a logger with a warning level, such as Watermill's slog

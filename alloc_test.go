@@ -17,7 +17,7 @@ type discardPublisher struct{}
 func (discardPublisher) Publish(string, ...*message.Message) error { return nil }
 func (discardPublisher) Close() error                              { return nil }
 
-func untrackedFixture(t testing.TB) (message.Publisher, message.HandlerFunc, *message.Message) {
+func untrackedFixture(t testing.TB) (message.Publisher, message.HandlerFunc, *message.Message, *outbox.Registry) {
 	store, err := sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite()}) // never reached
 	require.NoError(t, err)
 	reg, err := outbox.NewRegistry(
@@ -33,24 +33,31 @@ func untrackedFixture(t testing.TB) (message.Publisher, message.HandlerFunc, *me
 	h := mw(func(*message.Message) ([]*message.Message, error) { return nil, nil })
 	msg := message.NewMessage("uuid", []byte("payload"))
 	msg.Metadata.Set("trace", "x")
-	return pub, h, msg
+	return pub, h, msg, reg
 }
 
 func TestUntrackedAllocatesNothing(t *testing.T) {
-	pub, h, msg := untrackedFixture(t)
+	pub, h, msg, reg := untrackedFixture(t)
 	// The variadic slice is built once: it is the caller's allocation, not
 	// the decorator's, and a raw publisher call costs it too.
 	msgs := []*message.Message{msg}
-	if n := testing.AllocsPerRun(1000, func() { _ = pub.Publish("audit", msgs...) }); n != 0 {
-		t.Errorf("untracked publish allocates %v times per call", n)
+	tr := &recordingTracer{}
+	for _, tracer := range []outbox.Tracer{nil, tr} {
+		reg.SetTracer(tracer)
+		if n := testing.AllocsPerRun(1000, func() { _ = pub.Publish("audit", msgs...) }); n != 0 {
+			t.Errorf("untracked publish allocates %v times per call (tracer %T)", n, tracer)
+		}
+		if n := testing.AllocsPerRun(1000, func() { _, _ = h(msg) }); n != 0 {
+			t.Errorf("untracked delivery allocates %v times per call (tracer %T)", n, tracer)
+		}
 	}
-	if n := testing.AllocsPerRun(1000, func() { _, _ = h(msg) }); n != 0 {
-		t.Errorf("untracked delivery allocates %v times per call", n)
+	if steps := tr.snapshot(); len(steps) != 0 {
+		t.Errorf("the tracer was told of untracked messages: %q", steps)
 	}
 }
 
 func BenchmarkUntrackedPublish(b *testing.B) {
-	pub, _, msg := untrackedFixture(b)
+	pub, _, msg, _ := untrackedFixture(b)
 	msgs := []*message.Message{msg}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -59,7 +66,7 @@ func BenchmarkUntrackedPublish(b *testing.B) {
 }
 
 func BenchmarkUntrackedDelivery(b *testing.B) {
-	_, h, msg := untrackedFixture(b)
+	_, h, msg, _ := untrackedFixture(b)
 	b.ReportAllocs()
 	for b.Loop() {
 		_, _ = h(msg)

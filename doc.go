@@ -74,8 +74,10 @@
 // [StaleResubmitter] resends records that stay pending while the service
 // runs, [Requeue] revives an abandoned record, [Cleaner] deletes old
 // completed records, [NewStatusHandler] and [ReadStatus] report the backlog,
-// and [Registry.SetObserver] feeds metrics (the outboxmetrics package has
-// Prometheus collectors).
+// [Registry.SetObserver] feeds metrics (the outboxmetrics package has
+// Prometheus collectors), and [Registry.SetTracer] follows each tracked
+// message with its context for distributed tracing (the outboxotel module
+// implements it, and the metrics, with OpenTelemetry).
 //
 // # Stores
 //

@@ -60,6 +60,20 @@ func (p *publisher) publishTracked(t *tracked, msgs []*message.Message) error {
 	if len(msgs) == 0 {
 		return p.pub.Publish(t.name, msgs...)
 	}
+	tr := p.reg.tracer()
+	if tr == nil {
+		return p.saveAndSend(t, msgs)
+	}
+	if err := nilMessage(t, msgs); err != nil {
+		return err
+	}
+	end := tr.TracePublish(t.name, msgs, false)
+	err := p.saveAndSend(t, msgs)
+	endStep(end, err)
+	return err
+}
+
+func (p *publisher) saveAndSend(t *tracked, msgs []*message.Message) error {
 	records, err := recordsOf(t, msgs)
 	if err != nil {
 		return err
@@ -80,14 +94,25 @@ func (p *publisher) publishTracked(t *tracked, msgs []*message.Message) error {
 // carries outbox keys (published again after a failed send, or forwarded)
 // is saved without them.
 func recordsOf(t *tracked, msgs []*message.Message) ([]recordstore.Record, error) {
+	if err := nilMessage(t, msgs); err != nil {
+		return nil, err
+	}
 	records := make([]recordstore.Record, len(msgs))
 	for i, msg := range msgs {
-		if msg == nil {
-			return nil, &InsertError{Topic: t.name, Count: len(msgs), Err: fmt.Errorf("%w: message #%d is nil", ErrInvalidConfig, i)}
-		}
 		records[i] = recordstore.Record{Topic: t.name, UUID: msg.UUID, Payload: msg.Payload, Metadata: withoutOutboxKeys(msg.Metadata), Consumers: t.consumers}
 	}
 	return records, nil
+}
+
+// nilMessage refuses a publish with a nil message before anything is
+// saved or traced.
+func nilMessage(t *tracked, msgs []*message.Message) error {
+	for i, msg := range msgs {
+		if msg == nil {
+			return &InsertError{Topic: t.name, Count: len(msgs), Err: fmt.Errorf("%w: message #%d is nil", ErrInvalidConfig, i)}
+		}
+	}
+	return nil
 }
 
 // stamp puts the record ids, the tracked name and the table's identity into

@@ -22,6 +22,26 @@ func TestReadmeAdoptionIsTheCompiledExample(t *testing.T) {
 		"README.md's adoption code must be the adoptOutbox function of example_adoption_test.go")
 }
 
+// TestReadmeTestCommandIsCIs keeps the README's "Run the tests" command the
+// one .ci/run runs.
+func TestReadmeTestCommandIsCIs(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	ci, err := os.ReadFile(".ci/run")
+	require.NoError(t, err)
+	command := strings.TrimSpace(between(t, string(readme), "Run the tests", "```\n\n"))
+	command = command[strings.LastIndex(command, "```sh\n")+len("```sh\n"):]
+	require.True(t, strings.HasPrefix(command, "go test "), "README test command %q", command)
+	var ciTests []string
+	for _, line := range strings.Split(string(ci), "\n") {
+		if strings.HasPrefix(line, "go test ") {
+			ciTests = append(ciTests, line)
+		}
+	}
+	require.Contains(t, ciTests, command, ".ci/run must run the README's test command")
+}
+
 func between(t *testing.T, s, begin, end string) string {
 	t.Helper()
 	i := strings.Index(s, begin)

@@ -57,6 +57,7 @@ type Registry struct {
 	byName  map[string]*tracked
 	names   []string
 	obs     atomic.Pointer[observerBox]
+	trc     atomic.Pointer[tracerBox]
 	offOnce sync.Once
 }
 

@@ -14,26 +14,48 @@ import (
 // and the requeue of abandoned records all send through one. It sends
 // through the undecorated publisher, so that a record is never saved twice.
 type resender struct {
-	reg *Registry
-	pub message.Publisher
+	reg  *Registry
+	pub  message.Publisher
+	kind ResendKind
 }
 
 // newResender accepts the decorated publisher too: it unwraps it.
-func newResender(reg *Registry, pub message.Publisher) (*resender, error) {
+func newResender(reg *Registry, pub message.Publisher, kind ResendKind) (*resender, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
 	}
 	if pub == nil {
 		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
 	}
-	for {
-		p, decorated := pub.(*publisher)
-		if !decorated {
+	return &resender{reg: reg, pub: undecorated(pub), kind: kind}, nil
+}
+
+// maxWrappers bounds the walk down a chain of publisher wrappers, so that
+// a wrapper that unwraps to itself cannot hang it.
+const maxWrappers = 32
+
+// undecorated returns the publisher under the outbox's own decorator in
+// pub's chain of wrappers (each exposing Unwrap() message.Publisher, as the
+// decorator does), so that a resend never saves its record again, whatever
+// wraps the decorated publisher; pub itself when no decorator is in the
+// chain. What lies under the decorator (a tracing decorator, say) stays.
+func undecorated(pub message.Publisher) message.Publisher {
+	out := pub
+	p := pub
+	for range maxWrappers {
+		if d, ok := p.(*publisher); ok {
+			out, p = d.pub, d.pub
+			continue
+		}
+		u, ok := p.(interface{ Unwrap() message.Publisher })
+		if !ok {
 			break
 		}
-		pub = p.pub
+		if p = u.Unwrap(); p == nil {
+			break
+		}
 	}
-	return &resender{reg: reg, pub: pub}, nil
+	return out
 }
 
 // identity reads the table identity that resent messages carry, once per
@@ -58,7 +80,13 @@ func (s *resender) send(ctx context.Context, t *tracked, identity string, recs [
 	for i, rec := range recs {
 		msgs[i] = replayMessage(msgCtx, t.name, identity, rec)
 	}
-	if err := s.pub.Publish(t.name, msgs...); err != nil {
+	var end func(error)
+	if tr := s.reg.tracer(); tr != nil {
+		end = tr.TraceResend(s.kind, t.name, msgs)
+	}
+	err := s.pub.Publish(t.name, msgs...)
+	endStep(end, err)
+	if err != nil {
 		return &ReplayError{Topic: t.name, ID: recs[0].ID, Err: fmt.Errorf("sending records %d..%d: %w", recs[0].ID, recs[len(recs)-1].ID, err)}
 	}
 	s.reg.observer().Replayed(t.name, len(recs))
@@ -86,7 +114,7 @@ func replayMessage(ctx context.Context, name, identity string, rec recordstore.R
 // fails the record stays pending, and replay or the [StaleResubmitter] sends
 // it later.
 func Requeue(ctx context.Context, reg *Registry, pub message.Publisher, topic string, id int64) error {
-	out, err := newResender(reg, pub)
+	out, err := newResender(reg, pub, ResendRequeue)
 	if err != nil {
 		return err
 	}

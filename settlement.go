@@ -102,9 +102,14 @@ func (m *middleware) completeOnAck(ctx context.Context, msg *message.Message, a 
 }
 
 func (m *middleware) complete(ctx context.Context, a *admission) {
+	var end func(error)
+	if tr := m.reg.tracer(); tr != nil {
+		ctx, end = tr.TraceComplete(ctx, RecordRef{Topic: a.t.name, ID: a.d.ID, Consumer: a.d.Consumer})
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
 	defer cancel()
 	err := a.t.store.Complete(ctx, a.d)
+	endStep(end, err)
 	switch {
 	case err == nil:
 		m.reg.observer().Handled(a.t.name, a.d.Consumer)

@@ -61,7 +61,7 @@ type StaleResubmitter struct {
 // NewStaleResubmitter returns a resubmitter that sends through pub, decorated
 // or not: records are never saved again.
 func NewStaleResubmitter(reg *Registry, pub message.Publisher, cfg StaleResubmitterConfig, logger watermill.LoggerAdapter) (*StaleResubmitter, error) {
-	out, err := newResender(reg, pub)
+	out, err := newResender(reg, pub, ResendResubmit)
 	if err != nil {
 		return nil, err
 	}

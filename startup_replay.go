@@ -106,7 +106,7 @@ type replayer struct {
 }
 
 func newReplayer(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger watermill.LoggerAdapter) (*replayer, error) {
-	out, err := newResender(reg, pub)
+	out, err := newResender(reg, pub, ResendReplay)
 	if err != nil {
 		return nil, err
 	}

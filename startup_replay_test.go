@@ -230,6 +230,23 @@ func TestReplay(t *testing.T) {
 			assert.Equal(t, 3, b.rowCount(t), "replay through the decorated publisher saves no second record")
 		})
 	})
+
+	t.Run("WrappedDecoratedPublisherIsUnwrappedDownToTheDecorator", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, sqliteBackend(t), sqlstore.Mark)
+		crashBeforeConsumption(t, b, 3)
+		gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+		defer gc.Close()
+		inner := &countingPublisher{Publisher: gc}
+		decorated, err := outbox.NewPublisher(wrappingPublisher{inner}, b.reg)
+		require.NoError(t, err)
+		res, err := outbox.Replay(b.ctx(t), b.reg, wrappingPublisher{decorated}, outbox.ReplayConfig{}, nil)
+		require.NoError(t, err)
+		assert.Equal(t, 3, res.Total())
+		assert.Equal(t, 3, b.rowCount(t), "replay through a wrapper of the decorated publisher saves no second record")
+		_, sent := inner.counts()
+		assert.Equal(t, 3, sent, "and sends through what lies under the decorator")
+	})
 }
 
 // TestHandlerPublishesTrackedOnOneConnection runs the whole flow with a pool
@@ -353,3 +370,8 @@ func TestReplayAfterRunning(t *testing.T) {
 		})
 	})
 }
+
+// wrappingPublisher is a user's decorator that says what it wraps.
+type wrappingPublisher struct{ message.Publisher }
+
+func (w wrappingPublisher) Unwrap() message.Publisher { return w.Publisher }

@@ -74,6 +74,22 @@ func (p *TxPublisher) PublishTx(ctx context.Context, tx Tx, topic string, msgs .
 	if !ok {
 		return nil, &InsertError{Topic: topic, Count: len(msgs), Err: fmt.Errorf("%w: %T has no InsertTx", ErrNotSupported, t.store)}
 	}
+	tr := p.reg.tracer()
+	if tr == nil {
+		return p.save(ctx, tx, t, inserter, msgs)
+	}
+	if err := nilMessage(t, msgs); err != nil {
+		return nil, err
+	}
+	end := tr.TracePublish(topic, msgs, true)
+	send, err := p.save(ctx, tx, t, inserter, msgs)
+	endStep(end, err)
+	return send, err
+}
+
+// save inserts the records of msgs through tx and stamps the messages.
+func (p *TxPublisher) save(ctx context.Context, tx Tx, t *tracked, inserter recordstore.TxInserter, msgs []*message.Message) (SendFunc, error) {
+	topic := t.name
 	records, err := recordsOf(t, msgs)
 	if err != nil {
 		return nil, err
