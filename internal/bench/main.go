@@ -8,6 +8,7 @@
 //	go run ./internal/bench -db postgres
 //	go run ./internal/bench -db postgres,mariadb,sqlite
 //	go run ./internal/bench -db postgres,sqlite -tiny   # seconds; what CI runs
+//	go run ./internal/bench -cases saturated -publishers 4   # one publisher count alone
 //
 // It needs PostgreSQL at OUTBOX_TEST_POSTGRES_DSN (default
 // postgres://postgres@127.0.0.1:5432/test?sslmode=disable) and, for -db
@@ -26,6 +27,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -58,6 +60,20 @@ type options struct {
 	// inFlight is Coalescing.MaxInFlight of the default cases; 0 keeps
 	// sqlstore's default.
 	inFlight int
+	// publishers are the publisher counts the cases that compare
+	// concurrencies run at; publisherCounts gives the default when empty.
+	publishers []int
+}
+
+// defaultPublishers are the publisher counts of the tables.
+var defaultPublishers = []int{1, 4, 16}
+
+// publisherCounts are the counts the concurrency cases loop over.
+func (o options) publisherCounts() []int {
+	if len(o.publishers) == 0 {
+		return defaultPublishers
+	}
+	return o.publishers
 }
 
 // caseGroups are the groups -cases selects from, in the order they run.
@@ -80,6 +96,7 @@ func main() {
 	flag.IntVar(&o.replayRows, "replay", 1_000_000, "pending rows replayed in the replay case")
 	flag.StringVar(&o.dsn.postgres, "postgres-dsn", testenv.PostgresDSN(), "PostgreSQL DSN")
 	flag.StringVar(&o.dsn.mysql, "mysql-dsn", testenv.MySQLDSN(), "MariaDB DSN (go-sql-driver/mysql, with interpolateParams=true)")
+	publishers := flag.String("publishers", "1,4,16", "publisher counts of the publish, latency-bound and saturated cases, comma-separated")
 	cases := flag.String("cases", "", "only these groups, comma-separated: "+strings.Join(caseGroups, ", ")+" (default all)")
 	flag.IntVar(&o.inFlight, "inflight", 0, "Coalescing.MaxInFlight of the default cases (0: sqlstore's default)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -91,6 +108,10 @@ func main() {
 		o.saturatedN, o.saturatedRounds = 200, 1
 	}
 	o.dbs = strings.Split(*dbs, ",")
+	var err error
+	if o.publishers, err = parsePublishers(*publishers); err != nil {
+		log.Fatal(err)
+	}
 	if *cases != "" {
 		o.cases = map[string]bool{}
 		for _, c := range strings.Split(*cases, ",") {
@@ -114,6 +135,19 @@ func main() {
 		pprof.StopCPUProfile()
 		log.Fatal(err)
 	}
+}
+
+// parsePublishers reads -publishers: positive counts, comma-separated.
+func parsePublishers(list string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-publishers: %q is not a positive count", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func run(ctx context.Context, out io.Writer, o options) error {
