@@ -55,8 +55,11 @@ type options struct {
 	stall      time.Duration
 	pacedRate  int
 	replayRows int
-	dsn        dsns
-	cases      map[string]bool
+	// scaleRows is how many completed records the scale case fills its
+	// table with.
+	scaleRows int
+	dsn       dsns
+	cases     map[string]bool
 	// inFlight is Coalescing.MaxInFlight of the default cases; 0 keeps
 	// sqlstore's default.
 	inFlight int
@@ -77,7 +80,7 @@ func (o options) publisherCounts() []int {
 }
 
 // caseGroups are the groups -cases selects from, in the order they run.
-var caseGroups = []string{"router", "publish", "batch", "latency-bound", "saturated", "paced", "replay"}
+var caseGroups = []string{"router", "publish", "batch", "latency-bound", "saturated", "paced", "replay", "scale"}
 
 func (o options) runs(group string) bool { return o.cases == nil || o.cases[group] }
 
@@ -94,18 +97,19 @@ func main() {
 	flag.IntVar(&o.pacedN, "paced", 3000, "messages sent in the paced latency cases")
 	flag.IntVar(&o.pacedRate, "rate", 500, "messages per second in the paced latency cases")
 	flag.IntVar(&o.replayRows, "replay", 1_000_000, "pending rows replayed in the replay case")
+	flag.IntVar(&o.scaleRows, "scale-rows", 10_000_000, "completed records in the full table of the scale case")
 	flag.StringVar(&o.dsn.postgres, "postgres-dsn", testenv.PostgresDSN(), "PostgreSQL DSN")
 	flag.StringVar(&o.dsn.mysql, "mysql-dsn", testenv.MySQLDSN(), "MariaDB DSN (go-sql-driver/mysql, with interpolateParams=true)")
 	publishers := flag.String("publishers", "1,4,16", "publisher counts of the publish, latency-bound and saturated cases, comma-separated")
 	cases := flag.String("cases", "", "only these groups, comma-separated: "+strings.Join(caseGroups, ", ")+" (default all)")
 	flag.IntVar(&o.inFlight, "inflight", 0, "Coalescing.MaxInFlight of the default cases (0: sqlstore's default)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	tiny := flag.Bool("tiny", false, "a run of seconds that checks every case works (sizes: duration 100ms, 1 round, 200 saturated, 50 paced, 5000 replayed)")
+	tiny := flag.Bool("tiny", false, "a run of seconds that checks every case works (sizes: duration 100ms, 1 round, 200 saturated, 50 paced, 5000 replayed, 20000 scale rows)")
 	flag.Parse()
 	o.stall = defaultStall
 	if *tiny {
 		o.duration, o.rounds, o.routerRounds, o.routerDuration, o.pacedN, o.replayRows = 100*time.Millisecond, 1, 1, 100*time.Millisecond, 50, 5000
-		o.saturatedN, o.saturatedRounds = 200, 1
+		o.saturatedN, o.saturatedRounds, o.scaleRows = 200, 1, 20_000
 	}
 	o.dbs = strings.Split(*dbs, ",")
 	var err error

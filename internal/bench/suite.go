@@ -85,6 +85,7 @@ func runSuite(ctx context.Context, d *database, o options) (*report, error) {
 		run   func(context.Context, *database, options, *report) error
 	}{
 		{"publish", publishSteps}, {"batch", batchSteps}, {"latency-bound", endToEndSteps}, {"saturated", saturatedSteps}, {"paced", pacedSteps}, {"replay", replaySteps},
+		{"scale", scaleSteps},
 	}
 	for _, step := range steps {
 		if !o.runs(step.group) {
