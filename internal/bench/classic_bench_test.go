@@ -14,16 +14,19 @@ import (
 // BenchmarkTrackedPublish of the outbox package: the same message published
 // with Watermill's classic outbox, and the raw INSERT.
 
-func benchDatabase(b *testing.B, name string) *database {
-	b.Helper()
-	if name == "postgres" {
-		testenv.Postgres(b) // skips, or fails under CI=true, when PostgreSQL is not reachable
+func benchDatabase(tb testing.TB, name string) *database {
+	tb.Helper()
+	switch name {
+	case "postgres":
+		testenv.Postgres(tb) // skips, or fails under CI=true, when PostgreSQL is not reachable
+	case "mariadb":
+		testenv.MySQL(tb) // likewise for MariaDB
 	}
 	d, err := openDatabase(context.Background(), name, dsns{postgres: testenv.PostgresDSN(), mysql: testenv.MySQLDSN()})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(d.close)
+	tb.Cleanup(d.close)
 	return d
 }
 

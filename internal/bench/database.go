@@ -50,8 +50,7 @@ func openDatabase(ctx context.Context, name string, dsn dsns) (*database, error)
 		if d.tmpDir, err = os.MkdirTemp("", "outbox-bench"); err != nil {
 			return nil, err
 		}
-		// The settings the README recommends: WAL and a busy timeout.
-		d.db, err = sqlx.Open("sqlite", "file:"+filepath.Join(d.tmpDir, "bench.db")+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
+		d.db, err = sqlx.Open("sqlite", d.sqliteDSN())
 	default:
 		return nil, fmt.Errorf("unknown database %q (postgres, mariadb, sqlite)", name)
 	}
@@ -85,6 +84,35 @@ func (d *database) clock() string {
 		return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 	}
 	return "now()"
+}
+
+// sqliteDSN is the SQLite file with the settings the README recommends: WAL
+// and a busy timeout.
+func (d *database) sqliteDSN() string {
+	return "file:" + filepath.Join(d.tmpDir, "bench.db") + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)"
+}
+
+// writerStore is a second store on s's table for a writer that runs
+// transactions reading before they write, such as the Cleaner's purge. On
+// SQLite it opens a pool whose transactions take the write lock when they
+// begin (_txlock=immediate), which sqlstore says a pool of more than one
+// connection needs for such transactions: a deferred one fails with
+// SQLITE_BUSY when another connection wrote since it read. Elsewhere it is
+// s. close releases the pool.
+func (d *database) writerStore(s *sqlstore.Store) (w *sqlstore.Store, close func(), err error) {
+	if d.name != "sqlite" {
+		return s, func() {}, nil
+	}
+	db, err := sqlx.Open("sqlite", d.sqliteDSN()+"&_txlock=immediate")
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err = sqlstore.New(sqlstore.Config{Dialect: d.dialect, Table: s.Table(), DB: db, Completion: s.Completion()})
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, err
+	}
+	return w, func() { _ = db.Close() }, nil
 }
 
 func (d *database) close() {

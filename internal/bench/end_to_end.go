@@ -47,6 +47,26 @@ type load struct {
 	// stall ends the case once no message was handled for that long; the
 	// messages still missing are reported as lost.
 	stall time.Duration
+	// until, when set, makes count a minimum: a paced publisher goes on
+	// until until is closed.
+	until <-chan struct{}
+	// started, when set, is called once the router runs, as the publishers
+	// start.
+	started func()
+}
+
+// going reports whether a publisher with count messages sent goes on past
+// count.
+func (l load) going() bool {
+	if l.until == nil {
+		return false
+	}
+	select {
+	case <-l.until:
+		return false
+	default:
+		return true
+	}
 }
 
 func openLoad(publishers int, o options) load {
@@ -144,6 +164,9 @@ func endToEnd(ctx context.Context, p pipeline, l load) (result, error) {
 	drainCtx, stalled := context.WithCancelCause(ctx)
 	defer stalled(nil)
 	var wg sync.WaitGroup
+	if l.started != nil {
+		l.started()
+	}
 	start := time.Now()
 	lastHandled.Store(start.UnixNano())
 	deadline := start.Add(l.duration)
@@ -157,7 +180,7 @@ func endToEnd(ctx context.Context, p pipeline, l load) (result, error) {
 			}
 			for n := 0; ; n++ {
 				if l.count > 0 {
-					if n == l.count {
+					if n >= l.count && !l.going() {
 						break
 					}
 					if tick != nil {
@@ -283,12 +306,19 @@ func untrackedRegistry() (*outbox.Registry, error) {
 	return outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store}, outbox.Tracked{Topic: "payments", Store: store})
 }
 
-// trackedPipeline tracks every topic of the case in one store.
+// trackedPipeline tracks every topic of the case in a new store, dropped
+// when the pipeline closes.
 func trackedPipeline(ctx context.Context, d *database, publishers int, co sqlstore.Coalescing) (pipeline, error) {
 	store, err := d.newStore(ctx, co)
 	if err != nil {
 		return pipeline{}, err
 	}
+	return storePipeline(store, publishers, func() { d.drop(context.Background(), store) })
+}
+
+// storePipeline tracks every topic of the case in store; cleanup runs when
+// the pipeline closes.
+func storePipeline(store *sqlstore.Store, publishers int, cleanup func()) (pipeline, error) {
 	var tracked []outbox.Tracked
 	for _, t := range topics(publishers) {
 		tracked = append(tracked, outbox.Tracked{Topic: t, Store: store})
@@ -297,5 +327,5 @@ func trackedPipeline(ctx context.Context, d *database, publishers int, co sqlsto
 	if err != nil {
 		return pipeline{}, err
 	}
-	return outboxPipeline(reg, func() { d.drop(context.Background(), store) })
+	return outboxPipeline(reg, cleanup)
 }

@@ -8,6 +8,7 @@
 //	go run ./internal/bench -db postgres
 //	go run ./internal/bench -db postgres,mariadb,sqlite
 //	go run ./internal/bench -db postgres,sqlite -tiny   # seconds; what CI runs
+//	go run ./internal/bench -cases saturated -publishers 4   # one publisher count alone
 //
 // It needs PostgreSQL at OUTBOX_TEST_POSTGRES_DSN (default
 // postgres://postgres@127.0.0.1:5432/test?sslmode=disable) and, for -db
@@ -26,6 +27,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -53,15 +55,32 @@ type options struct {
 	stall      time.Duration
 	pacedRate  int
 	replayRows int
-	dsn        dsns
-	cases      map[string]bool
+	// scaleRows is how many completed records the scale case fills its
+	// table with.
+	scaleRows int
+	dsn       dsns
+	cases     map[string]bool
 	// inFlight is Coalescing.MaxInFlight of the default cases; 0 keeps
 	// sqlstore's default.
 	inFlight int
+	// publishers are the publisher counts the cases that compare
+	// concurrencies run at; publisherCounts gives the default when empty.
+	publishers []int
+}
+
+// defaultPublishers are the publisher counts of the tables.
+var defaultPublishers = []int{1, 4, 16}
+
+// publisherCounts are the counts the concurrency cases loop over.
+func (o options) publisherCounts() []int {
+	if len(o.publishers) == 0 {
+		return defaultPublishers
+	}
+	return o.publishers
 }
 
 // caseGroups are the groups -cases selects from, in the order they run.
-var caseGroups = []string{"router", "publish", "batch", "latency-bound", "saturated", "paced", "replay"}
+var caseGroups = []string{"router", "publish", "batch", "latency-bound", "saturated", "paced", "replay", "scale"}
 
 func (o options) runs(group string) bool { return o.cases == nil || o.cases[group] }
 
@@ -78,19 +97,25 @@ func main() {
 	flag.IntVar(&o.pacedN, "paced", 3000, "messages sent in the paced latency cases")
 	flag.IntVar(&o.pacedRate, "rate", 500, "messages per second in the paced latency cases")
 	flag.IntVar(&o.replayRows, "replay", 1_000_000, "pending rows replayed in the replay case")
+	flag.IntVar(&o.scaleRows, "scale-rows", 10_000_000, "completed records in the full table of the scale case")
 	flag.StringVar(&o.dsn.postgres, "postgres-dsn", testenv.PostgresDSN(), "PostgreSQL DSN")
 	flag.StringVar(&o.dsn.mysql, "mysql-dsn", testenv.MySQLDSN(), "MariaDB DSN (go-sql-driver/mysql, with interpolateParams=true)")
+	publishers := flag.String("publishers", "1,4,16", "publisher counts of the publish, latency-bound and saturated cases, comma-separated")
 	cases := flag.String("cases", "", "only these groups, comma-separated: "+strings.Join(caseGroups, ", ")+" (default all)")
 	flag.IntVar(&o.inFlight, "inflight", 0, "Coalescing.MaxInFlight of the default cases (0: sqlstore's default)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	tiny := flag.Bool("tiny", false, "a run of seconds that checks every case works (sizes: duration 100ms, 1 round, 200 saturated, 50 paced, 5000 replayed)")
+	tiny := flag.Bool("tiny", false, "a run of seconds that checks every case works (sizes: duration 100ms, 1 round, 200 saturated, 50 paced, 5000 replayed, 20000 scale rows)")
 	flag.Parse()
 	o.stall = defaultStall
 	if *tiny {
 		o.duration, o.rounds, o.routerRounds, o.routerDuration, o.pacedN, o.replayRows = 100*time.Millisecond, 1, 1, 100*time.Millisecond, 50, 5000
-		o.saturatedN, o.saturatedRounds = 200, 1
+		o.saturatedN, o.saturatedRounds, o.scaleRows = 200, 1, 20_000
 	}
 	o.dbs = strings.Split(*dbs, ",")
+	var err error
+	if o.publishers, err = parsePublishers(*publishers); err != nil {
+		log.Fatal(err)
+	}
 	if *cases != "" {
 		o.cases = map[string]bool{}
 		for _, c := range strings.Split(*cases, ",") {
@@ -114,6 +139,19 @@ func main() {
 		pprof.StopCPUProfile()
 		log.Fatal(err)
 	}
+}
+
+// parsePublishers reads -publishers: positive counts, comma-separated.
+func parsePublishers(list string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-publishers: %q is not a positive count", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 func run(ctx context.Context, out io.Writer, o options) error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,7 +21,10 @@ type result struct {
 	// lost is how many published messages never reached the handler; the
 	// rate is then over the handled ones, up to the last.
 	lost int64
-	note string
+	// callP50 and callP99 are those of the Publish call alone, in the
+	// cases that time it (timedPublisher).
+	callP50, callP99 time.Duration
+	note             string
 }
 
 // loop runs workers that call op until d has passed and returns the units
@@ -55,6 +59,12 @@ func loop(ctx context.Context, workers int, d time.Duration, op func(ctx context
 // see the same machine, and returns each case's median by rate. Each round
 // starts with the next case, so that none always runs first.
 func sideBySide(rounds int, cases ...func() (result, error)) ([]result, error) {
+	return sideBySideBy(rounds, byRate, cases...)
+}
+
+// sideBySideBy is sideBySide with each case's median run chosen by key:
+// byP99 for paced cases, whose rates are the pace.
+func sideBySideBy(rounds int, key func(result) float64, cases ...func() (result, error)) ([]result, error) {
 	runs := make([][]result, len(cases))
 	for round := range rounds {
 		for k := range cases {
@@ -68,21 +78,17 @@ func sideBySide(rounds int, cases ...func() (result, error)) ([]result, error) {
 	}
 	out := make([]result, len(cases))
 	for i, rs := range runs {
-		out[i] = median(rs)
+		out[i] = median(rs, key)
 	}
 	return out, nil
 }
 
-func median(rs []result) result {
-	slices.SortFunc(rs, func(a, b result) int {
-		switch {
-		case a.rate < b.rate:
-			return -1
-		case a.rate > b.rate:
-			return 1
-		}
-		return 0
-	})
+func byRate(r result) float64 { return r.rate }
+
+func byP99(r result) float64 { return float64(r.p99) }
+
+func median(rs []result, key func(result) float64) result {
+	slices.SortFunc(rs, func(a, b result) int { return cmp.Compare(key(a), key(b)) })
 	return rs[len(rs)/2]
 }
 
@@ -99,15 +105,19 @@ func (l *latencies) add(d time.Duration) {
 }
 
 func (l *latencies) into(r *result) {
+	r.p50, r.p99, r.latency = l.percentiles()
+}
+
+// percentiles are the median and the 99th percentile; ok is false when
+// nothing was measured.
+func (l *latencies) percentiles() (p50, p99 time.Duration, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.all) == 0 {
-		return
+		return 0, 0, false
 	}
 	slices.Sort(l.all)
-	r.p50 = l.all[len(l.all)*50/100]
-	r.p99 = l.all[min(len(l.all)*99/100, len(l.all)-1)]
-	r.latency = true
+	return l.all[len(l.all)*50/100], l.all[min(len(l.all)*99/100, len(l.all)-1)], true
 }
 
 // errorsOf fails a case whose every operation failed: its figure would mean

@@ -30,48 +30,6 @@ type replayResult struct {
 	rssMeasured   bool
 }
 
-// bulkLoad inserts rows pending records with one statement, generated in
-// the database rather than sent through Publish.
-func bulkLoad(ctx context.Context, d *database, s *sqlstore.Store, rows int) error {
-	// One connection, for MariaDB's session setting.
-	conn, err := d.db.Connx(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	var query, analyze string
-	args := []any{payload, rows}
-	switch d.name {
-	case "postgres":
-		query = "INSERT INTO " + s.Table() + ` (topic, uuid, payload, metadata)
-SELECT 'replay', 'replay-' || g, $1::bytea, '{"k":"v"}' FROM generate_series(1, $2) AS g`
-		analyze = "ANALYZE " + s.Table()
-	case "mariadb":
-		// A recursive CTE stops at max_recursive_iterations (1000 by
-		// default).
-		if _, err := conn.ExecContext(ctx, "SET SESSION max_recursive_iterations = ?", rows+1); err != nil {
-			return err
-		}
-		query = "INSERT INTO " + s.Table() + ` (topic, uuid, payload, metadata)
-WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < ?)
-SELECT 'replay', CONCAT('replay-', n), ?, '{"k":"v"}' FROM g`
-		args = []any{rows, payload}
-		analyze = "ANALYZE TABLE " + s.Table()
-	default:
-		query = `WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < ?2)
-INSERT INTO ` + s.Table() + ` (topic, uuid, payload, metadata)
-SELECT 'replay', 'replay-' || n, ?1, '{"k":"v"}' FROM g`
-		analyze = "ANALYZE " + s.Table()
-	}
-	if _, err := conn.ExecContext(ctx, query, args...); err != nil {
-		return fmt.Errorf("bulk load: %w", err)
-	}
-	// A table that grew by a million rows at once has no statistics yet;
-	// autovacuum would gather them shortly, a benchmark should not wait.
-	_, err = conn.ExecContext(ctx, analyze)
-	return err
-}
-
 // drainTimeout bounds the wait for the last replayed messages.
 const drainTimeout = 2 * time.Minute
 
@@ -85,7 +43,7 @@ func replayCase(ctx context.Context, d *database, rows int) (replayResult, error
 	}
 	defer d.drop(ctx, store)
 	start := time.Now()
-	if err := bulkLoad(ctx, d, store, rows); err != nil {
+	if err := fillTable(ctx, d, store, fill{rows: rows, topics: []string{"replay"}}); err != nil {
 		return rr, err
 	}
 	rr.load = time.Since(start)

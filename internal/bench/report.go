@@ -73,6 +73,16 @@ func (rep *report) compare(what string, got, base result) {
 	rep.ratios = append(rep.ratios, target{what: what, measured: fmt.Sprintf("%.2f× (%s / %s)", got.rate/base.rate, rate(got.rate), rate(base.rate))})
 }
 
+// compareLatency reports got/base of two latencies with no target: above 1
+// when got is slower.
+func (rep *report) compareLatency(what string, got, base time.Duration) {
+	if got <= 0 || base <= 0 {
+		rep.compareNotApplicable(what, "a latency was not measured")
+		return
+	}
+	rep.ratios = append(rep.ratios, target{what: what, measured: fmt.Sprintf("%.2f× (%s / %s)", float64(got)/float64(base), ms(got), ms(base))})
+}
+
 func (rep *report) compareNotApplicable(what, why string) {
 	rep.ratios = append(rep.ratios, target{what: what, why: why})
 }

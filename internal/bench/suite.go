@@ -85,6 +85,7 @@ func runSuite(ctx context.Context, d *database, o options) (*report, error) {
 		run   func(context.Context, *database, options, *report) error
 	}{
 		{"publish", publishSteps}, {"batch", batchSteps}, {"latency-bound", endToEndSteps}, {"saturated", saturatedSteps}, {"paced", pacedSteps}, {"replay", replaySteps},
+		{"scale", scaleSteps},
 	}
 	for _, step := range steps {
 		if !o.runs(step.group) {
@@ -110,7 +111,7 @@ func publishSteps(ctx context.Context, d *database, o options, rep *report) erro
 			others = append(others, sqlstore.Coalescing{MaxInFlight: k})
 		}
 	}
-	for _, w := range []int{1, 4, 16} {
+	for _, w := range o.publisherCounts() {
 		rs, err := sideBySide(o.rounds,
 			func() (result, error) { return rawInsert(ctx, d, w, o.duration) },
 			func() (result, error) { return trackedPublish(ctx, d, w, 1, o.coalesced(), o.duration) },
@@ -160,7 +161,7 @@ func batchSteps(ctx context.Context, d *database, o options, rep *report) error 
 func endToEndSteps(ctx context.Context, d *database, o options, rep *report) error {
 	classic := d.hasForwarder()
 	group := fmt.Sprintf("latency-bound, ≤ %d in flight per publisher", o.window)
-	for _, p := range []int{1, 4, 16} {
+	for _, p := range o.publisherCounts() {
 		cases := []func() (result, error){
 			func() (result, error) { return rawCycle(ctx, d, p, o.duration) },
 			func() (result, error) { return trackedEndToEnd(ctx, d, p, o.coalesced(), o) },
@@ -226,7 +227,7 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 	fwdName := func(poll time.Duration) string {
 		return fmt.Sprintf("forwarder (watermill-sql, tx per publish), %s poll", pollText(poll))
 	}
-	for _, p := range []int{1, 4, 16} {
+	for _, p := range o.publisherCounts() {
 		l := saturatedLoad(p, o)
 		cases := []func() (result, error){
 			func() (result, error) { return trackedEndToEndLoad(ctx, d, p, o.coalesced(), l) },

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// scalePublishers is the publisher count of the scale case's saturated
+// measure.
+const scalePublishers = 4
+
+// scaleSteps measures what a table of o.scaleRows completed records costs
+// the outbox, against an empty table: the saturated rate at
+// scalePublishers, and the paced latency; then the Cleaner deleting those
+// records, and the paced latency while it runs against the same publisher
+// with no Cleaner (idle). The empty table is a new one each round; the full
+// one is filled once and measured in the same rounds, interleaved.
+func scaleSteps(ctx context.Context, d *database, o options, rep *report) error {
+	full, err := d.newStore(ctx, o.coalesced())
+	if err != nil {
+		return err
+	}
+	defer d.drop(ctx, full)
+	start := time.Now()
+	if err := fillTable(ctx, d, full, fill{rows: o.scaleRows, topics: topics(scalePublishers), completed: true}); err != nil {
+		return err
+	}
+	filled := time.Since(start)
+	group := fmt.Sprintf("scale, %d completed records", o.scaleRows)
+
+	l := saturatedLoad(scalePublishers, o)
+	sat, err := sideBySide(o.saturatedRounds,
+		func() (result, error) { return trackedEndToEndLoad(ctx, d, scalePublishers, o.coalesced(), l) },
+		func() (result, error) {
+			p, err := storePipeline(full, scalePublishers, func() {})
+			if err != nil {
+				return result{}, err
+			}
+			return endToEnd(ctx, p, l)
+		},
+	)
+	if err != nil {
+		return err
+	}
+	for i := range sat {
+		sat[i].latency = false // queueing: the paced rows measure latency
+	}
+	sat[1].note = fmt.Sprintf("table filled in %v", filled.Round(time.Millisecond))
+	rep.add(group, "saturated, empty table", scalePublishers, sat[0], "msg/s")
+	rep.add(group, "saturated, full table", scalePublishers, sat[1], "msg/s")
+	rep.compare(fmt.Sprintf("scale: saturated at %d, full / empty table", scalePublishers), sat[1], sat[0])
+
+	paced, err := sideBySideBy(o.saturatedRounds, byP99,
+		func() (result, error) {
+			p, err := trackedPipeline(ctx, d, 1, o.coalesced())
+			if err != nil {
+				return result{}, err
+			}
+			return timedEndToEnd(ctx, p, pacedLoad(o))
+		},
+		func() (result, error) {
+			p, err := storePipeline(full, 1, func() {})
+			if err != nil {
+				return result{}, err
+			}
+			return timedEndToEnd(ctx, p, pacedLoad(o))
+		},
+	)
+	if err != nil {
+		return err
+	}
+	rep.add(group, fmt.Sprintf("paced %d msg/s, empty table", o.pacedRate), 1, paced[0], "msg/s")
+	rep.add(group, fmt.Sprintf("paced %d msg/s, full table", o.pacedRate), 1, paced[1], "msg/s")
+	rep.compareLatency("scale: paced p50 publish → handler, full / empty table", paced[1].p50, paced[0].p50)
+	rep.compareLatency("scale: paced p99 publish → handler, full / empty table", paced[1].p99, paced[0].p99)
+	rep.compareLatency("scale: paced p99 of the Publish call, full / empty table", paced[1].callP99, paced[0].callP99)
+
+	cleaner, during, err := cleanerCase(ctx, d, full, o)
+	if err != nil {
+		return err
+	}
+	rep.add(group, fmt.Sprintf("Cleaner deleting the %d completed records, batches of %d", o.scaleRows, defaultCleanerBatch), 0, cleaner, "rows/s")
+	rep.add(group, fmt.Sprintf("paced %d msg/s, full table, while the Cleaner runs", o.pacedRate), 1, during, "msg/s")
+	rep.compareLatency("scale: paced p99 publish → handler, Cleaner running / idle", during.p99, paced[1].p99)
+	rep.compareLatency("scale: paced p99 of the Publish call, Cleaner running / idle", during.callP99, paced[1].callP99)
+	return nil
+}
+
+// defaultCleanerBatch is outbox.CleanerConfig's default BatchSize, which the
+// scale case runs with.
+const defaultCleanerBatch = 1000
+
+// cleanerCase runs the Cleaner, with its defaults but OlderThan, over the
+// full table until it has deleted every filled record, and a paced publisher
+// on that table for as long as it runs. It returns the Cleaner's rows per
+// second and the paced publisher's latencies.
+func cleanerCase(ctx context.Context, d *database, full *sqlstore.Store, o options) (cleaner, paced result, err error) {
+	purging, closePool, err := d.writerStore(full)
+	if err != nil {
+		return result{}, result{}, err
+	}
+	defer closePool()
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: topics(1)[0], Store: purging})
+	if err != nil {
+		return result{}, result{}, err
+	}
+	c, err := outbox.NewCleaner(reg, outbox.CleanerConfig{OlderThan: fillOlderThan, BatchSize: defaultCleanerBatch}, nil)
+	if err != nil {
+		return result{}, result{}, err
+	}
+	p, err := storePipeline(full, 1, func() {})
+	if err != nil {
+		return result{}, result{}, err
+	}
+	cleanCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	var deleted, failed int
+	var cleanErr, firstErr error
+	var took time.Duration
+	started := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-started:
+		case <-cleanCtx.Done():
+			cleanErr = cleanCtx.Err()
+			return
+		}
+		start := time.Now()
+		deleted, failed, firstErr, cleanErr = cleanAll(cleanCtx, c)
+		took = time.Since(start)
+	}()
+	// The Cleaner starts with the paced publisher, which goes on until the
+	// Cleaner is done.
+	l := pacedLoad(o)
+	l.count, l.until, l.started = 1, done, func() { close(started) }
+	paced, err = timedEndToEnd(ctx, p, l)
+	if err != nil {
+		cancel()
+	}
+	<-done
+	switch {
+	case err != nil:
+		return result{}, result{}, err
+	case cleanErr != nil:
+		return result{}, result{}, cleanErr
+	case deleted != o.scaleRows && failed == 0:
+		return result{}, result{}, fmt.Errorf("the Cleaner deleted %d records of the %d filled", deleted, o.scaleRows)
+	}
+	cleaner = result{rate: float64(deleted) / took.Seconds(), note: fmt.Sprintf("took %v", took.Round(time.Millisecond))}
+	if purging != full {
+		cleaner.note += "; on a pool of its own with _txlock=immediate"
+	}
+	if failed > 0 {
+		// A batch whose commit failed is counted as deleted by Clean.
+		cleaner.note += fmt.Sprintf("; %d cleanups failed and were run again at once (%d counted deleted), first: %v", failed, deleted, firstErr)
+	}
+	paced.note = fmt.Sprintf("%s; for as long as the Cleaner ran", paced.note)
+	return cleaner, paced, nil
+}
+
+// maxCleanFailures ends cleanAll after that many failed cleanups in a row
+// that deleted nothing.
+const maxCleanFailures = 100
+
+// cleanAll runs cleanups until one succeeds, which is once nothing old is
+// left, and returns how many records they deleted. A failed cleanup is run
+// again at once, as Cleaner.Run would at its next interval, and counted.
+func cleanAll(ctx context.Context, c *outbox.Cleaner) (deleted, failed int, first, err error) {
+	for stuck := 0; ; {
+		n, err := c.CleanOnce(ctx)
+		deleted += n
+		if err == nil {
+			return deleted, failed, first, nil
+		}
+		if failed++; first == nil {
+			first = err
+		}
+		if stuck = stuck + 1; n > 0 {
+			stuck = 0
+		}
+		if stuck == maxCleanFailures || ctx.Err() != nil {
+			return deleted, failed, first, fmt.Errorf("%d cleanups failed, %d in a row deleted nothing: %w", failed, stuck, err)
+		}
+	}
+}
+
+// timedEndToEnd is endToEnd with each Publish call timed as well.
+func timedEndToEnd(ctx context.Context, p pipeline, l load) (result, error) {
+	calls := &latencies{}
+	p.pub = timedPublisher{Publisher: p.pub, calls: calls}
+	r, err := endToEnd(ctx, p, l)
+	if err != nil {
+		return r, err
+	}
+	var ok bool
+	if r.callP50, r.callP99, ok = calls.percentiles(); ok {
+		r.note = fmt.Sprintf("Publish call p50 %s, p99 %s", ms(r.callP50), ms(r.callP99))
+	}
+	return r, nil
+}
+
+// timedPublisher times each Publish call: with the outbox, the record's
+// insert and the hand-off to GoChannel.
+type timedPublisher struct {
+	message.Publisher
+	calls *latencies
+}
+
+func (t timedPublisher) Publish(topic string, msgs ...*message.Message) error {
+	start := time.Now()
+	err := t.Publisher.Publish(topic, msgs...)
+	t.calls.add(time.Since(start))
+	return err
+}
