@@ -10,15 +10,17 @@ import (
 
 var _ recordstore.Cleaner = (*Store)(nil)
 
-// PurgeCompleted implements [recordstore.Cleaner]: one short transaction deletes
+// Clean implements [recordstore.Cleaner]: one short transaction deletes
 // at most limit completed records whose processed_at is older than
 // olderThan by the database clock, oldest first, with the delivery rows of
 // those that had consumers. Abandoned records are kept. On PostgreSQL and
 // MySQL/MariaDB it skips rows another purge holds (FOR UPDATE SKIP LOCKED),
 // so that two cleaners take different rows instead of queueing behind each
-// other. A large backlog is purged in bounded batches that never hold
-// locks for long. A deleting table keeps no completed records, so there it
-// deletes nothing.
+// other; on MySQL/MariaDB the transaction is READ COMMITTED, so that its
+// locking read takes no gap locks that concurrent inserts would wait for. A
+// large backlog is purged in bounded batches that never hold locks for
+// long. A deleting table keeps no completed records, so there it deletes
+// nothing.
 func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
 	if olderThan < 0 || limit < 1 {
 		return 0, fmt.Errorf("%w: purging needs a non-negative age and a positive limit (got %v, %d)", ErrInvalidConfig, olderThan, limit)
@@ -31,7 +33,7 @@ func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (
 		return 0, err
 	}
 	var purged int
-	err = s.inTx(ctx, db, "purge", func(tx executor) error {
+	err = s.inTxWith(ctx, db, "purge", d.purgeTxOptions(), func(tx executor) error {
 		rows, err := tx.QueryContext(ctx, s.q.purgeSelect, micros(olderThan), limit)
 		if err != nil {
 			return s.fail("purge", err)

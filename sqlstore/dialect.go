@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -50,6 +51,9 @@ type Dialect interface {
 	// the arrays passed as arguments 1 (ids) and 2 (consumers); "" when
 	// the dialect has no arrays, and checks run one by one.
 	deliveryPairs() string
+	// purgeTxOptions are the options of the purge's transaction; nil for
+	// the defaults.
+	purgeTxOptions() *sql.TxOptions
 	// lazyCommit is a one-row source that, joined to a statement run on
 	// its own, lets the statement's commit return before its log reaches
 	// the disk; "" when the dialect has none.

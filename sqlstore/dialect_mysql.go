@@ -429,10 +429,17 @@ func (mysql) completeMany(context.Context, executor, *queries, string, []int64) 
 
 func (mysql) completeManyQuery(string, Completion, string) string { return "" }
 
-// lazyCommit: no statement here can commit without waiting for the
-// disk while the others wait (MariamysqlB's innodb_flush_log_at_trx_commit is
-// global, SQLite's synchronous is per connection), so every completion
-// waits for it.
+// purgeTxOptions: at InnoDB's default REPEATABLE READ, the purge's
+// SELECT … FOR UPDATE locks the gaps of the processed_at index it scans,
+// where new records (processed_at NULL) go: a concurrent insert waits for
+// them, and InnoDB resolves the deadlock with the purge's DELETE by
+// cancelling the insert. READ COMMITTED takes no gap locks.
+func (mysql) purgeTxOptions() *sql.TxOptions {
+	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+}
+
+// lazyCommit: InnoDB's innodb_flush_log_at_trx_commit is global, not per
+// transaction, so every completion waits for the disk as the server says.
 func (mysql) lazyCommit() string { return "" }
 
 func (mysql) deliveryPairs() string { return "" }

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strconv"
@@ -83,6 +84,9 @@ func (postgres) completeManyQuery(table string, mode Completion, lazy string) st
 func (postgres) deliveryPairs() string {
 	return "unnest($1::bigint[], $2::text[]) AS x(id, consumer)"
 }
+
+// purgeTxOptions: READ COMMITTED, the default, takes no gap locks.
+func (postgres) purgeTxOptions() *sql.TxOptions { return nil }
 
 // lazyCommit sets synchronous_commit off for the statement's own
 // transaction (set_config's third argument): its commit returns once the

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -77,10 +78,11 @@ func (sqlite) batchComplete(Completion) bool { return true }
 
 func (sqlite) completeManyQuery(string, Completion, string) string { return "" }
 
-// lazyCommit: no statement here can commit without waiting for the
-// disk while the others wait (MariasqliteB's innodb_flush_log_at_trx_commit is
-// global, SQLite's synchronous is per connection), so every completion
-// waits for it.
+// purgeTxOptions: SQLite locks the whole database for a write.
+func (sqlite) purgeTxOptions() *sql.TxOptions { return nil }
+
+// lazyCommit: SQLite's synchronous setting is per connection, not per
+// statement, so every completion waits for the disk as the connection says.
 func (sqlite) lazyCommit() string { return "" }
 
 func (sqlite) deliveryPairs() string { return "" }

@@ -23,11 +23,16 @@ type executor interface {
 // commits it. Beginning or committing a transaction fails as op; fn's
 // errors are returned as they are.
 func (s *Store) inTx(ctx context.Context, db executor, op string, fn func(tx executor) error) error {
+	return s.inTxWith(ctx, db, op, nil, fn)
+}
+
+// inTxWith is inTx with the transaction's options (nil for the defaults).
+func (s *Store) inTxWith(ctx context.Context, db executor, op string, opts *sql.TxOptions, fn func(tx executor) error) error {
 	pool, ok := db.(*sqlx.DB)
 	if !ok {
 		return fn(db)
 	}
-	tx, err := pool.BeginTxx(ctx, nil)
+	tx, err := pool.BeginTxx(ctx, opts)
 	if err != nil {
 		return s.fail(op, err)
 	}
