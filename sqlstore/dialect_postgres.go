@@ -71,14 +71,18 @@ func (postgres) batchComplete(Completion) bool { return true }
 // Only records without consumers complete this way; a marking table
 // records the consumer that completed them.
 func (postgres) completeManyQuery(table string, mode Completion, lazy string) string {
-	lazyFrom, lazyUsing := "", ""
+	lazyJoin := ""
 	if lazy != "" {
-		lazyFrom, lazyUsing = " FROM "+lazy, " USING "+lazy
+		lazyJoin = ", " + lazy
 	}
+	// The ids are joined as rows, not matched with id = ANY($1): with
+	// ANY, the planner may scan the whole pending index (topic, id) for
+	// them, a cost that grows with the backlog; joined, each id is one
+	// primary key lookup.
 	if mode == Mark {
-		return fmt.Sprintf("UPDATE %s SET processed_at = now(), completed_by = $2%s WHERE id = ANY($1::bigint[]) AND processed_at IS NULL AND consumers = 0 RETURNING id", table, lazyFrom)
+		return fmt.Sprintf("UPDATE %s AS r SET processed_at = now(), completed_by = $2 FROM unnest($1::bigint[]) AS u(id)%s WHERE r.id = u.id AND r.processed_at IS NULL AND r.consumers = 0 RETURNING r.id", table, lazyJoin)
 	}
-	return fmt.Sprintf("DELETE FROM %s%s WHERE id = ANY($1::bigint[]) AND consumers = 0 AND abandoned_at IS NULL RETURNING id", table, lazyUsing)
+	return fmt.Sprintf("DELETE FROM %s AS r USING unnest($1::bigint[]) AS u(id)%s WHERE r.id = u.id AND r.consumers = 0 AND r.abandoned_at IS NULL RETURNING r.id", table, lazyJoin)
 }
 
 func (postgres) deliveryPairs() string {

@@ -1,0 +1,46 @@
+package sqlstore_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// TestCombinedCompletionLooksUpByPrimaryKey: on PostgreSQL, the combined
+// completion of a few records in a table with a large backlog finds each
+// by its primary key. Written as id = ANY($1), the planner scanned the
+// whole pending index for them (its first column is the topic), so that
+// every completion cost time in proportion to the backlog.
+func TestCombinedCompletionLooksUpByPrimaryKey(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	for _, mode := range []sqlstore.Completion{sqlstore.Mark, sqlstore.Delete} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := testCtx(t)
+			s := testenv.NewStore(t, testenv.Backends()[0], db, mode)
+			for range 20 {
+				recs := make([]recordstore.Record, 1000)
+				for i := range recs {
+					recs[i] = recordstore.Record{Topic: "orders", UUID: "u", Payload: []byte("{}")}
+				}
+				require.NoError(t, s.Insert(ctx, recs))
+			}
+			_, many, _, _ := sqlstore.CompletionStatements(s)
+			args := []any{[]int64{5, 6, 7, 8}}
+			if mode == sqlstore.Mark {
+				args = append(args, "handler")
+			}
+			var plan []string
+			require.NoError(t, db.SelectContext(ctx, &plan, "EXPLAIN "+many, args...))
+			text := strings.Join(plan, "\n")
+			assert.Contains(t, text, "_pkey", text)
+			assert.NotContains(t, text, "_pending", text)
+		})
+	}
+}
