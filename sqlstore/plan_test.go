@@ -44,3 +44,29 @@ func TestCombinedCompletionLooksUpByPrimaryKey(t *testing.T) {
 		})
 	}
 }
+
+// TestCombinedCheckLooksUpEachDelivery: on PostgreSQL, the combined check
+// finds each record by its primary key even in the plan PostgreSQL caches
+// for a prepared statement while the table is small (a generic plan),
+// which it keeps using as the table grows. As a join of the ids with the
+// table, that plan hash-joined a scan of the whole table.
+func TestCombinedCheckLooksUpEachDelivery(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := testCtx(t)
+	s := testenv.NewStore(t, testenv.Backends()[0], db, sqlstore.Mark)
+	require.NoError(t, s.Insert(ctx, []recordstore.Record{{Topic: "orders", UUID: "u", Payload: []byte("{}")}}))
+	conn, err := db.Connx(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "SET plan_cache_mode = force_generic_plan")
+	require.NoError(t, err)
+	_, err = conn.ExecContext(ctx, "PREPARE combined_check(bigint[], text[]) AS "+sqlstore.CheckStatement(s))
+	require.NoError(t, err)
+	defer conn.ExecContext(ctx, "DEALLOCATE combined_check") //nolint:errcheck // the connection is closed next
+	var plan []string
+	require.NoError(t, conn.SelectContext(ctx, &plan, "EXPLAIN EXECUTE combined_check('{1,2,3,4}', '{a,a,a,a}')"))
+	text := strings.Join(plan, "\n")
+	assert.Contains(t, text, "_pkey", text)
+	assert.NotContains(t, text, "Seq Scan", text)
+}

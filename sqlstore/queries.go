@@ -202,8 +202,14 @@ func (q *queries) buildCheck(f fragments) {
 FROM %s r LEFT JOIN %s c ON c.record_id = r.id AND c.consumer = %s
 WHERE r.id = %s`, columns, t, tc, p(1), p(2))
 	if pairs := d.deliveryPairs(); pairs != "" {
-		q.stateMany = fmt.Sprintf(`SELECT x.id, x.consumer, %s
-FROM %s JOIN %s r ON r.id = x.id LEFT JOIN %s c ON c.record_id = r.id AND c.consumer = x.consumer`, columns, pairs, t, tc)
+		// Each delivery is looked up on its own (LATERAL … LIMIT 1 keeps
+		// the planner from turning the lookups into a join): a plan
+		// cached while the table was small would otherwise hash-join a
+		// scan of the whole table, and keep doing so as it grows.
+		q.stateMany = fmt.Sprintf(`SELECT x.id, x.consumer, s.*
+FROM %s CROSS JOIN LATERAL (SELECT %s
+FROM %s r LEFT JOIN %s c ON c.record_id = r.id AND c.consumer = x.consumer
+WHERE r.id = x.id LIMIT 1) AS s`, pairs, columns, t, tc)
 	}
 
 	free := fmt.Sprintf("(lease_until IS NULL OR lease_until < %s)", f.clock)

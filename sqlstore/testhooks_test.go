@@ -32,3 +32,7 @@ var MigrationFiles fs.FS = migrationFiles
 func CompletionStatements(s *Store) (alone, many, lockAlone, inTx string) {
 	return s.q.completeAlone, s.q.completeMany, s.q.lockRecordAlone, s.q.complete
 }
+
+// CheckStatement is the query of a combined check, "" where checks run one
+// by one.
+func CheckStatement(s *Store) string { return s.q.stateMany }
