@@ -51,6 +51,10 @@ type Dialect interface {
 	// the arrays passed as arguments 1 (ids) and 2 (consumers); "" when
 	// the dialect has no arrays, and checks run one by one.
 	deliveryPairs() string
+	// forceIndex is the clause, after a table name in FROM, that makes the
+	// query use the named index of that table; "" where the planner needs
+	// no such hint.
+	forceIndex(index string) string
 	// purgeTxOptions are the options of the purge's transaction; nil for
 	// the defaults.
 	purgeTxOptions() *sql.TxOptions

@@ -89,6 +89,10 @@ func (postgres) deliveryPairs() string {
 	return "unnest($1::bigint[], $2::text[]) AS x(id, consumer)"
 }
 
+// forceIndex: PostgreSQL's partial pending index holds only pending
+// records, and no other index competes with it.
+func (postgres) forceIndex(string) string { return "" }
+
 // purgeTxOptions: READ COMMITTED, the default, takes no gap locks.
 func (postgres) purgeTxOptions() *sql.TxOptions { return nil }
 

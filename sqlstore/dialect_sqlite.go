@@ -78,6 +78,9 @@ func (sqlite) batchComplete(Completion) bool { return true }
 
 func (sqlite) completeManyQuery(string, Completion, string) string { return "" }
 
+// forceIndex: SQLite's partial pending index holds only pending records.
+func (sqlite) forceIndex(string) string { return "" }
+
 // purgeTxOptions: SQLite locks the whole database for a write.
 func (sqlite) purgeTxOptions() *sql.TxOptions { return nil }
 

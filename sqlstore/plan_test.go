@@ -70,3 +70,37 @@ func TestCombinedCheckLooksUpEachDelivery(t *testing.T) {
 	assert.Contains(t, text, "_pkey", text)
 	assert.NotContains(t, text, "Seq Scan", text)
 }
+
+// TestReplayPageUsesThePendingIndex: on MariaDB, a replay page is read
+// through the pending index (topic, processed_at, id). MySQL and MariaDB
+// have no partial indexes, and without a hint the optimizer read a page
+// half way through a backlog as a ref on processed_at NULL in the processed
+// index, walking every pending record before the page: a replay of a
+// million records ran at 19,576 rows/s instead of 45,567.
+func TestReplayPageUsesThePendingIndex(t *testing.T) {
+	t.Parallel()
+	b := testenv.Backends()[2]
+	require.Equal(t, "MariaDB", b.Name)
+	db := b.Open(t)
+	ctx := testCtx(t)
+	s := testenv.NewStore(t, b, db, sqlstore.Mark)
+	var last int64
+	for range 20 {
+		recs := make([]recordstore.Record, 1000)
+		for i := range recs {
+			recs[i] = recordstore.Record{Topic: "orders", UUID: "u", Payload: []byte("{}")}
+		}
+		require.NoError(t, s.Insert(ctx, recs))
+		last = recs[len(recs)-1].ID
+	}
+	_, err := db.ExecContext(ctx, "ANALYZE TABLE "+s.Table())
+	require.NoError(t, err)
+	rows, err := db.QueryxContext(ctx, "EXPLAIN "+sqlstore.PendingAfterStatement(s), "orders", last-10000, 500)
+	require.NoError(t, err)
+	defer rows.Close()
+	require.True(t, rows.Next())
+	plan := map[string]any{}
+	require.NoError(t, rows.MapScan(plan))
+	key, _ := plan["key"].([]byte)
+	assert.Equal(t, strings.Trim(s.Table(), "`")+"_pending", string(key), "plan: %v", plan)
+}

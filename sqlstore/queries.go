@@ -293,8 +293,8 @@ func (q *queries) buildFailure(f fragments) {
 // retention purge.
 func (q *queries) buildResend(f fragments) {
 	t, tc, p, d := f.t, f.tc, f.p, f.d
-	q.pendingAfter = fmt.Sprintf("SELECT id, uuid, payload, metadata FROM %s WHERE topic = %s AND id > %s AND %s ORDER BY id LIMIT %s",
-		t, p(1), p(2), f.pending, p(3))
+	q.pendingAfter = fmt.Sprintf("SELECT id, uuid, payload, metadata FROM %s%s WHERE topic = %s AND id > %s AND %s ORDER BY id LIMIT %s",
+		t, d.forceIndex(f.table.name+"_pending"), p(1), p(2), f.pending, p(3))
 	// A record with consumers is due when one of its pending deliveries
 	// is.
 	q.claimStale = fmt.Sprintf(`SELECT id, topic, uuid, payload, metadata FROM %s r

@@ -36,3 +36,6 @@ func CompletionStatements(s *Store) (alone, many, lockAlone, inTx string) {
 // CheckStatement is the query of a combined check, "" where checks run one
 // by one.
 func CheckStatement(s *Store) string { return s.q.stateMany }
+
+// PendingAfterStatement is the query of one replay page.
+func PendingAfterStatement(s *Store) string { return s.q.pendingAfter }
