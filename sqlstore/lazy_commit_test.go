@@ -2,10 +2,10 @@ package sqlstore_test
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -78,9 +78,7 @@ func TestLazyCommit(t *testing.T) {
 
 // settingAfter runs stmt in a transaction, reads synchronous_commit there
 // and rolls back.
-func settingAfter(ctx context.Context, t *testing.T, db interface {
-	BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
-}, stmt string, args ...any) string {
+func settingAfter(ctx context.Context, t *testing.T, db *sqlx.DB, stmt string, args ...any) string {
 	t.Helper()
 	tx, err := db.BeginTx(ctx, nil)
 	require.NoError(t, err)
