@@ -75,12 +75,16 @@ func TestTwoInstancesReplayTogether(t *testing.T) {
 		// both subscribers.
 		deliveries := &deliveryCounter{want: 4 * backlog, done: make(chan struct{})}
 		routers := make([]*message.Router, 2)
+		// Both instances subscribe before either replays, so that every copy
+		// reaches both subscribers.
+		subscribed := &sync.WaitGroup{}
+		subscribed.Add(len(routers))
 		for i := range routers {
 			r, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 			require.NoError(t, err)
 			r.AddMiddleware(deliveries.middleware, b.middleware(t))
 			r.AddPlugin(outbox.ReplayPlugin(b.reg, broker, outbox.ReplayConfig{PageSize: 16}, nil))
-			r.AddNoPublisherHandler("consume", b.topic, broker, runs.handle)
+			r.AddNoPublisherHandler("consume", b.topic, barrierSubscriber{broker, subscribed}, runs.handle)
 			routers[i] = r
 		}
 		var wg sync.WaitGroup
@@ -143,6 +147,20 @@ func TestTwoInstancesReplayTogether(t *testing.T) {
 		}
 		assert.Zero(t, late.runs.Load(), "copies arriving after completion are acked unhandled")
 	})
+}
+
+// barrierSubscriber returns from Subscribe once every subscriber sharing
+// its WaitGroup has subscribed.
+type barrierSubscriber struct {
+	message.Subscriber
+	all *sync.WaitGroup
+}
+
+func (s barrierSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	ch, err := s.Subscriber.Subscribe(ctx, topic)
+	s.all.Done()
+	s.all.Wait()
+	return ch, err
 }
 
 func crashUUIDs(n int) []string {
