@@ -75,9 +75,10 @@
 // runs, [Requeue] revives an abandoned record, [Cleaner] deletes old
 // completed records, [NewStatusHandler] and [ReadStatus] report the backlog,
 // [Registry.SetObserver] feeds metrics (the outboxmetrics package has
-// Prometheus collectors), and [Registry.SetTracer] follows each tracked
-// message with its context for distributed tracing (the outboxotel module
-// implements it, and the metrics, with OpenTelemetry).
+// Prometheus collectors; [Observers] combines several), and
+// [Registry.SetTracer] follows each tracked message with its context for
+// distributed tracing (the outboxotel module implements it, and the metrics,
+// with OpenTelemetry).
 //
 // # Stores
 //

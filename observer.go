@@ -65,3 +65,79 @@ func (nopObserver) Abandoned(string, string)        {}
 func (nopObserver) Replayed(string, int)            {}
 func (nopObserver) NotOwned(string, string)         {}
 func (nopObserver) UnknownRecord(string, string)    {}
+
+// Observers returns an Observer that reports to each of obs in turn, for a
+// registry observed by more than one (for example the Prometheus collector
+// and the OpenTelemetry metrics while moving from one to the other). Nil
+// entries are skipped; with none left it returns nil, which
+// [Registry.SetObserver] takes as no observer.
+func Observers(obs ...Observer) Observer {
+	var m multiObserver
+	for _, o := range obs {
+		if o == nil {
+			continue
+		}
+		if inner, ok := o.(multiObserver); ok {
+			m = append(m, inner...)
+			continue
+		}
+		m = append(m, o)
+	}
+	switch len(m) {
+	case 0:
+		return nil
+	case 1:
+		return m[0]
+	}
+	return m
+}
+
+type multiObserver []Observer
+
+func (m multiObserver) Published(name string, n int) {
+	for _, o := range m {
+		o.Published(name, n)
+	}
+}
+
+func (m multiObserver) Handled(name, consumer string) {
+	for _, o := range m {
+		o.Handled(name, consumer)
+	}
+}
+
+func (m multiObserver) DuplicateSkipped(name, consumer string) {
+	for _, o := range m {
+		o.DuplicateSkipped(name, consumer)
+	}
+}
+
+func (m multiObserver) Failed(name, consumer string) {
+	for _, o := range m {
+		o.Failed(name, consumer)
+	}
+}
+
+func (m multiObserver) Abandoned(name, consumer string) {
+	for _, o := range m {
+		o.Abandoned(name, consumer)
+	}
+}
+
+func (m multiObserver) Replayed(name string, n int) {
+	for _, o := range m {
+		o.Replayed(name, n)
+	}
+}
+
+func (m multiObserver) NotOwned(topic, consumer string) {
+	for _, o := range m {
+		o.NotOwned(topic, consumer)
+	}
+}
+
+func (m multiObserver) UnknownRecord(name, consumer string) {
+	for _, o := range m {
+		o.UnknownRecord(name, consumer)
+	}
+}
