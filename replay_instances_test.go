@@ -1,6 +1,7 @@
 package outbox_test
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -62,3 +63,39 @@ func TestFourInstancesReplayTogether(t *testing.T) {
 }
 
 var _ message.Publisher = (*countingPublisher)(nil)
+
+// Topology: one instance starting on a backlog whose records are not
+// being completed, with a ClaimGrace shorter than its replay takes: the
+// first pages are past their grace again before the last is claimed.
+func TestReplayWithATinyClaimGraceSendsEachRecordOnce(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		const backlog = 45
+		b := setup(t, backend, sqlstore.Mark)
+		crashBeforeConsumption(t, b, backlog)
+		sends := &countingPublisher{Publisher: &refuseAfter{n: 3 * backlog}} // a replay that goes round and round fails instead of hanging
+		res, err := outbox.Replay(b.ctx(t), b.reg, sends, outbox.ReplayConfig{PageSize: 10, ClaimGrace: time.Microsecond}, nil)
+		require.NoError(t, err)
+		assert.Equal(t, backlog, res.Total())
+		_, copies := sends.counts()
+		assert.Equal(t, backlog, copies, "each record is claimed and sent once")
+	})
+}
+
+// refuseAfter discards n messages, then refuses every Publish: a sender
+// caught in a loop fails the test instead of running until its timeout.
+type refuseAfter struct {
+	mu sync.Mutex
+	n  int
+}
+
+func (r *refuseAfter) Publish(_ string, msgs ...*message.Message) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.n -= len(msgs); r.n < 0 {
+		return errors.New("more copies than the test allows: the sender is going round in a loop")
+	}
+	return nil
+}
+
+func (r *refuseAfter) Close() error { return nil }

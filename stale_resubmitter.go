@@ -94,8 +94,13 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 		if err != nil {
 			return result, err
 		}
+		// The round walks the backlog by id once: with an OlderThan
+		// shorter than the round, its first claims would be stale again
+		// before its last, and a round without a cursor would go on for
+		// ever on records that are not being completed.
+		var after int64
 		for {
-			recs, err := claimer.ClaimStale(ctx, name, r.cfg.OlderThan, r.cfg.BatchSize)
+			recs, err := claimer.ClaimStale(ctx, name, after, r.cfg.OlderThan, r.cfg.BatchSize)
 			if err != nil {
 				return result, &ReplayError{Topic: name, Err: fmt.Errorf("claiming stale records: %w", err)}
 			}
@@ -103,6 +108,7 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 				break
 			}
 			claimed := len(recs)
+			after = recs[claimed-1].ID
 			if recs = dueNow(recs, time.Now()); len(recs) > 0 {
 				if err := r.out.send(ctx, t, id, recs); err != nil {
 					return result, err

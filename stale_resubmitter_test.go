@@ -114,6 +114,37 @@ func TestStaleResubmitter(t *testing.T) {
 		})
 	})
 
+	// Topology: one service whose records are not being completed (its
+	// consumer is down), a stale resubmitter whose OlderThan is shorter
+	// than one round takes: the records of the round's first claims are
+	// stale again before its last claim.
+	t.Run("OneRoundSendsEachRecordOnceWhenOlderThanIsShorterThanTheRound", func(t *testing.T) {
+		t.Parallel()
+		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+			b := setup(t, backend, sqlstore.Mark)
+			pub, err := outbox.NewPublisher(failingPublisher{}, b.reg)
+			require.NoError(t, err)
+			const backlog = 23
+			msgs := make([]*message.Message, backlog)
+			for i := range msgs {
+				msgs[i] = message.NewMessage(watermill.NewUUID(), nil)
+			}
+			require.Error(t, pub.Publish(b.topic, msgs...), "the broker is down: records stay pending")
+
+			out := &countingPublisher{Publisher: &refuseAfter{n: 4 * backlog}}
+			r, err := outbox.NewStaleResubmitter(b.reg, out, outbox.StaleResubmitterConfig{OlderThan: time.Microsecond, BatchSize: 5}, b.logger)
+			require.NoError(t, err)
+			for round := 1; round <= 2; round++ {
+				sent, err := r.ResubmitOnce(b.ctx(t))
+				require.NoError(t, err)
+				assert.Equal(t, backlog, sent.Total(), "round %d sends each record once", round)
+			}
+			_, copies := out.counts()
+			assert.Equal(t, 2*backlog, copies)
+			assert.Equal(t, backlog, b.pendingCount(t))
+		})
+	})
+
 	t.Run("StartupReplayCountsAsASend", func(t *testing.T) {
 		t.Parallel()
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {

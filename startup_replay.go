@@ -369,12 +369,14 @@ func (r *replayer) countSubscription(topic string) {
 // before ClaimGrace has passed.
 func (r *replayer) replayClaimed(ctx context.Context, t *tracked, claimer recordstore.StaleClaimer, identity string) (int, error) {
 	sent := 0
+	var after int64 // the cursor: each record is claimed once, whatever ClaimGrace
 	for {
-		recs, err := claimer.ClaimStale(ctx, t.name, r.cfg.ClaimGrace, r.cfg.PageSize)
+		recs, err := claimer.ClaimStale(ctx, t.name, after, r.cfg.ClaimGrace, r.cfg.PageSize)
 		if err != nil {
 			return sent, &ReplayError{Topic: t.name, Err: fmt.Errorf("claiming pending records: %w", err)}
 		}
 		if len(recs) > 0 {
+			after = recs[len(recs)-1].ID
 			if err := r.out.send(ctx, t, identity, recs); err != nil {
 				return sent, err
 			}

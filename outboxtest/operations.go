@@ -100,7 +100,7 @@ func (s *Store) Requeue(ctx context.Context, id int64) (recordstore.Record, erro
 }
 
 // ClaimStale implements [recordstore.StaleClaimer].
-func (s *Store) ClaimStale(ctx context.Context, topic string, olderThan time.Duration, limit int) ([]recordstore.Record, error) {
+func (s *Store) ClaimStale(ctx context.Context, topic string, afterID int64, olderThan time.Duration, limit int) ([]recordstore.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -115,6 +115,9 @@ func (s *Store) ClaimStale(ctx context.Context, topic string, olderThan time.Dur
 	for _, id := range s.order {
 		if len(out) >= limit {
 			break
+		}
+		if id <= afterID {
+			continue
 		}
 		r := s.byID[id]
 		if r.rec.Topic != topic || !r.pending() || !r.sentAt().Before(before) || !r.due(now) {

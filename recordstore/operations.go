@@ -45,13 +45,16 @@ type Requeuer interface {
 // StaleClaimer is implemented by a [Store] that can find pending records
 // whose last send is older than an age, for the outbox.StaleResubmitter.
 type StaleClaimer interface {
-	// ClaimStale returns up to limit pending records of topic last sent
-	// more than olderThan ago by the database clock, and due (see
-	// [FailureRecorder]: a delivery waiting for its retry is not), ordered by id, and
-	// records them as sent now, so that no other claim returns them until
-	// olderThan has passed again. Concurrent claims never return the same
-	// record.
-	ClaimStale(ctx context.Context, topic string, olderThan time.Duration, limit int) ([]Record, error)
+	// ClaimStale returns up to limit pending records of topic with an id
+	// above afterID, last sent more than olderThan ago by the database
+	// clock, and due (see [FailureRecorder]: a delivery waiting for its
+	// retry is not), ordered by id, and records them as sent now, so that
+	// no other claim returns them until olderThan has passed again.
+	// Concurrent claims never return the same record. afterID is a cursor:
+	// a round of claims passes the last id of the previous claim, so that
+	// it walks the backlog once even when olderThan is shorter than the
+	// round.
+	ClaimStale(ctx context.Context, topic string, afterID int64, olderThan time.Duration, limit int) ([]Record, error)
 }
 
 // Cleaner is implemented by a [Store] that keeps completed records and can

@@ -298,10 +298,10 @@ func (q *queries) buildResend(f fragments) {
 	// A record with consumers is due when one of its pending deliveries
 	// is.
 	q.claimStale = fmt.Sprintf(`SELECT id, topic, uuid, payload, metadata FROM %s r
-WHERE topic = %s AND %s AND COALESCE(last_sent_at, created_at) < %s
+WHERE topic = %s AND id > %s AND %s AND COALESCE(last_sent_at, created_at) < %s
   AND ((consumers = 0 AND %s) OR (consumers > 0 AND EXISTS (SELECT 1 FROM %s c WHERE c.record_id = r.id AND %s AND %s)))
 ORDER BY id LIMIT %s%s`,
-		t, p(1), f.pending, d.ago(2), f.due("due_at"), tc, cPending, f.due("c.due_at"), p(3), d.lockRows(true))
+		t, p(1), p(2), f.pending, d.ago(3), f.due("due_at"), tc, cPending, f.due("c.due_at"), p(4), d.lockRows(true))
 	q.stamp = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN ", t, f.clock)
 
 	q.purgeSelect = fmt.Sprintf("SELECT id, consumers FROM %s WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT %s%s",

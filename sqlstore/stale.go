@@ -19,7 +19,7 @@ var _ recordstore.StaleClaimer = (*Store)(nil)
 // another claim holds (FOR UPDATE SKIP LOCKED), so concurrent instances never
 // claim the same record. SQLite serializes writers and is meant for a
 // single node.
-func (s *Store) ClaimStale(ctx context.Context, topic string, olderThan time.Duration, limit int) ([]recordstore.Record, error) {
+func (s *Store) ClaimStale(ctx context.Context, topic string, afterID int64, olderThan time.Duration, limit int) ([]recordstore.Record, error) {
 	if olderThan <= 0 || limit < 1 {
 		return nil, fmt.Errorf("%w: claiming stale records needs a positive age and limit (got %v, %d)", ErrInvalidConfig, olderThan, limit)
 	}
@@ -29,7 +29,7 @@ func (s *Store) ClaimStale(ctx context.Context, topic string, olderThan time.Dur
 	}
 	var recs []recordstore.Record
 	err = s.inTx(ctx, db, "claim stale", func(tx executor) error {
-		rows, err := tx.QueryContext(ctx, s.q.claimStale, topic, micros(olderThan), limit)
+		rows, err := tx.QueryContext(ctx, s.q.claimStale, topic, afterID, micros(olderThan), limit)
 		if err != nil {
 			return s.fail("claim stale", err)
 		}

@@ -117,27 +117,46 @@ func (s *contract) testClaimStale(t *testing.T) {
 			insert(t, store, records("other", 1))
 			a, b, c := recs[0].ID, recs[1].ID, recs[2].ID
 
-			got, err := cl.ClaimStale(ctx(t), "orders", time.Hour, 10)
+			got, err := cl.ClaimStale(ctx(t), "orders", 0, time.Hour, 10)
 			require.NoError(t, err)
 			assert.Empty(t, got, "records just sent are not stale")
 
 			s.in.Backdate(t, store, SavedAt, a, b)
-			got, err = cl.ClaimStale(ctx(t), "orders", time.Hour, 1)
+			got, err = cl.ClaimStale(ctx(t), "orders", 0, time.Hour, 1)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{a}, claimedIDs(got), "oldest first, limit kept")
 			assert.Equal(t, recs[0].UUID, got[0].UUID)
 			assert.Equal(t, recs[0].Metadata, got[0].Metadata)
-			got, err = cl.ClaimStale(ctx(t), "orders", time.Hour, 10)
+			got, err = cl.ClaimStale(ctx(t), "orders", 0, time.Hour, 10)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{b}, claimedIDs(got), "a claimed record counts as sent now")
 
 			require.NoError(t, store.Complete(ctx(t), dlv(b)))
 			s.in.Backdate(t, store, SavedAt)
 			s.in.Backdate(t, store, SentAt)
-			got, err = cl.ClaimStale(ctx(t), "orders", time.Hour, 10)
+			got, err = cl.ClaimStale(ctx(t), "orders", 0, time.Hour, 10)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{a, c}, claimedIDs(got), "completed records and other topics are not claimed")
 		})
+	})
+
+	t.Run("AfterIDIsACursor", func(t *testing.T) {
+		t.Parallel()
+		store := s.store(t, Mark)
+		cl := need[recordstore.StaleClaimer](t, store)
+		recs := insert(t, store, records("orders", 3))
+		a, b, c := recs[0].ID, recs[1].ID, recs[2].ID
+		s.in.Backdate(t, store, SavedAt)
+
+		got, err := cl.ClaimStale(ctx(t), "orders", a, time.Hour, 10)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{b, c}, claimedIDs(got), "only records after the cursor")
+		got, err = cl.ClaimStale(ctx(t), "orders", 0, time.Hour, 10)
+		require.NoError(t, err)
+		assert.Equal(t, []int64{a}, claimedIDs(got), "a record before the cursor was neither claimed nor stamped")
+		got, err = cl.ClaimStale(ctx(t), "orders", c, time.Hour, 10)
+		require.NoError(t, err)
+		assert.Empty(t, got)
 	})
 
 	t.Run("ConcurrentClaimsNeverShareARecord", func(t *testing.T) {
@@ -152,7 +171,7 @@ func (s *contract) testClaimStale(t *testing.T) {
 		for range 4 {
 			wg.Go(func() {
 				for {
-					got, err := cl.ClaimStale(ctx(t), "orders", time.Hour, 5)
+					got, err := cl.ClaimStale(ctx(t), "orders", 0, time.Hour, 5)
 					if !assert.NoError(t, err) || len(got) == 0 {
 						return
 					}
@@ -180,7 +199,7 @@ func (s *contract) testClaimStale(t *testing.T) {
 		s.in.Backdate(t, store, SavedAt)
 		ids := claimedIDs(recs)
 		require.NoError(t, stamper.StampSent(ctx(t), ids[:1200]))
-		got, err := cl.ClaimStale(ctx(t), "orders", time.Hour, 10)
+		got, err := cl.ClaimStale(ctx(t), "orders", 0, time.Hour, 10)
 		require.NoError(t, err)
 		assert.Equal(t, ids[1200:], claimedIDs(got), "every stamped record, across chunks, counts as just sent")
 	})
@@ -191,9 +210,9 @@ func (s *suite) testClaimStale(t *testing.T) {
 	t.Run("BadArgumentsAreRefused", func(t *testing.T) {
 		t.Parallel()
 		store := s.store(t, sqlstore.Mark)
-		_, err := store.ClaimStale(ctx(t), "orders", 0, 10)
+		_, err := store.ClaimStale(ctx(t), "orders", 0, 0, 10)
 		assert.ErrorIs(t, err, sqlstore.ErrInvalidConfig)
-		_, err = store.ClaimStale(ctx(t), "orders", time.Hour, 0)
+		_, err = store.ClaimStale(ctx(t), "orders", 0, time.Hour, 0)
 		assert.ErrorIs(t, err, sqlstore.ErrInvalidConfig)
 	})
 }
