@@ -93,5 +93,6 @@
 // unless the environment variable WATERMILL_OUTBOX is "on" when the registry is
 // built (see [EnvToggle]); the first middleware or replay built on such a
 // registry says so once at Info. A normal binary always tracks and never
-// reads the variable.
+// reads the variable. [NewTrackingRegistry] builds a registry that tracks
+// in a test binary without the variable, for tests that run in parallel.
 package outbox

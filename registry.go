@@ -69,7 +69,20 @@ type Registry struct {
 // variable named by [EnvToggle] is "on" at this call; see the package
 // documentation.
 func NewRegistry(tracked ...Tracked) (*Registry, error) {
-	r := &Registry{enabled: trackingEnabled()}
+	return newRegistry(trackingEnabled(), tracked)
+}
+
+// NewTrackingRegistry is [NewRegistry] for test kits and tests: the
+// registry tracks in every binary, a test binary included, without reading
+// [EnvToggle]. Since no environment variable changes, tests that build
+// their registries with it may run in parallel (the outboxtest package
+// uses it). A service builds its registry with NewRegistry.
+func NewTrackingRegistry(tracked ...Tracked) (*Registry, error) {
+	return newRegistry(true, tracked)
+}
+
+func newRegistry(enabled bool, tracked []Tracked) (*Registry, error) {
+	r := &Registry{enabled: enabled}
 	byName, err := buildEntries(tracked)
 	if err != nil {
 		return nil, err

@@ -50,6 +50,17 @@ func TestToggleOffInTestBinary(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, ran, "the handler runs as if the middleware were absent")
 
+	tracking, err := outbox.NewTrackingRegistry(outbox.Tracked{Topic: "orders", Store: store})
+	require.NoError(t, err)
+	assert.True(t, tracking.Enabled(), "NewTrackingRegistry tracks without the toggle")
+	trackedPub, err := outbox.NewPublisher(gc, tracking)
+	require.NoError(t, err)
+	require.NoError(t, trackedPub.Publish("orders", message.NewMessage("u", nil)))
+	require.NoError(t, db.Get(&n, "SELECT COUNT(*) FROM "+store.Table()))
+	assert.Equal(t, 1, n, "its publisher records")
+	_, err = outbox.NewTrackingRegistry(outbox.Tracked{Topic: "orders"})
+	assert.ErrorIs(t, err, outbox.ErrInvalidConfig, "it checks its configuration as NewRegistry does")
+
 	t.Setenv(outbox.EnvToggle, "on")
 	reg, err = outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store})
 	require.NoError(t, err)

@@ -32,26 +32,32 @@ type Outcome struct {
 	Err error
 }
 
-// Deliver hands one copy of msg to handler, as the Watermill handler
+// Deliver is [DeliverWith] with [outbox.MiddlewareConfig]'s defaults.
+func Deliver(tb testing.TB, reg *outbox.Registry, handlerName, topic string, handler message.NoPublishHandlerFunc, msg *message.Message) Outcome {
+	tb.Helper()
+	return DeliverWith(tb, reg, outbox.MiddlewareConfig{}, handlerName, topic, handler, msg)
+}
+
+// DeliverWith hands one copy of msg to handler, as the Watermill handler
 // handlerName subscribed to topic, through a real [message.Router] with
-// the outbox middleware of reg (with [outbox.MiddlewareConfig]'s
-// defaults) and, outside it, a Recoverer, and returns the outcome once the
-// router has acknowledged or nacked it. The middleware sees the handler
+// the outbox middleware of reg configured by cfg (MaxAttempts and
+// OnAbandon, say, as the service sets them) and, outside it, a Recoverer,
+// and returns the outcome once the router has acknowledged or nacked it. The middleware sees the handler
 // name and the subscribed topic as in production, so several handlers of
 // one topic, declared consumers and one-receiver conflicts behave as they
 // do there. A message that carries no outbox metadata runs the handler
 // untracked.
 //
-// Deliver hands the message once and never redelivers it: call it again
-// to deliver a copy. It fails the test if reg does not track (build it
-// with [NewRegistry]) or if the router has not settled the message within
-// 30 seconds.
-func Deliver(tb testing.TB, reg *outbox.Registry, handlerName, topic string, handler message.NoPublishHandlerFunc, msg *message.Message) Outcome {
+// DeliverWith hands the message once and never redelivers it: call it
+// again to deliver a copy. It fails the test if reg does not track (build
+// it with [NewRegistry]), if cfg is invalid, or if the router has not
+// settled the message within 30 seconds.
+func DeliverWith(tb testing.TB, reg *outbox.Registry, cfg outbox.MiddlewareConfig, handlerName, topic string, handler message.NoPublishHandlerFunc, msg *message.Message) Outcome {
 	tb.Helper()
 	if !reg.Enabled() {
 		tb.Fatalf("outboxtest: the registry tracks nothing in this test binary; build it with outboxtest.NewRegistry, or set %s=on before outbox.NewRegistry", outbox.EnvToggle)
 	}
-	mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, nil)
+	mw, err := outbox.NewMiddleware(reg, cfg, nil)
 	if err != nil {
 		tb.Fatalf("outboxtest: %v", err)
 	}

@@ -6,12 +6,12 @@
 //
 // # Tracking inside a test
 //
-// Inside a Go test binary the outbox tracks nothing unless the environment
-// variable WATERMILL_OUTBOX is "on" when the registry is built (see
-// [outbox.EnvToggle]), so that handlers can be unit-tested without a
-// database. A test that wants the outbox to track builds its registry with
-// [NewRegistry], which turns tracking on for that test with t.Setenv; such
-// a test cannot call t.Parallel.
+// Inside a Go test binary a registry built by [outbox.NewRegistry] tracks
+// nothing unless the environment variable WATERMILL_OUTBOX is "on" when it
+// is built (see [outbox.EnvToggle]), so that handlers can be unit-tested
+// without a database. A test that wants the outbox to track builds its
+// registry with [NewRegistry], which tracks whatever the environment says
+// and changes nothing in it, so such tests may call t.Parallel.
 //
 // # A test of a publisher and a handler
 //

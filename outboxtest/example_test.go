@@ -2,6 +2,7 @@ package outboxtest_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -38,8 +39,8 @@ func shipOrder(msg *message.Message) error {
 // saves, and that the handler completes the record and runs once however
 // often the message comes.
 func Example() {
-	// In a real test, t is the test's *testing.T (and the test is not
-	// parallel: NewRegistry sets the tracking toggle with t.Setenv).
+	// In a real test, t is the test's *testing.T (and the test may be
+	// parallel: NewRegistry changes no environment variable).
 	t := &testing.T{}
 
 	store := outboxtest.NewStore(outboxtest.StoreConfig{})
@@ -68,4 +69,36 @@ func Example() {
 	// shipped order-1
 	// acked: true handler runs: 1
 	// copy acked: true handler runs: 0
+}
+
+// A test of what the service does with a message its handler cannot take:
+// with the service's MaxAttempts of 1, the first failure abandons the
+// record, calls OnAbandon and returns the [*outbox.AbandonedError] (a
+// PoisonQueue outside the outbox middleware would take the message from
+// there).
+func ExampleDeliverWith() {
+	t := &testing.T{} // in a real test, the test's *testing.T
+
+	store := outboxtest.NewStore(outboxtest.StoreConfig{})
+	reg := outboxtest.NewRegistry(t, outbox.Tracked{Topic: "orders", Store: store})
+	pub := outboxtest.NewPublisher(t, reg)
+	if err := pub.Publish("orders", message.NewMessage(watermill.NewUUID(), []byte("not json"))); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := outbox.MiddlewareConfig{
+		MaxAttempts: 1,
+		OnAbandon: func(msg *message.Message, err *outbox.AbandonedError) {
+			fmt.Println("abandoned after", err.Attempts, "attempt")
+		},
+	}
+	got := outboxtest.DeliverWith(t, reg, cfg, "ship_orders", "orders", shipOrder, pub.Sent("orders")[0])
+	var abandoned *outbox.AbandonedError
+	fmt.Println("acked:", got.Acked, "abandoned:", errors.As(got.Err, &abandoned))
+	rec := outboxtest.RequirePublished(t, store, "orders")[0]
+	outboxtest.RequireAbandoned(t, store, rec.ID)
+
+	// Output:
+	// abandoned after 1 attempt
+	// acked: false abandoned: true
 }

@@ -18,9 +18,6 @@ import (
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
-// The tests that build a registry cannot be parallel: NewRegistry sets the
-// toggle with t.Setenv.
-
 // kit is what a test of a handler sets up.
 type kit struct {
 	store *outboxtest.Store
@@ -52,6 +49,7 @@ func (k kit) publish(t *testing.T, payload string) *message.Message {
 func ok(*message.Message) error { return nil }
 
 func TestDeliverCompletesTheRecordAndSkipsItsCopy(t *testing.T) {
+	t.Parallel()
 	k := setup(t)
 	msg := k.publish(t, "order 1")
 	recs := outboxtest.RequirePublished(t, k.store, "orders")
@@ -79,6 +77,7 @@ func TestDeliverCompletesTheRecordAndSkipsItsCopy(t *testing.T) {
 }
 
 func TestDeliverLeavesAFailedRecordPending(t *testing.T) {
+	t.Parallel()
 	k := setup(t)
 	msg := k.publish(t, "order 1")
 	boom := errors.New("warehouse down")
@@ -100,6 +99,7 @@ func TestDeliverLeavesAFailedRecordPending(t *testing.T) {
 }
 
 func TestDeliverRecoversAPanic(t *testing.T) {
+	t.Parallel()
 	k := setup(t)
 	got := outboxtest.Deliver(t, k.reg, "ship_orders", "orders", func(*message.Message) error { panic("no stock") }, k.publish(t, "order 1"))
 	assert.False(t, got.Acked)
@@ -110,6 +110,7 @@ func TestDeliverRecoversAPanic(t *testing.T) {
 }
 
 func TestDeliverToDeclaredConsumers(t *testing.T) {
+	t.Parallel()
 	k := setup(t, outbox.Tracked{Topic: "orders", Consumers: []string{"billing", "shipping"}})
 	msg := k.publish(t, "order 1")
 	id := outboxtest.RequirePublished(t, k.store, "orders")[0].ID
@@ -127,6 +128,7 @@ func TestDeliverToDeclaredConsumers(t *testing.T) {
 }
 
 func TestDeliverToASecondHandlerOfAOneReceiverTopic(t *testing.T) {
+	t.Parallel()
 	k := setup(t)
 	msg := k.publish(t, "order 1")
 	require.True(t, outboxtest.Deliver(t, k.reg, "ship_orders", "orders", ok, msg).Acked)
@@ -140,13 +142,46 @@ func TestDeliverToASecondHandlerOfAOneReceiverTopic(t *testing.T) {
 }
 
 func TestDeliverUntrackedMessage(t *testing.T) {
+	t.Parallel()
 	k := setup(t)
 	got := outboxtest.Deliver(t, k.reg, "ship_orders", "orders", ok, message.NewMessage("plain", nil))
 	assert.Equal(t, outboxtest.Outcome{Acked: true, Runs: 1}, got)
 	outboxtest.RequireNotPublished(t, k.store, "orders")
 }
 
+func TestDeliverWithTheServicesMiddlewareConfig(t *testing.T) {
+	t.Parallel()
+	k := setup(t)
+	msg := k.publish(t, "order 1")
+	var abandoned *outbox.AbandonedError
+	cfg := outbox.MiddlewareConfig{MaxAttempts: 2, OnAbandon: func(_ *message.Message, err *outbox.AbandonedError) { abandoned = err }, Backoff: outbox.Backoff{Disabled: true}}
+	poison := errors.New("unparseable order")
+	fail := func(*message.Message) error { return poison }
+
+	first := outboxtest.DeliverWith(t, k.reg, cfg, "ship_orders", "orders", fail, msg)
+	assert.False(t, first.Acked, "the first failure leaves the record for a retry")
+	assert.Nil(t, abandoned)
+	second := outboxtest.DeliverWith(t, k.reg, cfg, "ship_orders", "orders", fail, msg)
+	assert.Equal(t, 1, second.Runs)
+	var abandonedErr *outbox.AbandonedError
+	assert.ErrorAs(t, second.Err, &abandonedErr, "the middleware returns the AbandonedError")
+	require.NotNil(t, abandoned, "the second failure is the last allowed: OnAbandon is called")
+	assert.ErrorIs(t, abandoned, poison)
+	info := outboxtest.RequireAbandoned(t, k.store, outboxtest.RequirePublished(t, k.store, "orders")[0].ID)
+	assert.Equal(t, 2, info.Attempts)
+}
+
+func TestDeliverWithAnInvalidConfigFails(t *testing.T) {
+	t.Parallel()
+	k := setup(t)
+	msg := fatal(t, func(tb testing.TB) {
+		outboxtest.DeliverWith(tb, k.reg, outbox.MiddlewareConfig{MaxAttempts: -1}, "ship_orders", "orders", ok, k.publish(t, "order 1"))
+	})
+	assert.Contains(t, msg, "MaxAttempts -1 is negative")
+}
+
 func TestRequireAbandoned(t *testing.T) {
+	t.Parallel()
 	k := setup(t)
 	require.NoError(t, k.pub.Publish("orders", message.NewMessage("m", nil)))
 	id := outboxtest.RequirePublished(t, k.store, "orders")[0].ID
@@ -158,6 +193,7 @@ func TestRequireAbandoned(t *testing.T) {
 }
 
 func TestDeletingStoreStillReportsCompletedRecords(t *testing.T) {
+	t.Parallel()
 	store := outboxtest.NewStore(outboxtest.StoreConfig{DeleteCompleted: true})
 	reg := outboxtest.NewRegistry(t, outbox.Tracked{Topic: "orders", Store: store})
 	pub := outboxtest.NewPublisher(t, reg)
@@ -172,6 +208,7 @@ func TestDeletingStoreStillReportsCompletedRecords(t *testing.T) {
 }
 
 func TestHelpersFailWithWhatTheStoreHolds(t *testing.T) {
+	t.Parallel()
 	k := setup(t)
 	k.publish(t, "order 1")
 	id := outboxtest.RequirePublished(t, k.store, "orders")[0].ID
