@@ -228,7 +228,7 @@ func TestPublisherBatchIsOneStatement(t *testing.T) {
 	counter := &queryCounter{}
 	cfg.Tracer = counter
 	db := sqlx.NewDb(stdlib.OpenDB(*cfg), "pgx")
-	defer db.Close()
+	t.Cleanup(func() { _ = db.Close() }) // after the store's cleanup, which drops its tables
 	db.SetMaxOpenConns(1)
 	backend := testenv.Backends()[0]
 	store := testenv.NewStore(t, backend, db, sqlstore.Mark)
