@@ -251,7 +251,8 @@ wait:
 	if handled.Load() == 0 {
 		return result{}, errors.Join(errors.New("no message was handled"), firstErr)
 	}
-	r := result{rate: float64(handled.Load()) / elapsed.Seconds(), errors: failed.Load(), firstErr: firstErr, lost: lost}
+	r := result{rate: float64(handled.Load()) / elapsed.Seconds(), errors: failed.Load(), firstErr: firstErr, lost: lost,
+		lastHandled: time.Unix(0, lastHandled.Load())}
 	lat.into(&r)
 	if r.rate == 0 {
 		return r, errors.Join(errors.New("no message was handled"), firstErr)

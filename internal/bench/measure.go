@@ -24,7 +24,10 @@ type result struct {
 	// callP50 and callP99 are those of the Publish call alone, in the
 	// cases that time it (timedPublisher).
 	callP50, callP99 time.Duration
-	note             string
+	// lastHandled is when the last message was handled, in the end-to-end
+	// cases.
+	lastHandled time.Time
+	note        string
 }
 
 // loop runs workers that call op until d has passed and returns the units

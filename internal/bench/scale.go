@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -195,7 +196,8 @@ func cleanAll(ctx context.Context, c *outbox.Cleaner) (deleted, failed int, firs
 // timedEndToEnd is endToEnd with each Publish call timed as well.
 func timedEndToEnd(ctx context.Context, p pipeline, l load) (result, error) {
 	calls := &latencies{}
-	p.pub = timedPublisher{Publisher: p.pub, calls: calls}
+	tp := timedPublisher{Publisher: p.pub, calls: calls, last: &atomic.Int64{}}
+	p.pub = tp
 	r, err := endToEnd(ctx, p, l)
 	if err != nil {
 		return r, err
@@ -203,20 +205,27 @@ func timedEndToEnd(ctx context.Context, p pipeline, l load) (result, error) {
 	var ok bool
 	if r.callP50, r.callP99, ok = calls.percentiles(); ok {
 		r.note = fmt.Sprintf("Publish call p50 %s, p99 %s", ms(r.callP50), ms(r.callP99))
+		if l.interval == 0 && l.duration == 0 { // saturated: did delivery keep up with the publishers?
+			r.note += fmt.Sprintf("; last delivery %s after the last Publish returned", ms(r.lastHandled.Sub(time.Unix(0, tp.last.Load()))))
+		}
 	}
 	return r, nil
 }
 
 // timedPublisher times each Publish call: with the outbox, the record's
-// insert and the hand-off to GoChannel.
+// insert and the hand-off to GoChannel. last is when the latest call
+// returned.
 type timedPublisher struct {
 	message.Publisher
 	calls *latencies
+	last  *atomic.Int64
 }
 
 func (t timedPublisher) Publish(topic string, msgs ...*message.Message) error {
 	start := time.Now()
 	err := t.Publisher.Publish(topic, msgs...)
-	t.calls.add(time.Since(start))
+	end := time.Now()
+	t.calls.add(end.Sub(start))
+	t.last.Store(end.UnixNano())
 	return err
 }
