@@ -171,8 +171,9 @@ type page struct {
 }
 
 // replayName streams the pending records of one name: a reader goroutine
-// fetches the next page while the current one is sent, through a channel of
-// one page, so memory stays at three pages whatever the backlog.
+// fetches the next page while the current one is sent, and a stamper
+// records the previous one as sent, through channels of one page each, so
+// memory stays at five pages whatever the backlog.
 func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 	name, store := t.name, t.store
 	id, err := identity(ctx, t)
@@ -212,23 +213,45 @@ func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 		}
 	}()
 
-	sent := 0
-	var lastID int64
-	for p := range pages {
-		if p.err != nil {
-			return sent, &ReplayError{Topic: name, AfterID: lastID, Err: p.err}
+	// A third goroutine stamps the pages sent, while the next one is sent.
+	stamps := make(chan []recordstore.Record, 1)
+	stamped := make(chan struct{})
+	go func() {
+		defer close(stamped)
+		for recs := range stamps {
+			r.stampSent(ctx, name, store, recs)
 		}
-		if err := r.out.send(ctx, t, id, p.records); err != nil {
-			return sent, err
-		}
-		r.stampSent(ctx, name, store, p.records)
-		sent += len(p.records)
-		lastID = p.records[len(p.records)-1].ID
+	}()
+	sent, lastID, err := r.sendPages(ctx, t, id, pages, stamps)
+	close(stamps)
+	<-stamped
+	if err != nil {
+		return sent, err
 	}
 	if err := ctx.Err(); err != nil {
 		return sent, &ReplayError{Topic: name, AfterID: lastID, Err: err}
 	}
 	return sent, nil
+}
+
+// sendPages sends the pages read and hands each one sent to stamps.
+func (r *replayer) sendPages(ctx context.Context, t *tracked, identity string, pages <-chan page, stamps chan<- []recordstore.Record) (sent int, lastID int64, err error) {
+	for p := range pages {
+		if p.err != nil {
+			return sent, lastID, &ReplayError{Topic: t.name, AfterID: lastID, Err: p.err}
+		}
+		if err := r.out.send(ctx, t, identity, p.records); err != nil {
+			return sent, lastID, err
+		}
+		select {
+		case stamps <- p.records:
+		case <-ctx.Done():
+			return sent, lastID, &ReplayError{Topic: t.name, AfterID: lastID, Err: ctx.Err()}
+		}
+		sent += len(p.records)
+		lastID = p.records[len(p.records)-1].ID
+	}
+	return sent, lastID, nil
 }
 
 // ReplayPlugin returns a router plugin that runs [Replay] as part of starting
