@@ -16,8 +16,9 @@ import (
 // ReplayConfig configures [Replay] and [ReplayPlugin].
 type ReplayConfig struct {
 	// PageSize is how many pending records are read per query; replay holds
-	// at most three pages in memory (the one being sent, the next one, and
-	// the one being read), whatever the backlog. Defaults to 500.
+	// at most five pages in memory (the one being read, the next one, the
+	// one being sent, and up to two sent and being recorded as sent),
+	// whatever the backlog. Defaults to 500.
 	PageSize int
 
 	// AfterRunning makes [ReplayPlugin] replay in the background once the
@@ -173,7 +174,7 @@ type page struct {
 // replayName streams the pending records of one name: a reader goroutine
 // fetches the next page while the current one is sent, and a stamper
 // records the previous one as sent, through channels of one page each, so
-// memory stays at five pages whatever the backlog.
+// memory stays at five pages whatever the backlog (see PageSize).
 func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 	name, store := t.name, t.store
 	id, err := identity(ctx, t)
