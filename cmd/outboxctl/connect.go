@@ -61,6 +61,10 @@ func (c *cli) open(ctx context.Context) (*sqlstore.Store, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// A bad -table is the caller's mistake, found before connecting.
+	if _, err := sqlstore.New(sqlstore.Config{Dialect: d, Table: c.table}); errors.Is(err, sqlstore.ErrInvalidTable) {
+		return nil, nil, usagef("-table: %v", err)
+	}
 	where := d.Name() + " at " + safeDSN(d.Name(), dsn)
 	if d.Name() == "sqlite" {
 		if dsn, err = existingSQLite(dsn); err != nil {

@@ -71,8 +71,9 @@ func TestTableInSchema(t *testing.T) {
 
 			for _, bad := range []string{"a.b.c", ".orders", "tenant.", "tenant .orders", `"tenant".orders`} {
 				r = outboxctl(t, "", nil, "-dsn", f.dsn, "-table", bad, "status")
-				assert.Equal(t, 1, r.code, bad)
+				assert.Equal(t, 2, r.code, "a bad -table is a usage error: %s", bad)
 				assert.Contains(t, r.stderr, "invalid table name", bad)
+				assert.Contains(t, r.stderr, "-table: ", bad)
 			}
 		})
 	}
@@ -89,7 +90,17 @@ func TestSQLiteRefusesATableInSchema(t *testing.T) {
 	}
 	f := newFixture(t, sqlite)
 	r := outboxctl(t, "", nil, "-dsn", f.dsn, "-table", "tenant_a."+f.store.Table(), "status")
-	assert.Equal(t, 1, r.code)
+	assert.Equal(t, 2, r.code, "a usage error")
 	assert.Contains(t, r.stderr, "invalid table name")
 	assert.Contains(t, r.stderr, "sqlite")
+}
+
+// TestBadTableIsAUsageError: the table name is checked before connecting,
+// so a typo is reported as one even when the database is out of reach.
+func TestBadTableIsAUsageError(t *testing.T) {
+	t.Parallel()
+	r := outboxctl(t, "", nil, "-dsn", "postgres://app@127.0.0.1:1/test?sslmode=disable", "-table", "orders;drop", "status")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "-table: sqlstore: invalid table name")
+	assert.NotContains(t, r.stderr, "cannot connect")
 }
