@@ -224,6 +224,7 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 	group := "saturated, no cap in flight"
 	project := fmt.Sprintf("project, defaults (MaxInFlight %d)", def)
 	hand := "hand loop (INSERT … RETURNING; SELECT by id, UPDATE)"
+	inserts := "project, inserts one by one (Coalescing.DisableInsert)"
 	fwdName := func(poll time.Duration) string {
 		return fmt.Sprintf("forwarder (watermill-sql, tx per publish), %s poll", pollText(poll))
 	}
@@ -241,6 +242,15 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 			},
 			func() (result, error) {
 				pl, err := handPipeline(ctx, d)
+				if err != nil {
+					return result{}, err
+				}
+				return timedEndToEnd(ctx, pl, l)
+			},
+			func() (result, error) {
+				co := o.coalesced()
+				co.DisableInsert = true
+				pl, err := trackedPipeline(ctx, d, p, co)
 				if err != nil {
 					return result{}, err
 				}
@@ -267,12 +277,14 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 		}
 		rep.add(group, project, p, rs[0], "msg/s")
 		rep.add(group, hand, p, rs[1], "msg/s")
+		rep.add(group, inserts, p, rs[2], "msg/s")
 		for i, poll := range forwarderPolls {
 			if d.hasForwarder() {
-				rep.add(group, fwdName(poll), p, rs[2+i], "msg/s")
-				rep.compare(fmt.Sprintf("saturated at %d: project / forwarder, %s poll", p, pollText(poll)), rs[0], rs[2+i])
+				rep.add(group, fwdName(poll), p, rs[3+i], "msg/s")
+				rep.compare(fmt.Sprintf("saturated at %d: project / forwarder, %s poll", p, pollText(poll)), rs[0], rs[3+i])
 			}
 		}
+		rep.compare(fmt.Sprintf("saturated at %d: inserts one by one / defaults", p), rs[2], rs[0])
 		if !d.hasForwarder() {
 			rep.compareNotApplicable(fmt.Sprintf("saturated at %d: project / forwarder", p), noForwarder)
 		}
