@@ -165,6 +165,30 @@ func TestStaleResubmitter(t *testing.T) {
 		})
 	})
 
+	// Topology: one service whose broker fails part way through its
+	// startup replay; the replay stamps each page after sending it, while
+	// the next one is sent.
+	t.Run("PagesSentBeforeAFailedReplayCountAsSent", func(t *testing.T) {
+		t.Parallel()
+		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+			b := setup(t, backend, sqlstore.Mark)
+			const backlog, page = 50, 10
+			crashBeforeConsumption(t, b, backlog)
+			b.backdate(t, "created_at", 0)
+			replayed, err := outbox.Replay(b.ctx(t), b.reg, &refuseAfter{n: 3 * page}, outbox.ReplayConfig{PageSize: page}, b.logger)
+			var replayErr *outbox.ReplayError
+			require.ErrorAs(t, err, &replayErr)
+			require.Equal(t, 3*page, replayed.Total())
+
+			out := &countingPublisher{Publisher: discardPublisher{}}
+			r, err := outbox.NewStaleResubmitter(b.reg, out, outbox.StaleResubmitterConfig{OlderThan: time.Hour}, b.logger)
+			require.NoError(t, err)
+			sent, err := r.ResubmitOnce(b.ctx(t))
+			require.NoError(t, err)
+			assert.Equal(t, backlog-3*page, sent.Total(), "the three pages sent were stamped; the rest are stale")
+		})
+	})
+
 	t.Run("RunsWithTheRouterUntilItCloses", func(t *testing.T) {
 		t.Parallel()
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
