@@ -2,7 +2,8 @@
 //
 // [Collector] is a prometheus.Collector and an [outbox.Observer]: register
 // it with a Prometheus registry and give it to the outbox registry with
-// [outbox.Registry.SetObserver]. Per tracked topic (label "topic"),
+// [outbox.Registry.SetObserver] (with [outbox.Observers] to report to
+// another observer as well). Per tracked topic (label "topic"),
 // and per consumer (label "consumer", the handler name) where a delivery is
 // counted, it counts what the outbox did and, at each scrape, reads the
 // backlog from the pending records of each store:

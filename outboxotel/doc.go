@@ -7,7 +7,7 @@
 //	tracer, err := outboxotel.NewTracer(outboxotel.TracerConfig{}) // the global TracerProvider and propagator
 //	reg.SetTracer(tracer)
 //	metrics, err := outboxotel.NewMetrics(reg, outboxotel.MetricsConfig{}, logger) // the global MeterProvider
-//	reg.SetObserver(metrics)
+//	reg.SetObserver(metrics) // beside outboxmetrics' collector: reg.SetObserver(outbox.Observers(collector, metrics))
 //
 // Nothing else changes: the publisher, the middleware and the senders the
 // service already has report to the registry's tracer and observer. Messages
