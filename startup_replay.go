@@ -244,13 +244,13 @@ func (r *replayer) sendPages(ctx context.Context, t *tracked, identity string, p
 		if err := r.out.send(ctx, t, identity, p.records); err != nil {
 			return sent, lastID, err
 		}
+		sent += len(p.records)
+		lastID = p.records[len(p.records)-1].ID
 		select {
 		case stamps <- p.records:
 		case <-ctx.Done():
 			return sent, lastID, &ReplayError{Topic: t.name, AfterID: lastID, Err: ctx.Err()}
 		}
-		sent += len(p.records)
-		lastID = p.records[len(p.records)-1].ID
 	}
 	return sent, lastID, nil
 }
