@@ -46,10 +46,12 @@ type InsertError struct {
 	Err   error
 }
 
+// Error implements error.
 func (e *InsertError) Error() string {
 	return fmt.Sprintf("outbox: saving %d record(s) for topic %q failed, nothing was sent: %v", e.Count, e.Topic, e.Err)
 }
 
+// Unwrap returns the cause, for errors.Is and errors.As.
 func (e *InsertError) Unwrap() error { return e.Err }
 
 // SendError is returned by the publisher decorator when the records were saved
@@ -61,10 +63,12 @@ type SendError struct {
 	Err   error
 }
 
+// Error implements error.
 func (e *SendError) Error() string {
 	return fmt.Sprintf("outbox: sending %d message(s) to topic %q failed, records %v stay pending for replay: %v", len(e.IDs), e.Topic, e.IDs, e.Err)
 }
 
+// Unwrap returns the cause, for errors.Is and errors.As.
 func (e *SendError) Unwrap() error { return e.Err }
 
 // FetchError is returned by the middleware when the record of a delivered
@@ -79,10 +83,12 @@ type FetchError struct {
 	Err   error
 }
 
+// Error implements error.
 func (e *FetchError) Error() string {
 	return fmt.Sprintf("outbox: checking record %d of %q failed, message nacked: %v", e.ID, e.Topic, e.Err)
 }
 
+// Unwrap returns the cause, for errors.Is and errors.As.
 func (e *FetchError) Unwrap() error { return e.Err }
 
 // ReplayError is returned by [Replay] and aborts the router started with
@@ -96,6 +102,7 @@ type ReplayError struct {
 	Err     error
 }
 
+// Error implements error.
 func (e *ReplayError) Error() string {
 	if e.ID == 0 {
 		return fmt.Sprintf("outbox: replay of %q failed reading the pending records after record %d: %v", e.Topic, e.AfterID, e.Err)
@@ -103,6 +110,7 @@ func (e *ReplayError) Error() string {
 	return fmt.Sprintf("outbox: replay of %q failed at record %d: %v", e.Topic, e.ID, e.Err)
 }
 
+// Unwrap returns the cause, for errors.Is and errors.As.
 func (e *ReplayError) Unwrap() error { return e.Err }
 
 // VerifyError is returned by [Replay], and aborts the router started with
@@ -115,10 +123,12 @@ type VerifyError struct {
 	Err   error
 }
 
+// Error implements error.
 func (e *VerifyError) Error() string {
 	return fmt.Sprintf("outbox: the store of %q is not ready, nothing was replayed: %v", e.Topic, e.Err)
 }
 
+// Unwrap returns the cause, for errors.Is and errors.As.
 func (e *VerifyError) Unwrap() error { return e.Err }
 
 // AbandonedError is returned by the middleware when a handler failed for the
@@ -134,10 +144,12 @@ type AbandonedError struct {
 	Err      error
 }
 
+// Error implements error.
 func (e *AbandonedError) Error() string {
 	return fmt.Sprintf("outbox: record %d of %q abandoned after %d failed attempt(s): %v", e.ID, e.Topic, e.Attempts, e.Err)
 }
 
+// Unwrap returns the cause, for errors.Is and errors.As.
 func (e *AbandonedError) Unwrap() error { return e.Err }
 
 // IsAbandoned reports whether err is, or wraps, an [*AbandonedError].

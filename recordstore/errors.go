@@ -58,6 +58,7 @@ type ConsumerConflictError struct {
 	CompletedBy string
 }
 
+// Error implements error.
 func (e *ConsumerConflictError) Error() string {
 	return fmt.Sprintf("outbox: record %d was completed by consumer %q, not by %q", e.ID, e.CompletedBy, e.Consumer)
 }
@@ -73,6 +74,7 @@ type NotDueError struct {
 	Wait time.Duration
 }
 
+// Error implements error.
 func (e *NotDueError) Error() string {
 	return fmt.Sprintf("outbox: record %d is due again in %v", e.ID, e.Wait)
 }

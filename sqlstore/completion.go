@@ -10,6 +10,7 @@ const (
 	Delete
 )
 
+// String returns "mark" or "delete".
 func (c Completion) String() string {
 	switch c {
 	case Mark:

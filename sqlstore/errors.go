@@ -67,6 +67,7 @@ type TableError struct {
 	Err      error
 }
 
+// Error implements error.
 func (e *TableError) Error() string {
 	where := ""
 	switch {
@@ -84,4 +85,5 @@ func (e *TableError) Error() string {
 	return fmt.Sprintf("sqlstore: %s on table %q%s: %v", e.Op, e.Table, where, e.Err)
 }
 
+// Unwrap returns the cause, for errors.Is and errors.As.
 func (e *TableError) Unwrap() error { return e.Err }
