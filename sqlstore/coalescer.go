@@ -15,10 +15,18 @@ import (
 // maxInFlight batches run waits; when a batch finishes, the calls that
 // waited meanwhile (up to maxItems items) leave together as the next batch,
 // run by the first of them. So batches grow with the load and a quiet
-// store adds no latency.
+// store adds no latency. With fewCallers set, a few concurrent calls also
+// run alone rather than wait.
 type coalescer[T any] struct {
 	maxInFlight int
 	maxItems    int
+	// fewCallers, when above 0, also runs a call alone, beyond
+	// maxInFlight, while no call waits, fewer than fewCallers calls are
+	// running and the last batch had fewer than fewCallers calls: with a
+	// few callers, waiting for a statement in flight costs more than
+	// combining saves. A big batch means many callers, and calls combine
+	// again until the batches are small.
+	fewCallers int
 	// one runs a call alone.
 	one func(ctx context.Context, arg T) error
 	// many runs a batch of two calls or more and sets every call's err (and
@@ -27,7 +35,11 @@ type coalescer[T any] struct {
 
 	mu       sync.Mutex
 	inFlight int
-	queue    []*call[T]
+	// running is how many calls the statements in flight carry.
+	running int
+	// lastBatch is how many calls the last batch taken from the queue had.
+	lastBatch int
+	queue     []*call[T]
 	// observe, when set (by tests only), sees every change of state while
 	// the mutex is held; it must not block.
 	observe func(inFlight, queued int)
@@ -54,11 +66,12 @@ func newCoalescer[T any](maxInFlight, maxItems int, one func(context.Context, T)
 // the batch's real outcome, so that the error says whether the work was done.
 func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 	c.mu.Lock()
-	if c.inFlight < c.maxInFlight {
+	if c.inFlight < c.maxInFlight || (len(c.queue) == 0 && c.running < c.fewCallers && c.lastBatch < c.fewCallers) {
 		c.inFlight++
+		c.running++
 		c.changed()
 		c.mu.Unlock()
-		defer c.handOff()
+		defer c.handOff(1)
 		return c.one(ctx, arg)
 	}
 	cl := &call[T]{ctx: ctx, arg: arg, items: items, wake: make(chan struct{}, 1)}
@@ -75,7 +88,7 @@ func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 		<-cl.wake
 	}
 	if batch := cl.lead; batch != nil {
-		defer c.handOff()
+		defer c.handOff(len(batch))
 		c.runBatch(batch)
 	}
 	return cl.err
@@ -107,11 +120,15 @@ func (c *coalescer[T]) runBatch(batch []*call[T]) {
 	c.many(ctx, batch)
 }
 
-// handOff is called when a batch finished: the calls waiting now become the
-// next batch, which keeps the finished batch's slot.
-func (c *coalescer[T]) handOff() {
+// handOff is called when a statement carrying calls calls finished: the
+// calls waiting now become the next batch, which keeps the finished
+// statement's slot.
+func (c *coalescer[T]) handOff(calls int) {
 	c.mu.Lock()
-	if len(c.queue) == 0 {
+	c.running -= calls
+	// A slot beyond maxInFlight (a call of few that ran alone) is given
+	// up: the waiting calls leave with the last slot within it.
+	if len(c.queue) == 0 || c.inFlight > c.maxInFlight {
 		c.inFlight--
 		c.changed()
 		c.mu.Unlock()
@@ -124,6 +141,8 @@ func (c *coalescer[T]) handOff() {
 	}
 	batch := slices.Clone(c.queue[:n])
 	c.queue = slices.Delete(c.queue, 0, n)
+	c.running += n
+	c.lastBatch = n
 	c.changed()
 	c.mu.Unlock()
 	batch[0].lead = batch
