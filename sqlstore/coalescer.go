@@ -15,18 +15,10 @@ import (
 // maxInFlight batches run waits; when a batch finishes, the calls that
 // waited meanwhile (up to maxItems items) leave together as the next batch,
 // run by the first of them. So batches grow with the load and a quiet
-// store adds no latency. With fewCallers set, a few concurrent calls also
-// run alone rather than wait.
+// store adds no latency.
 type coalescer[T any] struct {
 	maxInFlight int
 	maxItems    int
-	// fewCallers, when above 0, also runs a call alone, beyond
-	// maxInFlight, while no call waits, fewer than fewCallers calls are
-	// running and the last batch had fewer than fewCallers calls: with a
-	// few callers, waiting for a statement in flight costs more than
-	// combining saves. A big batch means many callers, and calls combine
-	// again until the batches are small.
-	fewCallers int
 	// one runs a call alone.
 	one func(ctx context.Context, arg T) error
 	// many runs a batch of two calls or more and sets every call's err (and
@@ -35,11 +27,7 @@ type coalescer[T any] struct {
 
 	mu       sync.Mutex
 	inFlight int
-	// running is how many calls the statements in flight carry.
-	running int
-	// lastBatch is how many calls the last batch taken from the queue had.
-	lastBatch int
-	queue     []*call[T]
+	queue    []*call[T]
 	// observe, when set (by tests only), sees every change of state while
 	// the mutex is held; it must not block.
 	observe func(inFlight, queued int)
@@ -66,12 +54,11 @@ func newCoalescer[T any](maxInFlight, maxItems int, one func(context.Context, T)
 // the batch's real outcome, so that the error says whether the work was done.
 func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 	c.mu.Lock()
-	if c.inFlight < c.maxInFlight || (len(c.queue) == 0 && c.running < c.fewCallers && c.lastBatch < c.fewCallers) {
+	if c.inFlight < c.maxInFlight {
 		c.inFlight++
-		c.running++
 		c.changed()
 		c.mu.Unlock()
-		defer c.handOff(1)
+		defer c.handOff()
 		return c.one(ctx, arg)
 	}
 	cl := &call[T]{ctx: ctx, arg: arg, items: items, wake: make(chan struct{}, 1)}
@@ -88,7 +75,7 @@ func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 		<-cl.wake
 	}
 	if batch := cl.lead; batch != nil {
-		defer c.handOff(len(batch))
+		defer c.handOff()
 		c.runBatch(batch)
 	}
 	return cl.err
@@ -120,15 +107,11 @@ func (c *coalescer[T]) runBatch(batch []*call[T]) {
 	c.many(ctx, batch)
 }
 
-// handOff is called when a statement carrying calls calls finished: the
-// calls waiting now become the next batch, which keeps the finished
-// statement's slot.
-func (c *coalescer[T]) handOff(calls int) {
+// handOff is called when a batch finished: the calls waiting now become the
+// next batch, which keeps the finished batch's slot.
+func (c *coalescer[T]) handOff() {
 	c.mu.Lock()
-	c.running -= calls
-	// A slot beyond maxInFlight (a call of few that ran alone) is given
-	// up: the waiting calls leave with the last slot within it.
-	if len(c.queue) == 0 || c.inFlight > c.maxInFlight {
+	if len(c.queue) == 0 {
 		c.inFlight--
 		c.changed()
 		c.mu.Unlock()
@@ -141,8 +124,6 @@ func (c *coalescer[T]) handOff(calls int) {
 	}
 	batch := slices.Clone(c.queue[:n])
 	c.queue = slices.Delete(c.queue, 0, n)
-	c.running += n
-	c.lastBatch = n
 	c.changed()
 	c.mu.Unlock()
 	batch[0].lead = batch

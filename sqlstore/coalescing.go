@@ -56,18 +56,6 @@ type Coalescing struct {
 	// about the number of callers that usually publish at once, and batches
 	// form only beyond that. Defaults to 1.
 	MaxInFlight int
-	// InsertsAloneBelow lets an Insert call run at once, on its own
-	// connection, beyond MaxInFlight, while no call waits, fewer than this
-	// many calls are being inserted, and the last combined insert carried
-	// fewer than this many calls. With a few publishers, waiting for the
-	// insert in flight costs a disk flush, more than combining saves; with
-	// many, the combined inserts carry many calls and every insert waits
-	// and combines as before. Defaults to 4 on PostgreSQL (saturated, 4
-	// publishers: 1.13× the rate of always combining, 16 publishers: about
-	// the same; see docs/benchmarks.md) and off elsewhere: SQLite writes
-	// one statement at a time, and MySQL/MariaDB were not measured. A
-	// negative value turns it off.
-	InsertsAloneBelow int
 }
 
 func (c *Coalescing) setDefaults() {
@@ -86,9 +74,6 @@ func (c Coalescing) Validate() error {
 	}
 	if c.MaxInFlight < 1 {
 		return fmt.Errorf("%w: Coalescing.MaxInFlight %d must be positive", ErrInvalidConfig, c.MaxInFlight)
-	}
-	if c.InsertsAloneBelow > c.MaxBatch {
-		return fmt.Errorf("%w: Coalescing.InsertsAloneBelow %d is above MaxBatch %d", ErrInvalidConfig, c.InsertsAloneBelow, c.MaxBatch)
 	}
 	return nil
 }
