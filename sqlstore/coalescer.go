@@ -15,10 +15,18 @@ import (
 // maxInFlight batches run waits; when a batch finishes, the calls that
 // waited meanwhile (up to maxItems items) leave together as the next batch,
 // run by the first of them. So batches grow with the load and a quiet
-// store adds no latency.
+// store adds no latency. With fewCallers set, a few concurrent calls also
+// run alone rather than wait.
 type coalescer[T any] struct {
 	maxInFlight int
 	maxItems    int
+	// fewCallers, when above 0, also runs a call alone, beyond
+	// maxInFlight, while no call waits, fewer than fewCallers calls are
+	// running, and no call of this window of calls or the last one found
+	// more than fewCallers calls running, waiting or arriving: with a few
+	// callers, waiting for a statement in flight costs more than combining
+	// saves; with more, calls combine as without it.
+	fewCallers int
 	// one runs a call alone.
 	one func(ctx context.Context, arg T) error
 	// many runs a batch of two calls or more and sets every call's err (and
@@ -27,7 +35,13 @@ type coalescer[T any] struct {
 
 	mu       sync.Mutex
 	inFlight int
-	queue    []*call[T]
+	// running is how many calls the statements in flight carry.
+	running int
+	// windowCalls counts the calls of the current window; windowPeak is
+	// the most calls one of them found running, waiting or arriving (itself
+	// included), and lastPeak that of the previous window.
+	windowCalls, windowPeak, lastPeak int
+	queue                             []*call[T]
 	// observe, when set (by tests only), sees every change of state while
 	// the mutex is held; it must not block.
 	observe func(inFlight, queued int)
@@ -54,11 +68,15 @@ func newCoalescer[T any](maxInFlight, maxItems int, one func(context.Context, T)
 // the batch's real outcome, so that the error says whether the work was done.
 func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 	c.mu.Lock()
-	if c.inFlight < c.maxInFlight {
+	if c.fewCallers > 0 {
+		c.count()
+	}
+	if c.inFlight < c.maxInFlight || (len(c.queue) == 0 && c.running < c.fewCallers && max(c.windowPeak, c.lastPeak) <= c.fewCallers) {
 		c.inFlight++
+		c.running++
 		c.changed()
 		c.mu.Unlock()
-		defer c.handOff()
+		defer c.handOff(1)
 		return c.one(ctx, arg)
 	}
 	cl := &call[T]{ctx: ctx, arg: arg, items: items, wake: make(chan struct{}, 1)}
@@ -75,10 +93,21 @@ func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 		<-cl.wake
 	}
 	if batch := cl.lead; batch != nil {
-		defer c.handOff()
+		defer c.handOff(len(batch))
 		c.runBatch(batch)
 	}
 	return cl.err
+}
+
+// window is how many calls make one window of fewCallers' count.
+const window = 64
+
+// count records how many calls the arriving one finds, for fewCallers.
+func (c *coalescer[T]) count() {
+	c.windowPeak = max(c.windowPeak, c.running+len(c.queue)+1)
+	if c.windowCalls++; c.windowCalls == window {
+		c.lastPeak, c.windowPeak, c.windowCalls = c.windowPeak, 0, 0
+	}
 }
 
 // runBatch runs a batch on the goroutine of its first call and wakes the
@@ -107,11 +136,15 @@ func (c *coalescer[T]) runBatch(batch []*call[T]) {
 	c.many(ctx, batch)
 }
 
-// handOff is called when a batch finished: the calls waiting now become the
-// next batch, which keeps the finished batch's slot.
-func (c *coalescer[T]) handOff() {
+// handOff is called when a statement carrying calls calls finished: the
+// calls waiting now become the next batch, which keeps the finished
+// statement's slot.
+func (c *coalescer[T]) handOff(calls int) {
 	c.mu.Lock()
-	if len(c.queue) == 0 {
+	c.running -= calls
+	// A slot beyond maxInFlight (a call of few that ran alone) is given
+	// up: the waiting calls leave with the last slot within it.
+	if len(c.queue) == 0 || c.inFlight > c.maxInFlight {
 		c.inFlight--
 		c.changed()
 		c.mu.Unlock()
@@ -124,6 +157,7 @@ func (c *coalescer[T]) handOff() {
 	}
 	batch := slices.Clone(c.queue[:n])
 	c.queue = slices.Delete(c.queue, 0, n)
+	c.running += n
 	c.changed()
 	c.mu.Unlock()
 	batch[0].lead = batch

@@ -118,3 +118,35 @@ func TestCoalescerSurvivesAPanickingStatement(t *testing.T) {
 		t.Errorf("the store still works after the panic: %v", err)
 	}
 }
+
+// TestFewCallersForgetsAPeakAfterTwoWindows: a moment of many callers turns
+// inserts alone off for the rest of its window and the next one, then they
+// come back.
+func TestFewCallersForgetsAPeakAfterTwoWindows(t *testing.T) {
+	t.Parallel()
+	c := newCoalescer(1, 1000, func(context.Context, int) error { return nil }, func(context.Context, []*call[int]) {})
+	c.fewCallers = 4
+	few := func() bool { return max(c.windowPeak, c.lastPeak) <= c.fewCallers }
+	c.running = 9 // a burst: nine calls in flight
+	c.count()
+	c.running = 0
+	if few() {
+		t.Fatal("a call that found nine others did not turn it off")
+	}
+	for range window - 1 { // the rest of the burst's window
+		c.count()
+	}
+	if few() {
+		t.Fatal("the next window forgot the burst")
+	}
+	for range window - 1 {
+		c.count()
+	}
+	if few() {
+		t.Fatal("the window after the burst's ended early")
+	}
+	c.count()
+	if !few() {
+		t.Fatalf("two windows of one caller did not turn it back on (peaks %d, %d)", c.windowPeak, c.lastPeak)
+	}
+}

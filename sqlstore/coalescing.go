@@ -56,6 +56,18 @@ type Coalescing struct {
 	// about the number of callers that usually publish at once, and batches
 	// form only beyond that. Defaults to 1.
 	MaxInFlight int
+	// InsertsAloneBelow lets an Insert call run at once, on its own
+	// connection, beyond MaxInFlight, while no call waits, fewer than this
+	// many calls are being inserted, and none of the last 64 to 128 Insert
+	// calls found more than this many calls being inserted, waiting or
+	// arriving. With a few publishers, waiting for the insert in flight
+	// costs a disk flush, more than combining saves; with more, every
+	// insert waits and combines as before. Defaults to 4 on PostgreSQL (saturated, 4
+	// publishers: 1.13× the rate of always combining, 16 publishers: about
+	// the same; see docs/benchmarks.md) and off elsewhere: SQLite writes
+	// one statement at a time, and MySQL/MariaDB were not measured. A
+	// negative value turns it off.
+	InsertsAloneBelow int
 }
 
 func (c *Coalescing) setDefaults() {
@@ -74,6 +86,9 @@ func (c Coalescing) Validate() error {
 	}
 	if c.MaxInFlight < 1 {
 		return fmt.Errorf("%w: Coalescing.MaxInFlight %d must be positive", ErrInvalidConfig, c.MaxInFlight)
+	}
+	if c.InsertsAloneBelow > c.MaxBatch {
+		return fmt.Errorf("%w: Coalescing.InsertsAloneBelow %d is above MaxBatch %d", ErrInvalidConfig, c.InsertsAloneBelow, c.MaxBatch)
 	}
 	return nil
 }

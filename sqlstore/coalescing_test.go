@@ -27,8 +27,8 @@ type coalescing struct {
 }
 
 // oneInFlight makes batches form behind a single statement, which the tests
-// stall in the database.
-var oneInFlight = sqlstore.Coalescing{MaxInFlight: 1}
+// stall in the database: no insert runs alone beyond it.
+var oneInFlight = sqlstore.Coalescing{MaxInFlight: 1, InsertsAloneBelow: -1}
 
 func setupCoalescing(t *testing.T, b testenv.Backend, mode sqlstore.Completion, co sqlstore.Coalescing) *coalescing {
 	t.Helper()
@@ -211,7 +211,7 @@ func TestCoalescing(t *testing.T) {
 
 	t.Run("MaxBatchSplitsWaitingCalls", func(t *testing.T) {
 		t.Parallel()
-		c := setupCoalescing(t, testenv.Backends()[0], sqlstore.Mark, sqlstore.Coalescing{MaxBatch: 6, MaxInFlight: 1})
+		c := setupCoalescing(t, testenv.Backends()[0], sqlstore.Mark, sqlstore.Coalescing{MaxBatch: 6, MaxInFlight: 1, InsertsAloneBelow: -1})
 		require.NotNil(t, c.statements, "the first backend is PostgreSQL, whose statements are counted")
 		ctx := testCtx(t)
 		before := c.statements.Count("INSERT")
@@ -235,7 +235,7 @@ func TestCoalescing(t *testing.T) {
 	t.Run("SecondStatementRunsWhileFirstWaits", func(t *testing.T) {
 		t.Parallel()
 		testenv.ForEachBackend(t, func(t *testing.T, backend testenv.Backend) {
-			c := setupCoalescing(t, backend, sqlstore.Mark, sqlstore.Coalescing{MaxInFlight: 2})
+			c := setupCoalescing(t, backend, sqlstore.Mark, sqlstore.Coalescing{MaxInFlight: 2, InsertsAloneBelow: -1})
 			before := c.countStatements("INSERT")
 			s := stallInserts(t, c)
 			ctx := s.ctx
@@ -254,13 +254,89 @@ func TestCoalescing(t *testing.T) {
 		})
 	})
 
+	// A few publishers: an insert that finds another in flight goes at
+	// once, alone, instead of waiting for it, until InsertsAloneBelow
+	// calls are being inserted.
+	t.Run("FewCallersInsertAlone", func(t *testing.T) {
+		t.Parallel()
+		testenv.ForEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+			c := setupCoalescing(t, backend, sqlstore.Mark, sqlstore.Coalescing{MaxInFlight: 1, InsertsAloneBelow: 4})
+			before := c.countStatements("INSERT")
+			s := stallInserts(t, c)
+			ctx := s.ctx
+			var dones []<-chan error
+			for i := range 3 {
+				dones = append(dones, insertAsync(ctx, c.store, records(fmt.Sprintf("alone-%d", i))))
+				require.NoError(t, s.watch.Wait(ctx, 2+i, 0), "call %d runs alone beside the stalled one", i+2)
+			}
+			dones = append(dones, insertAsync(ctx, c.store, records("fifth")), insertAsync(ctx, c.store, records("sixth")))
+			require.NoError(t, s.watch.Wait(ctx, 4, 2), "with four calls being inserted, the fifth and sixth wait")
+			s.release()
+			for _, d := range append(dones, s.first) {
+				require.NoError(t, <-d)
+			}
+			require.NoError(t, s.watch.Wait(ctx, 0, 0))
+			assert.Len(t, c.rowIDs(t), 6)
+			if c.statements != nil {
+				assert.Equal(t, 5, c.countStatements("INSERT")-before, "four alone, then the two that waited together")
+			}
+			// The slots beyond MaxInFlight are given up as their inserts
+			// return; the waiting calls leave with the last one, so that
+			// combined inserts never run more than MaxInFlight at once.
+			history := s.watch.History()
+			for i := 1; i < len(history); i++ {
+				if history[i-1][1] == 2 && history[i][1] == 0 {
+					assert.Equal(t, [2]int{1, 0}, history[i], "the waiting calls left with the last slot: %v", history)
+				}
+			}
+		})
+	})
+
+	// Many publishers: once a call found more than InsertsAloneBelow calls
+	// being inserted, waiting or arriving, an insert that finds another in
+	// flight waits and combines, even while few calls are being inserted.
+	t.Run("AfterManyCallersInsertsCombineAgain", func(t *testing.T) {
+		t.Parallel()
+		testenv.ForEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+			c := setupCoalescing(t, backend, sqlstore.Mark, sqlstore.Coalescing{MaxInFlight: 1, InsertsAloneBelow: 2})
+			s := stallInserts(t, c)
+			ctx := s.ctx
+			second := insertAsync(ctx, c.store, records("alone"))
+			require.NoError(t, s.watch.Wait(ctx, 2, 0), "the second call runs alone")
+			waiting := []<-chan error{insertAsync(ctx, c.store, records("w1")), insertAsync(ctx, c.store, records("w2"))}
+			require.NoError(t, s.watch.Wait(ctx, 2, 2))
+			s.release()
+			for _, d := range append(waiting, s.first, second) {
+				require.NoError(t, <-d)
+			}
+			require.NoError(t, s.watch.Wait(ctx, 0, 0), "the extra slot was given up, the last one took the two waiting calls")
+
+			// The third call found three calls: the next call that finds
+			// an insert in flight waits for it.
+			s2 := stallInserts(t, c)
+			late := insertAsync(ctx, c.store, records("late"))
+			require.NoError(t, s2.watch.Wait(ctx, 1, 1), "it waits, although only one call is being inserted")
+			s2.release()
+			require.NoError(t, <-s2.first)
+			require.NoError(t, <-late)
+			var rows int
+			require.NoError(t, c.db.GetContext(ctx, &rows, "SELECT COUNT(*) FROM "+c.store.Table()))
+			assert.Equal(t, 6, rows)
+		})
+	})
+
 	t.Run("Defaults", func(t *testing.T) {
 		t.Parallel()
-		for _, d := range []sqlstore.Dialect{sqlstore.Postgres(), sqlstore.SQLite()} {
+		for d, alone := range map[sqlstore.Dialect]int{sqlstore.Postgres(): 4, sqlstore.SQLite(): 0, sqlstore.MySQL(): 0} {
 			s, err := sqlstore.New(sqlstore.Config{Dialect: d})
 			require.NoError(t, err)
-			assert.Equal(t, sqlstore.Coalescing{MaxBatch: 1000, MaxInFlight: 1}, s.Coalescing(), d.Name())
+			assert.Equal(t, sqlstore.Coalescing{MaxBatch: 1000, MaxInFlight: 1, InsertsAloneBelow: alone}, s.Coalescing(), d.Name())
 		}
+		s, err := sqlstore.New(sqlstore.Config{Dialect: sqlstore.Postgres(), Coalescing: sqlstore.Coalescing{InsertsAloneBelow: -1}})
+		require.NoError(t, err)
+		assert.Equal(t, -1, s.Coalescing().InsertsAloneBelow, "a negative value turns it off")
+		_, err = sqlstore.New(sqlstore.Config{Dialect: sqlstore.Postgres(), Coalescing: sqlstore.Coalescing{MaxBatch: 10, InsertsAloneBelow: 11}})
+		assert.ErrorIs(t, err, sqlstore.ErrInvalidConfig)
 	})
 
 	t.Run("RefusedRecordFailsOnlyItsOwnCall", func(t *testing.T) {

@@ -55,6 +55,9 @@ type Dialect interface {
 	// query use the named index of that table; "" where the planner needs
 	// no such hint.
 	forceIndex(index string) string
+	// insertsAloneBelow is Coalescing.InsertsAloneBelow's default; 0 is
+	// off.
+	insertsAloneBelow() int
 	// purgeTxOptions are the options of the purge's transaction; nil for
 	// the defaults.
 	purgeTxOptions() *sql.TxOptions

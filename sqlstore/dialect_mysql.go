@@ -468,3 +468,6 @@ func (mysql) recordError(err error) bool {
 	}
 	return false
 }
+
+// insertsAloneBelow: off until measured on MySQL/MariaDB.
+func (mysql) insertsAloneBelow() int { return 0 }

@@ -188,3 +188,6 @@ func (postgres) lockRows(skipLocked bool) string {
 func (postgres) ageMicros(ts string) string {
 	return "CAST(EXTRACT(EPOCH FROM (now() - " + ts + ")) * 1000000 AS BIGINT)"
 }
+
+// insertsAloneBelow: measured on PostgreSQL, see Coalescing.InsertsAloneBelow.
+func (postgres) insertsAloneBelow() int { return 4 }

@@ -185,3 +185,7 @@ func (sqlite) lockRows(bool) string { return "" }
 func (sqlite) ageMicros(ts string) string {
 	return "CAST((julianday('now') - julianday(" + ts + ")) * 86400000000 AS INTEGER)"
 }
+
+// insertsAloneBelow: SQLite writes one statement at a time, so an insert
+// alone would only wait for the lock instead of for the batch.
+func (sqlite) insertsAloneBelow() int { return 0 }

@@ -12,6 +12,7 @@ type QueueWatch struct {
 	inFlight int
 	queued   int
 	changed  chan struct{}
+	history  [][2]int
 }
 
 func watch[T any](c *coalescer[T]) *QueueWatch {
@@ -20,6 +21,7 @@ func watch[T any](c *coalescer[T]) *QueueWatch {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		w.inFlight, w.queued = inFlight, queued
+		w.history = append(w.history, [2]int{inFlight, queued})
 		close(w.changed)
 		w.changed = make(chan struct{})
 	}
@@ -33,6 +35,14 @@ func WatchInserts(s *Store) *QueueWatch { return watch(s.inserts) }
 // WatchCompletes follows the store's completion coalescer; call it before the
 // store is used.
 func WatchCompletes(s *Store) *QueueWatch { return watch(s.completes) }
+
+// History is every state the coalescer went through, as (in flight,
+// queued).
+func (w *QueueWatch) History() [][2]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([][2]int(nil), w.history...)
+}
 
 // Wait returns once inFlight statements run and queued calls wait.
 func (w *QueueWatch) Wait(ctx context.Context, inFlight, queued int) error {

@@ -70,6 +70,9 @@ func (c *Config) setDefaults() {
 		c.Table = DefaultTable
 	}
 	c.Coalescing.setDefaults()
+	if c.Coalescing.InsertsAloneBelow == 0 && c.Dialect != nil {
+		c.Coalescing.InsertsAloneBelow = c.Dialect.insertsAloneBelow()
+	}
 }
 
 // Validate reports a configuration error, if any.
@@ -147,6 +150,7 @@ func New(cfg Config) (*Store, error) {
 	s.coalescing = co
 	if !co.DisableInsert {
 		s.inserts = newCoalescer(co.MaxInFlight, co.MaxBatch, s.insertNow, s.insertBatch)
+		s.inserts.fewCallers = max(0, co.InsertsAloneBelow)
 	}
 	if !co.DisableCheck && cfg.Lease == 0 && s.q.stateMany != "" {
 		s.checks = newCoalescer(co.MaxInFlight, co.MaxBatch, s.checkNow, s.checkBatch)

@@ -225,6 +225,7 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 	project := fmt.Sprintf("project, defaults (MaxInFlight %d)", def)
 	hand := "hand loop (INSERT … RETURNING; SELECT by id, UPDATE)"
 	inserts := "project, inserts one by one (Coalescing.DisableInsert)"
+	combined := "project, inserts always combined (Coalescing.InsertsAloneBelow -1)"
 	fwdName := func(poll time.Duration) string {
 		return fmt.Sprintf("forwarder (watermill-sql, tx per publish), %s poll", pollText(poll))
 	}
@@ -256,6 +257,15 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 				}
 				return timedEndToEnd(ctx, pl, l)
 			},
+			func() (result, error) {
+				co := o.coalesced()
+				co.InsertsAloneBelow = -1
+				pl, err := trackedPipeline(ctx, d, p, co)
+				if err != nil {
+					return result{}, err
+				}
+				return timedEndToEnd(ctx, pl, l)
+			},
 		}
 		if d.hasForwarder() {
 			for _, poll := range forwarderPolls {
@@ -278,13 +288,15 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 		rep.add(group, project, p, rs[0], "msg/s")
 		rep.add(group, hand, p, rs[1], "msg/s")
 		rep.add(group, inserts, p, rs[2], "msg/s")
+		rep.add(group, combined, p, rs[3], "msg/s")
 		for i, poll := range forwarderPolls {
 			if d.hasForwarder() {
-				rep.add(group, fwdName(poll), p, rs[3+i], "msg/s")
-				rep.compare(fmt.Sprintf("saturated at %d: project / forwarder, %s poll", p, pollText(poll)), rs[0], rs[3+i])
+				rep.add(group, fwdName(poll), p, rs[4+i], "msg/s")
+				rep.compare(fmt.Sprintf("saturated at %d: project / forwarder, %s poll", p, pollText(poll)), rs[0], rs[4+i])
 			}
 		}
 		rep.compare(fmt.Sprintf("saturated at %d: inserts one by one / defaults", p), rs[2], rs[0])
+		rep.compare(fmt.Sprintf("saturated at %d: defaults / inserts always combined", p), rs[0], rs[3])
 		if !d.hasForwarder() {
 			rep.compareNotApplicable(fmt.Sprintf("saturated at %d: project / forwarder", p), noForwarder)
 		}
