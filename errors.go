@@ -12,6 +12,12 @@ var (
 	// message completed the record first. It is the store's sentinel.
 	ErrNotPending = recordstore.ErrNotPending
 
+	// ErrAlreadyHandled is returned by [InboxTx] when the consumer has
+	// already handled the message (another copy, or an operation with the
+	// same business key): the handler must ack and do nothing. It is the
+	// inbox's sentinel.
+	ErrAlreadyHandled = recordstore.ErrAlreadyHandled
+
 	// ErrNotSupported is wrapped when a store lacks an optional operation a
 	// call needs, such as InsertTx for [TxPublisher] or CompleteTx for
 	// [CompleteTx].

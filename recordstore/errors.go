@@ -30,6 +30,17 @@ var (
 	// was saved before the consumer was declared).
 	ErrNoDelivery = errors.New("outbox: the record has no delivery for this consumer")
 
+	// ErrMessageMismatch is wrapped by CheckPending and Complete when the
+	// record with the delivery's id and topic was saved for another
+	// message ([Delivery.UUID]): the delivered message is not the
+	// record's, and nothing is changed.
+	ErrMessageMismatch = errors.New("outbox: the message is not the record's")
+
+	// ErrAlreadyHandled is returned by an [Inbox] when the consumer has
+	// already handled the entry's message, or an operation with its
+	// business key.
+	ErrAlreadyHandled = errors.New("outbox: message already handled by this consumer")
+
 	// ErrCompletedByOther is wrapped by [*ConsumerConflictError].
 	ErrCompletedByOther = errors.New("outbox: record completed by another consumer")
 

@@ -43,6 +43,13 @@ type Delivery struct {
 	// lease records it with its claim, so that only this delivery releases
 	// the claim ([Releaser]).
 	Lease string
+	// UUID is the delivered message's UUID. When it is set, CheckPending
+	// and Complete act only on a record saved with this UUID, and report
+	// an error wrapping [ErrMessageMismatch] for a record of the id that
+	// was saved with another, so that a message naming another message's
+	// record is never handled in its place. Empty means "not checked"
+	// (operators' tools, which name a record by its id alone).
+	UUID string
 }
 
 // Store keeps the records of tracked messages. The sqlstore package provides
