@@ -38,8 +38,13 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 	}
 	consumer := message.HandlerNameFromCtx(ctx)
 	t := m.reg.lookup(topic)
-	if t == nil || name != topic {
-		m.notOwned(msg, topic, consumer, "the message's topic is not tracked here, or its record is another topic's")
+	if t == nil {
+		// Another service's tracked message (or a record of a topic this
+		// service does not track): its receiver side.
+		return nil, foreign, nil
+	}
+	if name != topic {
+		m.notOwned(msg, topic, consumer, "the message's record is another topic's")
 		return nil, untracked, nil
 	}
 	id, perr := parseID(idText)
@@ -52,7 +57,13 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 		return nil, refuse, &FetchError{Topic: topic, ID: id, Err: fmt.Errorf("reading the table identity: %w", err)}
 	}
 	if msg.Metadata[MetadataStore] != identity {
-		m.notOwned(msg, topic, consumer, "the record lives in another table")
+		// Another service tracks a topic of the same name in its own
+		// table: its receiver side.
+		return nil, foreign, nil
+	}
+	if t.completedBy == OnSend {
+		// Complete since it was sent: nothing for a receiver to check.
+		m.notOwned(msg, topic, consumer, "the topic completes on send")
 		return nil, untracked, nil
 	}
 	if err := perr; err != nil {

@@ -97,6 +97,24 @@ func (e *FetchError) Error() string {
 // Unwrap returns the cause, for errors.Is and errors.As.
 func (e *FetchError) Unwrap() error { return e.Err }
 
+// ConfirmError is returned by the middleware (a nack) when the
+// confirmation of another service's message could not be published: the
+// handler ran, and the next copy of the message confirms again.
+type ConfirmError struct {
+	Topic    string
+	ID       int64
+	Consumer string
+	Err      error
+}
+
+// Error implements error.
+func (e *ConfirmError) Error() string {
+	return fmt.Sprintf("outbox: confirming record %d of %q for consumer %q failed, message nacked: %v", e.ID, e.Topic, e.Consumer, e.Err)
+}
+
+// Unwrap returns the cause, for errors.Is and errors.As.
+func (e *ConfirmError) Unwrap() error { return e.Err }
+
 // ReplayError is returned by [Replay] and aborts the router started with
 // [ReplayPlugin] when a pending record could not be read or sent. For a send
 // failure ID is the first record of the batch that failed; for a read failure

@@ -18,12 +18,16 @@ const (
 	// MetadataStore holds the identity of the table the record lives in
 	// ([Store.Identity]), so that a receiver acts only on its own records.
 	MetadataStore = "outbox_store"
+	// MetadataConfirmTo holds the topic a receiver in another service
+	// confirms its delivery to, in messages of a topic with remote
+	// consumers ([Tracked.RemoteConsumers]).
+	MetadataConfirmTo = "outbox_confirm_to"
 )
 
 // outboxKeys are the metadata keys the outbox stamps. A message published
 // again (after a failed send, or forwarded by a handler) is saved without
 // them, so that its new record carries no stale id.
-var outboxKeys = [...]string{MetadataID, MetadataTopic, MetadataStore}
+var outboxKeys = [...]string{MetadataID, MetadataTopic, MetadataStore, MetadataConfirmTo}
 
 // hasOutboxKeys reports whether md carries any outbox key.
 func hasOutboxKeys(md map[string]string) bool {

@@ -141,3 +141,11 @@ func (m multiObserver) UnknownRecord(name, consumer string) {
 		o.UnknownRecord(name, consumer)
 	}
 }
+
+func (m multiObserver) ConfirmationRejected(topic, consumer string) {
+	for _, o := range m {
+		if c, ok := o.(ConfirmationObserver); ok {
+			c.ConfirmationRejected(topic, consumer)
+		}
+	}
+}

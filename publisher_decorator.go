@@ -86,8 +86,8 @@ func (p *publisher) saveAndSend(t *tracked, msgs []*message.Message) error {
 	if err := t.store.Insert(ctx, records); err != nil {
 		return &InsertError{Topic: t.name, Count: len(msgs), Err: err}
 	}
-	stamp(t.name, identity, msgs, records)
-	return sendRecorded(p.pub, p.reg, t.name, msgs, records)
+	stamp(t, identity, msgs, records)
+	return sendRecorded(p.pub, p.reg, t, msgs, records)
 }
 
 // recordsOf builds the records of a tracked publish. A message that already
@@ -99,7 +99,7 @@ func recordsOf(t *tracked, msgs []*message.Message) ([]recordstore.Record, error
 	}
 	records := make([]recordstore.Record, len(msgs))
 	for i, msg := range msgs {
-		records[i] = recordstore.Record{Topic: t.name, UUID: msg.UUID, Payload: msg.Payload, Metadata: withoutOutboxKeys(msg.Metadata), Consumers: t.consumers}
+		records[i] = recordstore.Record{Topic: t.name, UUID: msg.UUID, Payload: msg.Payload, Metadata: withoutOutboxKeys(msg.Metadata), Consumers: t.deliveries}
 	}
 	return records, nil
 }
@@ -115,30 +115,42 @@ func nilMessage(t *tracked, msgs []*message.Message) error {
 	return nil
 }
 
-// stamp puts the record ids, the tracked name and the table's identity into
-// the messages.
-func stamp(topic, identity string, msgs []*message.Message, records []recordstore.Record) {
+// stamp puts the record ids, the tracked topic, the table's identity and,
+// for a topic with remote consumers, the confirmation topic into the
+// messages.
+func stamp(t *tracked, identity string, msgs []*message.Message, records []recordstore.Record) {
 	for i, msg := range msgs {
 		if msg.Metadata == nil {
-			msg.Metadata = make(message.Metadata, 3)
+			msg.Metadata = make(message.Metadata, 4)
 		}
-		msg.Metadata.Set(MetadataID, strconv.FormatInt(records[i].ID, 10))
-		msg.Metadata.Set(MetadataTopic, topic)
-		msg.Metadata.Set(MetadataStore, identity)
+		stampKeys(msg.Metadata, t, identity, records[i].ID)
+	}
+}
+
+func stampKeys(md message.Metadata, t *tracked, identity string, id int64) {
+	md[MetadataID] = strconv.FormatInt(id, 10)
+	md[MetadataTopic] = t.name
+	md[MetadataStore] = identity
+	if t.confirmTo != "" {
+		md[MetadataConfirmTo] = t.confirmTo
 	}
 }
 
 // sendRecorded sends messages whose records are saved; a failure leaves the
-// records pending and names them.
-func sendRecorded(pub message.Publisher, reg *Registry, topic string, msgs []*message.Message, records []recordstore.Record) error {
-	if err := pub.Publish(topic, msgs...); err != nil {
+// records pending and names them. On a topic that completes on send, the
+// records are completed once the send succeeded.
+func sendRecorded(pub message.Publisher, reg *Registry, t *tracked, msgs []*message.Message, records []recordstore.Record) error {
+	if err := pub.Publish(t.name, msgs...); err != nil {
 		ids := make([]int64, len(records))
 		for i := range records {
 			ids[i] = records[i].ID
 		}
-		return &SendError{Topic: topic, IDs: ids, Err: err}
+		return &SendError{Topic: t.name, IDs: ids, Err: err}
 	}
-	reg.observer().Published(topic, len(msgs))
+	reg.observer().Published(t.name, len(msgs))
+	if t.completedBy == OnSend {
+		completeSent(publishContext(msgs), reg, t, records)
+	}
 	return nil
 }
 

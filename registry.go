@@ -1,11 +1,14 @@
 package outbox
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/wmoutbox/outbox/recordstore"
 )
@@ -31,6 +34,62 @@ type Tracked struct {
 	// handler receiving such a topic is detected and logged, and runs
 	// untracked. Defaults to none.
 	Consumers []string
+	// RemoteConsumers are the names of the Watermill handlers that receive
+	// this topic in other services, with databases of their own: they
+	// cannot see this store, so each confirms its delivery over the broker
+	// (the receiving service's middleware publishes a confirmation to
+	// ConfirmTopic once its handler has succeeded), and this service
+	// completes the delivery with [AddConfirmationHandler]. The record is
+	// complete once every consumer, local and remote, has completed it, and
+	// it is resent until then. A topic with remote consumers declares its
+	// local receivers in Consumers too. Names are unique across Consumers
+	// and RemoteConsumers. Defaults to none.
+	RemoteConsumers []string
+	// ConfirmTopic is the topic the remote consumers publish their
+	// confirmations to; it is stamped into each message
+	// ([MetadataConfirmTo]). It must not be a tracked topic. Used only with
+	// RemoteConsumers. Defaults to [DefaultConfirmTopic].
+	ConfirmTopic string
+	// CompletedBy says who completes the records of the topic. Defaults to
+	// [ByReceivers].
+	CompletedBy CompletedBy
+}
+
+// DefaultConfirmTopic is the topic remote consumers confirm to when
+// [Tracked.ConfirmTopic] is empty.
+const DefaultConfirmTopic = "outbox_confirmations"
+
+// CompletedBy says who completes the records of a tracked topic.
+type CompletedBy int
+
+const (
+	// ByReceivers: each receiver completes its own delivery once its
+	// handler has succeeded: the one receiver, or each declared consumer
+	// ([Tracked.Consumers]) through the shared store, and each remote
+	// consumer ([Tracked.RemoteConsumers]) by a confirmation over the
+	// broker. A record stays pending, and is resent, until every receiver
+	// has completed it. The default.
+	ByReceivers CompletedBy = iota
+	// OnSend: the record is complete as soon as the wrapped publisher
+	// returns nil for it, as in the classic outbox; for receivers that do
+	// not run this plugin (another language, a third party). A failed send
+	// leaves the record pending, and it is resent. The guarantee becomes
+	// "handed to the broker at least once": what happens after the broker
+	// accepted the message (a receiver that fails, a queue that drops it)
+	// is no longer the outbox's to see. Receivers in this service handle
+	// its messages untracked. It takes no Consumers or RemoteConsumers.
+	OnSend
+)
+
+// String returns "by receivers" or "on send".
+func (c CompletedBy) String() string {
+	switch c {
+	case ByReceivers:
+		return "by receivers"
+	case OnSend:
+		return "on send"
+	}
+	return fmt.Sprintf("CompletedBy(%d)", int(c))
 }
 
 // tracked is the registry's entry for one tracked name.
@@ -38,6 +97,13 @@ type tracked struct {
 	name      string
 	store     recordstore.Store
 	consumers []string
+	// remote are the remote consumers, deliveries all consumers (local
+	// first), saved with each record; confirmTo is the confirmation topic,
+	// "" without remote consumers.
+	remote      []string
+	deliveries  []string
+	confirmTo   string
+	completedBy CompletedBy
 	// first is the first handler that received the name, to detect a
 	// second handler of a name without declared consumers; conflicts logs
 	// each conflict once.
@@ -46,6 +112,8 @@ type tracked struct {
 	// subscriptions counts the router subscriptions to the name seen by
 	// [ReplayPlugin].
 	subscriptions atomic.Int32
+	// subscribed is set when a router's handler subscribes to the topic.
+	subscribed atomic.Bool
 }
 
 func (t *tracked) declares(consumer string) bool { return slices.Contains(t.consumers, consumer) }
@@ -58,6 +126,9 @@ type Registry struct {
 	names   []string
 	obs     atomic.Pointer[observerBox]
 	trc     atomic.Pointer[tracerBox]
+	// log is the first logger given to the registry's middleware or
+	// replay, for the paths that take none (the publisher).
+	log     atomic.Pointer[loggerBox]
 	offOnce sync.Once
 }
 
@@ -112,15 +183,40 @@ func buildEntries(list []Tracked) (map[string]*tracked, error) {
 		if _, dup := byName[t.Topic]; dup {
 			return nil, fmt.Errorf("%w: tracked topic %q registered twice", ErrInvalidConfig, t.Topic)
 		}
-		for j, c := range t.Consumers {
+		all := slices.Concat(t.Consumers, t.RemoteConsumers)
+		for j, c := range all {
 			if c == "" {
 				return nil, fmt.Errorf("%w: consumer #%d of tracked topic %q is empty", ErrInvalidConfig, j, t.Topic)
 			}
-			if slices.Index(t.Consumers, c) != j {
-				return nil, fmt.Errorf("%w: consumer %q of tracked topic %q listed twice", ErrInvalidConfig, c, t.Topic)
+			if slices.Index(all, c) != j {
+				return nil, fmt.Errorf("%w: consumer %q of tracked topic %q listed twice (Consumers and RemoteConsumers share one list of names)", ErrInvalidConfig, c, t.Topic)
 			}
 		}
-		byName[t.Topic] = &tracked{name: t.Topic, store: t.Store, consumers: slices.Clone(t.Consumers)}
+		e := &tracked{name: t.Topic, store: t.Store, consumers: slices.Clone(t.Consumers), completedBy: t.CompletedBy}
+		switch t.CompletedBy {
+		case ByReceivers:
+		case OnSend:
+			if len(all) > 0 {
+				return nil, fmt.Errorf("%w: tracked topic %q completes on send and so takes no Consumers or RemoteConsumers", ErrInvalidConfig, t.Topic)
+			}
+		default:
+			return nil, fmt.Errorf("%w: tracked topic %q has an unknown CompletedBy %d", ErrInvalidConfig, t.Topic, int(t.CompletedBy))
+		}
+		if len(t.RemoteConsumers) > 0 {
+			e.remote = slices.Clone(t.RemoteConsumers)
+			e.confirmTo = cmp.Or(t.ConfirmTopic, DefaultConfirmTopic)
+		} else if t.ConfirmTopic != "" {
+			return nil, fmt.Errorf("%w: tracked topic %q has a ConfirmTopic but no RemoteConsumers", ErrInvalidConfig, t.Topic)
+		}
+		if len(all) > 0 {
+			e.deliveries = all
+		}
+		byName[t.Topic] = e
+	}
+	for _, e := range byName {
+		if e.confirmTo != "" && byName[e.confirmTo] != nil {
+			return nil, fmt.Errorf("%w: the confirmation topic %q of tracked topic %q is itself tracked", ErrInvalidConfig, e.confirmTo, e.name)
+		}
 	}
 	return byName, nil
 }
@@ -148,6 +244,33 @@ func (r *Registry) Consumers(name string) []string {
 		return slices.Clone(t.consumers)
 	}
 	return nil
+}
+
+// RemoteConsumers returns the declared remote consumers of a tracked topic;
+// nil when it declares none or is not tracked.
+func (r *Registry) RemoteConsumers(topic string) []string {
+	if t := r.byName[topic]; t != nil {
+		return slices.Clone(t.remote)
+	}
+	return nil
+}
+
+type loggerBox struct{ l watermill.LoggerAdapter }
+
+// useLogger keeps logger for the paths that are given none, unless one is
+// kept already.
+func (r *Registry) useLogger(logger watermill.LoggerAdapter) {
+	if logger != nil {
+		r.log.CompareAndSwap(nil, &loggerBox{l: logger})
+	}
+}
+
+// logger returns the kept logger, or one that discards.
+func (r *Registry) logger() watermill.LoggerAdapter {
+	if b := r.log.Load(); b != nil {
+		return b.l
+	}
+	return watermill.NopLogger{}
 }
 
 // lookup returns the entry of a tracked topic, or nil.

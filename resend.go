@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"fmt"
-	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -78,7 +77,7 @@ func (s *resender) send(ctx context.Context, t *tracked, identity string, recs [
 	msgCtx := context.WithoutCancel(ctx)
 	msgs := make([]*message.Message, len(recs))
 	for i, rec := range recs {
-		msgs[i] = replayMessage(msgCtx, t.name, identity, rec)
+		msgs[i] = replayMessage(msgCtx, t, identity, rec)
 	}
 	var end func(error)
 	if tr := s.reg.tracer(); tr != nil {
@@ -90,17 +89,18 @@ func (s *resender) send(ctx context.Context, t *tracked, identity string, recs [
 		return &ReplayError{Topic: t.name, ID: recs[0].ID, Err: fmt.Errorf("sending records %d..%d: %w", recs[0].ID, recs[len(recs)-1].ID, err)}
 	}
 	s.reg.observer().Replayed(t.name, len(recs))
+	if t.completedBy == OnSend {
+		completeSent(msgCtx, s.reg, t, recs)
+	}
 	return nil
 }
 
-func replayMessage(ctx context.Context, name, identity string, rec recordstore.Record) *message.Message {
-	md := make(message.Metadata, len(rec.Metadata)+3)
+func replayMessage(ctx context.Context, t *tracked, identity string, rec recordstore.Record) *message.Message {
+	md := make(message.Metadata, len(rec.Metadata)+4)
 	for k, v := range rec.Metadata {
 		md[k] = v
 	}
-	md[MetadataID] = strconv.FormatInt(rec.ID, 10)
-	md[MetadataTopic] = name
-	md[MetadataStore] = identity
+	stampKeys(md, t, identity, rec.ID)
 	msg := message.NewMessage(rec.UUID, rec.Payload)
 	msg.Metadata = md
 	msg.SetContext(ctx)

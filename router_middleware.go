@@ -4,11 +4,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // MiddlewareConfig configures [NewMiddleware].
@@ -50,6 +53,33 @@ type MiddlewareConfig struct {
 	// returns; for example to publish the message somewhere else. Defaults
 	// to nil.
 	OnAbandon func(msg *message.Message, err *AbandonedError)
+
+	// Inbox, when set, deduplicates the tracked messages of other services
+	// (messages whose records live in another service's table) per
+	// consumer: a copy that the consumer has already handled is
+	// acknowledged without running the handler, and a handled one is
+	// recorded once its handler has succeeded (or dropped it), or in the
+	// handler's own transaction with [InboxTx]. The sqlstore package's
+	// NewInbox and the outboxtest package's NewInbox provide one. Defaults
+	// to nil: other services' messages run the handler on every copy.
+	Inbox recordstore.Inbox
+	// BusinessKey, when set with Inbox, names the operation a message of
+	// another service asks for (an order number, say): a message with
+	// another UUID and the same non-empty key is a duplicate for the
+	// consumer. Defaults to nil: only copies of one message are
+	// duplicates.
+	BusinessKey func(msg *message.Message) string
+	// Confirmations is the publisher that confirms the deliveries of other
+	// services' messages that ask for it ([MetadataConfirmTo]: their topic
+	// declares this handler in [Tracked.RemoteConsumers]): once the
+	// handler has succeeded, or dropped the message, the middleware
+	// publishes a confirmation to the topic the message names, and the
+	// sending service completes the delivery. If that publish fails the
+	// message is nacked, and the next copy confirms again. Use the
+	// service's plain publisher, not one decorated by the outbox. Defaults
+	// to nil: a message that asks for a confirmation is handled, and the
+	// missing publisher is logged as an error once.
+	Confirmations message.Publisher
 }
 
 func (c *MiddlewareConfig) setDefaults() {
@@ -152,6 +182,9 @@ func NewMiddleware(reg *Registry, cfg MiddlewareConfig, logger watermill.LoggerA
 		logger = watermill.NopLogger{}
 	}
 	reg.reportDisabled(logger)
+	if cfg.Confirmations != nil {
+		cfg.Confirmations = undecorated(cfg.Confirmations)
+	}
 	m := &middleware{reg: reg, cfg: cfg, logger: logger, leasePrefix: newLeasePrefix()}
 	return m.wrap, nil
 }
@@ -164,6 +197,9 @@ type middleware struct {
 	// across processes.
 	leasePrefix string
 	leaseSeq    atomic.Uint64
+	// unconfirmed logs, once per consumer, a message that asks for a
+	// confirmation this middleware cannot publish.
+	unconfirmed sync.Map
 }
 
 func newLeasePrefix() string {
@@ -193,6 +229,7 @@ const (
 	untracked                // not this service's, or not this consumer's: run, touch no table
 	skip                     // already completed by this consumer: ack without running
 	refuse                   // the check failed: nack without running
+	foreign                  // another service's tracked message: its receiver side (inbox, confirmation)
 )
 
 func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, idText string) ([]*message.Message, error) {
@@ -204,6 +241,8 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 		return nil, nil
 	case refuse:
 		return nil, err
+	case foreign:
+		return m.receive(h, msg)
 	}
 	return m.settle(h, msg, a)
 }

@@ -283,6 +283,7 @@ func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger
 			go r.afterRunning(router)
 		} else {
 			gate = &subscribeGate{expected: expected, replay: func(ctx context.Context) error {
+				r.reportUncompleted(router)
 				_, err := r.run(ctx)
 				return err
 			}}
@@ -299,6 +300,7 @@ func (r *replayer) afterRunning(router *message.Router) {
 	if router.IsClosed() {
 		return
 	}
+	r.reportUncompleted(router)
 	if _, err := r.run(context.Background()); err != nil {
 		if cerr := router.Close(); cerr != nil {
 			r.logger.Error("Closing router after failed replay", cerr, nil)
@@ -377,7 +379,11 @@ func (r *replayer) stampSent(ctx context.Context, name string, store recordstore
 // handler subscribes, so the names are logged at each one's first message.
 func (r *replayer) countSubscription(topic string) {
 	t := r.reg.lookup(topic)
-	if t == nil || len(t.consumers) > 0 {
+	if t == nil {
+		return
+	}
+	t.subscribed.Store(true)
+	if len(t.consumers) > 0 {
 		return
 	}
 	if n := t.subscriptions.Add(1); n == 2 {
@@ -408,6 +414,33 @@ func (r *replayer) replayClaimed(ctx context.Context, t *tracked, claimer record
 		}
 		if len(recs) < r.cfg.PageSize {
 			return sent, nil
+		}
+	}
+}
+
+// reportUncompleted logs, at start, each tracked topic whose records
+// nothing will complete as the registry and the router are set up: no
+// handler of the router receives it and it declares no receiver elsewhere,
+// or its remote consumers' confirmations have no handler.
+func (r *replayer) reportUncompleted(router *message.Router) {
+	handlers := router.Handlers()
+	for _, t := range r.reg.entries() {
+		if t.completedBy != ByReceivers {
+			continue
+		}
+		if len(t.deliveries) == 0 && !t.subscribed.Load() {
+			r.logger.Error("Nothing will complete the records of a tracked topic", fmt.Errorf(
+				"%w: no handler of this router receives tracked topic %q, and it declares no receivers elsewhere: its records stay pending and are resent for ever. "+
+					"Declare who completes them: Tracked.Consumers for handlers in services that share this store, "+
+					"Tracked.RemoteConsumers for handlers in services with a database of their own (they confirm over the broker), "+
+					"or CompletedBy: outbox.OnSend for receivers that do not run the outbox", ErrInvalidConfig, t.name),
+				watermill.LogFields{"topic": t.name})
+		}
+		if t.confirmTo != "" && handlers[ConfirmationHandlerName+":"+t.confirmTo] == nil {
+			r.logger.Error("The remote consumers' confirmations of a tracked topic are not consumed", fmt.Errorf(
+				"%w: tracked topic %q declares remote consumers %q, but this router has no handler of their confirmations on %q: its records stay pending. "+
+					"Add outbox.AddConfirmationHandler(router, reg, subscriber, logger)", ErrInvalidConfig, t.name, t.remote, t.confirmTo),
+				watermill.LogFields{"topic": t.name, "confirm_topic": t.confirmTo})
 		}
 	}
 }

@@ -24,6 +24,7 @@ func trackingEnabled() bool {
 // toggle tracks nothing: a program that checks for "0 pending" would
 // otherwise pass without any record ever being written.
 func (r *Registry) reportDisabled(logger watermill.LoggerAdapter) {
+	r.useLogger(logger)
 	if r.enabled {
 		return
 	}

@@ -101,8 +101,8 @@ func (p *TxPublisher) save(ctx context.Context, tx Tx, t *tracked, inserter reco
 	if err := inserter.InsertTx(ctx, tx, records); err != nil {
 		return nil, &InsertError{Topic: topic, Count: len(msgs), Err: err}
 	}
-	stamp(topic, identity, msgs, records)
-	return func() error { return sendRecorded(p.pub, p.reg, topic, msgs, records) }, nil
+	stamp(t, identity, msgs, records)
+	return func() error { return sendRecorded(p.pub, p.reg, t, msgs, records) }, nil
 }
 
 // Wrap returns tx wrapped so that [PublishingTx.Publish] saves records in

@@ -1,0 +1,175 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/outbox/recordstore"
+)
+
+// ConfirmationHandlerName is the prefix of the handler names that
+// [AddConfirmationHandler] adds, one per confirmation topic:
+// "outbox_confirmations:<topic>".
+const ConfirmationHandlerName = "outbox_confirmations"
+
+// ConfirmationObserver is implemented by an [Observer] that also counts
+// confirmations, found by type assertion: the outboxmetrics package's
+// collector does.
+type ConfirmationObserver interface {
+	// ConfirmationRejected counts confirmations that completed nothing
+	// because they match no delivery of this service: malformed, of
+	// another table, of an undeclared remote consumer, or naming another
+	// message than the record's.
+	ConfirmationRejected(topic, consumer string)
+}
+
+// ConfirmationHandlerConfig configures [NewConfirmationHandler].
+type ConfirmationHandlerConfig struct {
+	// Timeout bounds the database work of one confirmation; when it runs
+	// out the confirmation is nacked and comes back. Defaults to 10
+	// seconds.
+	Timeout time.Duration
+}
+
+func (c *ConfirmationHandlerConfig) setDefaults() {
+	if c.Timeout == 0 {
+		c.Timeout = 10 * time.Second
+	}
+}
+
+// Validate reports a configuration error, if any.
+func (c ConfirmationHandlerConfig) Validate() error {
+	if c.Timeout < 0 {
+		return fmt.Errorf("%w: Timeout %v is negative", ErrInvalidConfig, c.Timeout)
+	}
+	return nil
+}
+
+// NewConfirmationHandler returns the handler that completes the deliveries
+// of remote consumers ([Tracked.RemoteConsumers]) from their confirmations.
+// A confirmation completes a delivery only when its table identity, topic,
+// record id, message UUID and consumer all match a pending delivery of a
+// declared remote consumer; anything else (malformed, another table, an
+// undeclared consumer, another message's UUID, a forged or replayed
+// confirmation) completes nothing, is counted ([ConfirmationObserver]) and
+// logged, and is acknowledged. A confirmation of a delivery already
+// complete is a duplicate and is acknowledged. A database error nacks it,
+// so that it comes back.
+//
+// [AddConfirmationHandler] adds it to a router; use this one to add it
+// yourself (with the subscriber's own middleware, say).
+func NewConfirmationHandler(reg *Registry, cfg ConfirmationHandlerConfig, logger watermill.LoggerAdapter) (message.NoPublishHandlerFunc, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
+	}
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	c := &confirmer{reg: reg, cfg: cfg, logger: logger}
+	return c.handle, nil
+}
+
+// AddConfirmationHandler adds to router the handler of [NewConfirmationHandler]
+// for each distinct confirmation topic of reg ([Tracked.ConfirmTopic]),
+// subscribed through sub, named [ConfirmationHandlerName]+":"+topic. It adds
+// nothing when no tracked topic has remote consumers, or tracking is off.
+func AddConfirmationHandler(router *message.Router, reg *Registry, sub message.Subscriber, logger watermill.LoggerAdapter) error {
+	if router == nil || sub == nil {
+		return fmt.Errorf("%w: router and subscriber are required", ErrInvalidConfig)
+	}
+	h, err := NewConfirmationHandler(reg, ConfirmationHandlerConfig{}, logger)
+	if err != nil {
+		return err
+	}
+	for _, topic := range reg.confirmTopics() {
+		router.AddConsumerHandler(ConfirmationHandlerName+":"+topic, topic, sub, h)
+	}
+	return nil
+}
+
+// confirmTopics returns each confirmation topic once, sorted.
+func (r *Registry) confirmTopics() []string {
+	var out []string
+	for _, t := range r.entries() {
+		if t.confirmTo != "" && !slices.Contains(out, t.confirmTo) {
+			out = append(out, t.confirmTo)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+type confirmer struct {
+	reg    *Registry
+	cfg    ConfirmationHandlerConfig
+	logger watermill.LoggerAdapter
+}
+
+func (c *confirmer) handle(msg *message.Message) error {
+	conf, err := parseConfirmation(msg.Payload)
+	if err != nil {
+		c.reject(msg, conf, err.Error())
+		return nil
+	}
+	t := c.reg.lookup(conf.Topic)
+	if t == nil || !slices.Contains(t.remote, conf.Consumer) {
+		c.reject(msg, conf, "no tracked topic here declares this remote consumer")
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(msg.Context(), c.cfg.Timeout)
+	defer cancel()
+	identity, err := t.store.Identity(ctx)
+	if err != nil {
+		return fmt.Errorf("outbox: reading the table identity of %q for a confirmation: %w", t.name, err)
+	}
+	if conf.Store != identity {
+		c.reject(msg, conf, "the confirmation names another table")
+		return nil
+	}
+	// The check matches the record's topic and UUID, which never change,
+	// and tells a duplicate from a confirmation that matches nothing; the
+	// completion then acts on the delivery it checked.
+	d := recordstore.Delivery{ID: conf.ID, Topic: t.name, Consumer: conf.Consumer, UUID: conf.UUID}
+	err = t.store.CheckPending(ctx, d)
+	if err == nil || errors.Is(err, recordstore.ErrNotDue) {
+		err = t.store.Complete(ctx, d)
+	}
+	fields := c.fields(msg, conf)
+	switch {
+	case err == nil:
+		c.reg.observer().Handled(t.name, conf.Consumer)
+		c.logger.Trace("Remote consumer confirmed its delivery", fields)
+		return nil
+	case errors.Is(err, recordstore.ErrNotPending):
+		c.reg.observer().DuplicateSkipped(t.name, conf.Consumer)
+		c.logger.Debug("Confirmation of a delivery already complete", fields)
+		return nil
+	case errors.Is(err, recordstore.ErrMessageMismatch), errors.Is(err, recordstore.ErrUnknownRecord), errors.Is(err, recordstore.ErrNoDelivery):
+		c.reject(msg, conf, err.Error())
+		return nil
+	}
+	return fmt.Errorf("outbox: completing record %d of %q for remote consumer %q: %w", d.ID, d.Topic, d.Consumer, err)
+}
+
+func (c *confirmer) fields(msg *message.Message, conf confirmation) watermill.LogFields {
+	return watermill.LogFields{"confirmation_uuid": msg.UUID, "topic": truncate(conf.Topic, 128), "outbox_id": conf.ID,
+		"message_uuid": truncate(conf.UUID, 128), "consumer": truncate(conf.Consumer, 128)}
+}
+
+// reject counts and logs a confirmation that completes nothing.
+func (c *confirmer) reject(msg *message.Message, conf confirmation, why string) {
+	if o, ok := c.reg.observer().(ConfirmationObserver); ok {
+		o.ConfirmationRejected(conf.Topic, conf.Consumer)
+	}
+	warn(c.logger, "Confirmation matches no pending delivery of this service; it completes nothing", c.fields(msg, conf).Add(watermill.LogFields{"reason": truncate(why, 256)}))
+}

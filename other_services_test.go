@@ -1,0 +1,354 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// peer is one service with a database of its own (its own record table, so
+// its own table identity), its router and its handlers, on a broker that
+// the services share.
+type peer struct {
+	name   string
+	store  *sqlstore.Store
+	reg    *outbox.Registry
+	router *message.Router
+	pub    message.Publisher // tracked
+	logger *testenv.CaptureLogger
+	obs    *confirmTally
+	runErr chan error
+
+	mu   sync.Mutex
+	runs map[string]map[string]int // handler -> message UUID -> runs
+	// each is signalled after every run of a handler.
+	each chan struct{}
+}
+
+// confirmTally counts what the observer hears, with the confirmations it
+// rejected.
+type confirmTally struct {
+	*tally
+	rejected atomic.Int64
+	handled  chan struct{}
+}
+
+func (c *confirmTally) Handled(topic, consumer string) {
+	c.tally.Handled(topic, consumer)
+	select {
+	case c.handled <- struct{}{}:
+	default:
+	}
+}
+
+func (c *confirmTally) ConfirmationRejected(string, string) { c.rejected.Add(1) }
+
+func newPeer(t *testing.T, b testenv.Backend, name string, broker *gochannel.GoChannel, tracked []outbox.Tracked, cfg outbox.MiddlewareConfig) *peer {
+	t.Helper()
+	p := &peer{name: name, logger: &testenv.CaptureLogger{}, runs: map[string]map[string]int{}, each: make(chan struct{}, 1),
+		obs: &confirmTally{tally: newTally(), handled: make(chan struct{}, 1)}, runErr: make(chan error, 1)}
+	db := b.Open(t)
+	p.store = testenv.NewStore(t, b, db, sqlstore.Mark)
+	for i := range tracked {
+		tracked[i].Store = p.store
+	}
+	var err error
+	p.reg, err = outbox.NewRegistry(tracked...)
+	require.NoError(t, err)
+	p.reg.SetObserver(p.obs)
+	p.router, err = message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	require.NoError(t, err)
+	if cfg.Backoff == (outbox.Backoff{}) {
+		cfg.Backoff = redeliverAtOnce
+	}
+	mw, err := outbox.NewMiddleware(p.reg, cfg, p.logger)
+	require.NoError(t, err)
+	p.router.AddMiddleware(mw)
+	p.router.AddPlugin(outbox.ReplayPlugin(p.reg, broker, outbox.ReplayConfig{}, p.logger))
+	require.NoError(t, outbox.AddConfirmationHandler(p.router, p.reg, broker, p.logger))
+	p.pub, err = outbox.NewPublisher(broker, p.reg)
+	require.NoError(t, err)
+	return p
+}
+
+// handle adds a handler named consumer on topic that runs fn.
+func (p *peer) handle(consumer, topic string, sub message.Subscriber, fn func(*message.Message) error) {
+	p.router.AddNoPublisherHandler(consumer, topic, sub, func(msg *message.Message) error {
+		p.mu.Lock()
+		if p.runs[consumer] == nil {
+			p.runs[consumer] = map[string]int{}
+		}
+		p.runs[consumer][msg.UUID]++
+		p.mu.Unlock()
+		defer func() {
+			select {
+			case p.each <- struct{}{}:
+			default:
+			}
+		}()
+		if fn != nil {
+			return fn(msg)
+		}
+		return nil
+	})
+}
+
+func (p *peer) start(t *testing.T) {
+	t.Helper()
+	go func() { p.runErr <- p.router.Run(context.Background()) }()
+	<-p.router.Running()
+	t.Cleanup(func() { _ = p.router.Close() })
+}
+
+func (p *peer) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, p.router.Close())
+	require.NoError(t, <-p.runErr)
+}
+
+func (p *peer) ran(consumer string) map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range p.runs[consumer] {
+		out[k] = v
+	}
+	return out
+}
+
+// waitRan waits until the consumer ran for each of uuids.
+func (p *peer) waitRan(t *testing.T, ctx context.Context, consumer string, uuids []string) {
+	t.Helper()
+	for {
+		got := p.ran(consumer)
+		missing := 0
+		for _, u := range uuids {
+			if got[u] == 0 {
+				missing++
+			}
+		}
+		if missing == 0 {
+			return
+		}
+		select {
+		case <-p.each:
+		case <-ctx.Done():
+			t.Fatalf("%s/%s ran for %d of %d messages", p.name, consumer, len(uuids)-missing, len(uuids))
+		}
+	}
+}
+
+// waitDrained waits until the topic has no pending record in the peer's
+// store; each completion signals.
+func (p *peer) waitDrained(t *testing.T, ctx context.Context, topic string) {
+	t.Helper()
+	for {
+		recs, err := p.store.PendingAfter(ctx, topic, 0, 1000)
+		require.NoError(t, err)
+		if len(recs) == 0 {
+			return
+		}
+		select {
+		case <-p.obs.handled:
+		case <-ctx.Done():
+			t.Fatalf("%s: %d records of %q still pending", p.name, len(recs), topic)
+		}
+	}
+}
+
+func publishN(t *testing.T, pub message.Publisher, topic, prefix string, n int) []string {
+	t.Helper()
+	uuids := make([]string, n)
+	for i := range uuids {
+		uuids[i] = fmt.Sprintf("%s-%03d", prefix, i)
+		require.NoError(t, pub.Publish(topic, message.NewMessage(uuids[i], []byte(`{"n":`+fmt.Sprint(i)+`}`))))
+	}
+	return uuids
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestReceiversInOtherServices: service A, with a database of its own,
+// publishes a tracked topic that services B and C, each with a database of
+// its own, receive. A declares them as its remote consumers; they confirm
+// over the broker (one GoChannel), and A's table drains.
+func TestReceiversInOtherServices(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b testenv.Backend) {
+		t.Run("ConfirmationsDrainThePublishersTable", func(t *testing.T) {
+			broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+			t.Cleanup(func() { _ = broker.Close() })
+			ctx := testCtx(t)
+			a := newPeer(t, b, "A", broker, []outbox.Tracked{{Topic: "orders", RemoteConsumers: []string{"billing", "shipping"}}}, outbox.MiddlewareConfig{})
+			bb := newPeer(t, b, "B", broker, nil, outbox.MiddlewareConfig{Confirmations: broker})
+			bb.handle("billing", "orders", broker, nil)
+			c := newPeer(t, b, "C", broker, nil, outbox.MiddlewareConfig{Confirmations: broker})
+			c.handle("shipping", "orders", broker, nil)
+			for _, p := range []*peer{a, bb, c} {
+				p.start(t)
+			}
+
+			uuids := publishN(t, a.pub, "orders", "order", 10)
+			bb.waitRan(t, ctx, "billing", uuids)
+			c.waitRan(t, ctx, "shipping", uuids)
+			a.waitDrained(t, ctx, "orders")
+
+			assert.Equal(t, 20, a.obs.get("handled"), "one completion per record and remote consumer")
+			assert.Zero(t, a.obs.rejected.Load())
+			assert.Empty(t, a.logger.Entries("error"))
+			for _, p := range []*peer{a, bb, c} {
+				p.stop(t)
+			}
+		})
+
+		t.Run("WithoutConfirmationsTheTableDoesNotDrainAndTheStartSaysWhy", func(t *testing.T) {
+			// Topology: A tracks a topic that no handler of its router
+			// receives and that declares no receiver elsewhere.
+			broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+			t.Cleanup(func() { _ = broker.Close() })
+			a := newPeer(t, b, "A", broker, []outbox.Tracked{{Topic: "orders"}}, outbox.MiddlewareConfig{})
+			a.handle("audit", "audit_log", broker, nil)
+			a.start(t)
+			entries := a.logger.Entries("error")
+			require.Len(t, entries, 1)
+			assert.Contains(t, entries[0].Err.Error(), `no handler of this router receives tracked topic "orders"`)
+			assert.Contains(t, entries[0].Err.Error(), "RemoteConsumers")
+			a.stop(t)
+		})
+
+		t.Run("RemoteConsumersWithoutAConfirmationHandlerAreReportedAtStart", func(t *testing.T) {
+			broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+			t.Cleanup(func() { _ = broker.Close() })
+			logger := &testenv.CaptureLogger{}
+			store := testenv.NewStore(t, b, b.Open(t), sqlstore.Mark)
+			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store, RemoteConsumers: []string{"billing"}})
+			require.NoError(t, err)
+			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+			require.NoError(t, err)
+			router.AddPlugin(outbox.ReplayPlugin(reg, broker, outbox.ReplayConfig{}, logger))
+			router.AddNoPublisherHandler("audit", "audit_log", broker, func(*message.Message) error { return nil })
+			runErr := make(chan error, 1)
+			go func() { runErr <- router.Run(context.Background()) }()
+			<-router.Running()
+			require.NoError(t, router.Close())
+			require.NoError(t, <-runErr)
+			entries := logger.Entries("error")
+			require.Len(t, entries, 1)
+			assert.Contains(t, entries[0].Err.Error(), "AddConfirmationHandler")
+		})
+	})
+}
+
+// TestCompletedOnSend: a topic for receivers that do not run the outbox
+// completes its records when the wrapped publisher accepts them; a failed
+// send stays pending and the next replay sends and completes it.
+func TestCompletedOnSend(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b testenv.Backend) {
+		ctx := testCtx(t)
+		store := testenv.NewStore(t, b, b.Open(t), sqlstore.Mark)
+		reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "events", Store: store, CompletedBy: outbox.OnSend})
+		require.NoError(t, err)
+		broker := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 100}, watermill.NopLogger{})
+		t.Cleanup(func() { _ = broker.Close() })
+		received, err := broker.Subscribe(ctx, "events")
+		require.NoError(t, err)
+		refusing := &switchPublisher{Publisher: broker}
+		pub, err := outbox.NewPublisher(refusing, reg)
+		require.NoError(t, err)
+
+		msgs := make([]*message.Message, 5)
+		for i := range msgs {
+			msgs[i] = message.NewMessage(fmt.Sprintf("event-%d", i), []byte("{}"))
+		}
+		require.NoError(t, pub.Publish("events", msgs...))
+		pending, err := store.PendingAfter(ctx, "events", 0, 100)
+		require.NoError(t, err)
+		assert.Empty(t, pending, "every record complete once the send succeeded")
+
+		refusing.refuse.Store(true)
+		var sendErr *outbox.SendError
+		require.ErrorAs(t, pub.Publish("events", message.NewMessage("event-lost", []byte("{}"))), &sendErr)
+		pending, err = store.PendingAfter(ctx, "events", 0, 100)
+		require.NoError(t, err)
+		require.Len(t, pending, 1, "a failed send stays pending")
+
+		res, err := outbox.Replay(ctx, reg, broker, outbox.ReplayConfig{}, nil)
+		require.NoError(t, err)
+		assert.Equal(t, 1, res.Total())
+		pending, err = store.PendingAfter(ctx, "events", 0, 100)
+		require.NoError(t, err)
+		assert.Empty(t, pending, "the replay's send completed it")
+
+		var got []string
+		for len(got) < 6 {
+			select {
+			case m := <-received:
+				got = append(got, m.UUID)
+				m.Ack()
+			case <-ctx.Done():
+				t.Fatalf("received %v", got)
+			}
+		}
+		assert.ElementsMatch(t, []string{"event-0", "event-1", "event-2", "event-3", "event-4", "event-lost"}, got)
+	})
+}
+
+// TestRemoteConsumerConfig: the registry refuses remote consumer set-ups
+// that cannot work.
+func TestRemoteConsumerConfig(t *testing.T) {
+	t.Parallel()
+	store := testenv.NewStore(t, testenv.Backends()[1], testenv.SQLite(t), sqlstore.Mark)
+	for name, tracked := range map[string][]outbox.Tracked{
+		"NameInBothLists":       {{Topic: "orders", Store: store, Consumers: []string{"a"}, RemoteConsumers: []string{"a"}}},
+		"OnSendWithConsumers":   {{Topic: "orders", Store: store, CompletedBy: outbox.OnSend, Consumers: []string{"a"}}},
+		"OnSendWithRemote":      {{Topic: "orders", Store: store, CompletedBy: outbox.OnSend, RemoteConsumers: []string{"a"}}},
+		"ConfirmTopicWithout":   {{Topic: "orders", Store: store, ConfirmTopic: "c"}},
+		"ConfirmTopicIsTracked": {{Topic: "orders", Store: store, RemoteConsumers: []string{"a"}, ConfirmTopic: "refunds"}, {Topic: "refunds", Store: store}},
+		"UnknownCompletedBy":    {{Topic: "orders", Store: store, CompletedBy: 7}},
+		"EmptyRemoteConsumer":   {{Topic: "orders", Store: store, RemoteConsumers: []string{""}}},
+		"RemoteConsumerTwice":   {{Topic: "orders", Store: store, RemoteConsumers: []string{"a", "a"}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := outbox.NewRegistry(tracked...)
+			assert.ErrorIs(t, err, outbox.ErrInvalidConfig)
+		})
+	}
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store, Consumers: []string{"ship"}, RemoteConsumers: []string{"billing"}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"billing"}, reg.RemoteConsumers("orders"))
+	assert.Equal(t, []string{"ship"}, reg.Consumers("orders"))
+}
+
+// switchPublisher refuses every publish while refuse is set.
+type switchPublisher struct {
+	message.Publisher
+	refuse atomic.Bool
+}
+
+var errRefused = errors.New("broker refuses")
+
+func (p *switchPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if p.refuse.Load() {
+		return errRefused
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}

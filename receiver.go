@@ -1,0 +1,202 @@
+package outbox
+
+// The receiver side: what the middleware does with another service's
+// tracked message (its record lives in a table this service cannot see).
+// It deduplicates it in the consumer's inbox, when the service keeps one,
+// and confirms the delivery to the sender, when the message asks.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/outbox/recordstore"
+)
+
+// receipt is what the middleware puts into the context of another service's
+// message while its handler runs, for [InboxTx].
+type receipt struct {
+	inbox  recordstore.Inbox
+	entry  recordstore.InboxEntry
+	marked atomic.Bool
+}
+
+type receiptKey struct{}
+
+// receive handles another service's tracked message for this consumer.
+func (m *middleware) receive(h message.HandlerFunc, msg *message.Message) ([]*message.Message, error) {
+	ctx := msg.Context()
+	consumer := message.HandlerNameFromCtx(ctx)
+	topic := message.SubscribeTopicFromCtx(ctx)
+	if topic == "" {
+		topic = msg.Metadata[MetadataTopic]
+	}
+	c, confirm := m.confirmationOf(msg, topic, consumer)
+	if (m.cfg.Inbox == nil || consumer == "") && !confirm {
+		m.reg.observer().NotOwned(topic, consumer)
+		return h(msg)
+	}
+	fields := watermill.LogFields{"message_uuid": msg.UUID, "topic": topic, "consumer": consumer,
+		"outbox_store": truncate(msg.Metadata[MetadataStore], 128), "outbox_id": truncate(msg.Metadata[MetadataID], 64)}
+	var r *receipt
+	if m.cfg.Inbox != nil && consumer != "" {
+		e := recordstore.InboxEntry{Consumer: consumer, MessageUUID: msg.UUID, Source: msg.Metadata[MetadataStore], RecordID: c.ID}
+		if m.cfg.BusinessKey != nil {
+			e.BusinessKey = m.cfg.BusinessKey(msg)
+		}
+		checkCtx, cancel := context.WithTimeout(ctx, m.cfg.FetchTimeout)
+		handled, err := m.cfg.Inbox.Handled(checkCtx, e)
+		cancel()
+		if err != nil {
+			return nil, &FetchError{Topic: topic, ID: c.ID, Err: fmt.Errorf("reading the inbox: %w", err)}
+		}
+		if handled {
+			m.logger.Debug("Message already handled by this consumer (inbox), acking copy without handling", fields)
+			m.reg.observer().DuplicateSkipped(topic, consumer)
+			if confirm {
+				return nil, m.confirm(ctx, c, fields)
+			}
+			return nil, nil
+		}
+		r = &receipt{inbox: m.cfg.Inbox, entry: e}
+		msg.SetContext(context.WithValue(ctx, receiptKey{}, r))
+	}
+	m.reg.observer().NotOwned(topic, consumer)
+	produced, herr := h(msg)
+	msg.SetContext(ctx)
+	if herr != nil && !IsDrop(herr) {
+		return produced, herr
+	}
+	if herr != nil {
+		produced = nil
+	}
+	if len(produced) > 0 {
+		// As for a record of this service's: the router publishes what
+		// the handler produced after this returns and nacks if that
+		// fails, so the inbox and the sender learn of the handling only
+		// once the router acks.
+		go m.receivedOnAck(ctx, msg, r, c, confirm, fields)
+		return produced, nil
+	}
+	m.markReceived(ctx, r, fields)
+	if confirm {
+		return nil, m.confirm(ctx, c, fields)
+	}
+	return nil, nil
+}
+
+// confirmationOf is the confirmation the message asks for, if it asks
+// for one and this middleware can publish it.
+func (m *middleware) confirmationOf(msg *message.Message, topic, consumer string) (confirmation, bool) {
+	c := confirmation{Store: msg.Metadata[MetadataStore], Topic: msg.Metadata[MetadataTopic], UUID: msg.UUID, Consumer: consumer}
+	c.ID, _ = parseID(msg.Metadata[MetadataID])
+	to := msg.Metadata[MetadataConfirmTo]
+	if to == "" || consumer == "" {
+		return c, false
+	}
+	if m.cfg.Confirmations == nil {
+		if _, done := m.unconfirmed.LoadOrStore(consumer, struct{}{}); !done {
+			m.logger.Error("Another service's message asks for a confirmation, but MiddlewareConfig.Confirmations is not set; "+
+				"its sender will resend it until this consumer confirms", errors.New("outbox: no confirmation publisher"),
+				watermill.LogFields{"topic": topic, "consumer": consumer, "confirm_to": truncate(to, 128)})
+		}
+		return c, false
+	}
+	if c.ID == 0 || c.Store == "" || c.Topic == "" || c.UUID == "" {
+		m.logger.Error("Another service's message asks for a confirmation but does not name its record; handling it unconfirmed",
+			fmt.Errorf("%w: %s %q", ErrInvalidMetadata, MetadataID, truncate(msg.Metadata[MetadataID], 64)),
+			watermill.LogFields{"topic": topic, "consumer": consumer, "message_uuid": msg.UUID})
+		return c, false
+	}
+	c.to = to
+	return c, true
+}
+
+// confirm publishes the confirmation; its failure nacks the message, so
+// that the next copy confirms again.
+func (m *middleware) confirm(ctx context.Context, c confirmation, fields watermill.LogFields) error {
+	out := message.NewMessage(watermill.NewUUID(), c.marshal())
+	out.SetContext(ctx)
+	if err := m.cfg.Confirmations.Publish(c.to, out); err != nil {
+		m.logger.Error("Publishing the confirmation failed; nacking so that the next copy confirms again", err, fields)
+		return &ConfirmError{Topic: c.Topic, ID: c.ID, Consumer: c.Consumer, Err: err}
+	}
+	return nil
+}
+
+// receivedOnAck records and confirms a handled message once the router has
+// published what its handler produced.
+func (m *middleware) receivedOnAck(ctx context.Context, msg *message.Message, r *receipt, c confirmation, confirm bool, fields watermill.LogFields) {
+	select {
+	case <-msg.Acked():
+		m.markReceived(ctx, r, fields)
+		if confirm {
+			// The message is acked already: a failed confirmation is
+			// logged by confirm, and the sender's resend brings a copy
+			// that confirms again.
+			_ = m.confirm(ctx, c, fields)
+		}
+	case <-msg.Nacked():
+	}
+}
+
+// markReceived records the handled message in the inbox, unless the
+// handler did in its transaction. A failure is logged: the handler's
+// outcome stands, and a later copy may run the handler again.
+func (m *middleware) markReceived(ctx context.Context, r *receipt, fields watermill.LogFields) {
+	if r == nil || r.marked.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
+	defer cancel()
+	err := r.inbox.MarkHandled(ctx, r.entry)
+	switch {
+	case err == nil:
+	case errors.Is(err, recordstore.ErrAlreadyHandled):
+		m.logger.Debug("Another copy was recorded in the inbox first", fields)
+	default:
+		m.logger.Error("Recording the message in the inbox failed; a later copy may run the handler again", err, fields)
+	}
+}
+
+// InboxTx records msg, another service's message being handled, in the
+// consumer's inbox inside the handler's own transaction tx, for handlers
+// whose business data lives in the inbox's database: the business writes
+// and the inbox entry commit together, and the middleware then records
+// nothing itself, so the effect happens once in this database. Call it
+// first in the transaction:
+//
+//	tx, _ := db.BeginTx(ctx, nil)
+//	defer tx.Rollback()
+//	switch err := outbox.InboxTx(ctx, tx, msg); {
+//	case errors.Is(err, outbox.ErrAlreadyHandled):
+//		return nil, nil // another copy did it: ack, do nothing
+//	case err != nil:
+//		return nil, err
+//	}
+//	// ... business writes through tx ...
+//	return nil, tx.Commit()
+//
+// A second copy handled at the same moment waits for tx; when tx commits it
+// gets [ErrAlreadyHandled], and when tx rolls back it records the message
+// itself. The confirmation to the sender, if the message asks for one, is
+// published after the handler returns, as without InboxTx.
+//
+// It returns nil, doing nothing, for a message the middleware does not keep
+// in an inbox (no [MiddlewareConfig.Inbox], a message of this service's own
+// table, or tracking off in a test binary).
+func InboxTx(ctx context.Context, tx Tx, msg *message.Message) error {
+	r, ok := msg.Context().Value(receiptKey{}).(*receipt)
+	if !ok {
+		return nil
+	}
+	if err := r.inbox.MarkHandledTx(ctx, tx, r.entry); err != nil {
+		return err
+	}
+	r.marked.Store(true)
+	return nil
+}
