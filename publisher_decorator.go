@@ -22,6 +22,13 @@ import (
 // message UUID, payload and other metadata are not changed.
 //
 // The inserts use each message's context.
+//
+// The messages a router handler of a tracked message returns (published by
+// the router through [PublisherDecorator]) are saved keyed by that delivery
+// and their position: when the handler runs again after a failed publish,
+// Publish saves nothing new and sends the records saved by the first run,
+// with their UUID, payload and metadata, and a failed Publish counts as a
+// failed attempt of the delivery (see [NewMiddleware]).
 func NewPublisher(pub message.Publisher, reg *Registry) (message.Publisher, error) {
 	if pub == nil {
 		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
@@ -73,7 +80,18 @@ func (p *publisher) publishTracked(t *tracked, msgs []*message.Message) error {
 	return err
 }
 
+// saveAndSend saves and sends a tracked publish. When it fails for messages
+// a tracked delivery's handler produced, it counts the failure against that
+// delivery before the router sees the error and nacks.
 func (p *publisher) saveAndSend(t *tracked, msgs []*message.Message) error {
+	err := p.save(t, msgs)
+	if err != nil {
+		producedFailed(msgs, err)
+	}
+	return err
+}
+
+func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 	records, err := recordsOf(t, msgs)
 	if err != nil {
 		return err
@@ -92,7 +110,8 @@ func (p *publisher) saveAndSend(t *tracked, msgs []*message.Message) error {
 
 // recordsOf builds the records of a tracked publish. A message that already
 // carries outbox keys (published again after a failed send, or forwarded)
-// is saved without them.
+// is saved without them. A message the handler of a tracked delivery
+// produced is keyed by that delivery and its position ([produced.origin]).
 func recordsOf(t *tracked, msgs []*message.Message) ([]recordstore.Record, error) {
 	if err := nilMessage(t, msgs); err != nil {
 		return nil, err
@@ -100,6 +119,9 @@ func recordsOf(t *tracked, msgs []*message.Message) ([]recordstore.Record, error
 	records := make([]recordstore.Record, len(msgs))
 	for i, msg := range msgs {
 		records[i] = recordstore.Record{Topic: t.name, UUID: msg.UUID, Payload: msg.Payload, Metadata: withoutOutboxKeys(msg.Metadata), Consumers: t.deliveries}
+		if pr := producedBy(msg); pr != nil {
+			records[i].Origin = pr.origin(t.name)
+		}
 	}
 	return records, nil
 }
@@ -117,9 +139,14 @@ func nilMessage(t *tracked, msgs []*message.Message) error {
 
 // stamp puts the record ids, the tracked topic, the table's identity and,
 // for a topic with remote consumers, the confirmation topic into the
-// messages.
+// messages. A keyed message first becomes its saved record (UUID, payload,
+// metadata), which is the first run's when this is a rerun, so that
+// receivers take the copy for the record it is.
 func stamp(t *tracked, identity string, msgs []*message.Message, records []recordstore.Record) {
 	for i, msg := range msgs {
+		if r := &records[i]; r.Origin != "" {
+			msg.UUID, msg.Payload, msg.Metadata = r.UUID, r.Payload, r.Metadata
+		}
 		if msg.Metadata == nil {
 			msg.Metadata = make(message.Metadata, 4)
 		}

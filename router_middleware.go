@@ -50,8 +50,11 @@ type MiddlewareConfig struct {
 	Backoff Backoff
 	// OnAbandon, when set, is called with the message and the
 	// [*AbandonedError] after a record is abandoned, before the middleware
-	// returns; for example to publish the message somewhere else. Defaults
-	// to nil.
+	// returns; for example to publish the message somewhere else. When the
+	// last attempt failed publishing what the handler produced, the
+	// middleware has returned already: OnAbandon is called from the
+	// router's publish (or after its nack), and a PoisonQueue outside the
+	// middleware sees nothing. Defaults to nil.
 	OnAbandon func(msg *message.Message, err *AbandonedError)
 
 	// Inbox, when set, deduplicates the tracked messages of other services
@@ -145,6 +148,23 @@ func (c MiddlewareConfig) Validate() error {
 //   - on a store that implements [recordstore.FailureRecorder], counts each failure with
 //     its error text and, after [MiddlewareConfig.MaxAttempts] failures,
 //     abandons the delivery and returns an [*AbandonedError] instead.
+//
+// # Produced messages
+//
+// A handler that returns messages succeeds only once the router has
+// published them: the delivery is completed when the router acks it. A
+// failed publish (the router nacks) is a failed attempt, as a handler error
+// is: it is counted, with the backoff and MaxAttempts, and an abandonment
+// after it is logged and reported to OnAbandon, since the middleware has
+// returned. With [PublisherDecorator] on the router, each produced message
+// to a tracked topic is saved with a key of the delivery and its position
+// ([recordstore.Record.Origin]), so that a rerun of the handler saves no
+// second record and sends the first run's saved message again (its UUID,
+// payload and metadata) rather than the rerun's; the decorator counts its
+// failure before the router nacks, so the copy the broker redelivers at
+// once is held by the backoff. A publish the decorator does not see (an
+// untracked topic, a publisher without it) is counted after the nack,
+// racing the redelivery; a store with a delivery lease closes that race.
 //
 // # Several receivers
 //

@@ -52,8 +52,10 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 		// The router publishes what the handler produced after this returns
 		// and nacks if that fails. Completing now would turn the redelivery
 		// into a skipped duplicate and lose the produced messages, so the
-		// record is completed only once the router acks.
-		go m.completeOnAck(ctx, msg, a)
+		// record is completed only once the router acks; a failed publish
+		// counts as a failed attempt.
+		p := m.markProduced(ctx, msg, a, produced)
+		go m.completeOnAck(ctx, msg, a, p)
 		return produced, nil
 	}
 	m.complete(ctx, a)
@@ -74,14 +76,10 @@ func runHandler(h message.HandlerFunc, msg *message.Message) (produced []*messag
 // failed settles a handler failure: counts it, abandons after the last
 // allowed attempt, or puts the outbox keys back and releases the lease.
 func (m *middleware) failed(ctx context.Context, msg *message.Message, a *admission, d *delivery, herr error) error {
-	m.reg.observer().Failed(a.t.name, a.d.Consumer)
-	if aerr := m.recordFailure(ctx, a, herr); aerr != nil {
+	if aerr := m.countFailure(ctx, msg, a, herr); aerr != nil {
 		// The record is no longer pending: the message leaves without
 		// its outbox keys, so a poison queue that keeps it does not
 		// carry a stale record id.
-		if m.cfg.OnAbandon != nil {
-			m.cfg.OnAbandon(msg, aerr)
-		}
 		return aerr
 	}
 	msg.Metadata[MetadataID] = a.idText
@@ -93,12 +91,28 @@ func (m *middleware) failed(ctx context.Context, msg *message.Message, a *admiss
 	return herr
 }
 
-func (m *middleware) completeOnAck(ctx context.Context, msg *message.Message, a *admission) {
+// countFailure counts a failed attempt of the delivery and, when that
+// abandoned it, calls OnAbandon and returns the [*AbandonedError].
+func (m *middleware) countFailure(ctx context.Context, msg *message.Message, a *admission, err error) *AbandonedError {
+	m.reg.observer().Failed(a.t.name, a.d.Consumer)
+	aerr := m.recordFailure(ctx, a, err)
+	if aerr != nil && m.cfg.OnAbandon != nil {
+		m.cfg.OnAbandon(msg, aerr)
+	}
+	return aerr
+}
+
+// completeOnAck completes the delivery of a handler that produced messages
+// once the router acks it. A nack means the router could not publish them
+// (or a middleware outside this one failed): it counts as a failed attempt,
+// unless the publisher decorator counted it already, before the nack, so
+// that the copy the broker redelivers at once finds it counted.
+func (m *middleware) completeOnAck(ctx context.Context, msg *message.Message, a *admission, p *production) {
 	select {
 	case <-msg.Acked():
 		m.complete(ctx, a)
 	case <-msg.Nacked():
-		m.logger.Debug("Publishing produced messages failed, record stays pending", a.fields)
+		p.publishFailed(errNackedAfterSuccess)
 	}
 }
 

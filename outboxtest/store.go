@@ -51,12 +51,15 @@ type Store struct {
 	byID   map[int64]*record // the records the store holds
 	order  []int64           // ids of byID, ascending
 	all    []*record         // every record ever saved, in id order
+	// byOrigin holds the records of byID saved with an Origin.
+	byOrigin map[string]*record
 }
 
 // record is one saved record and its bookkeeping.
 type record struct {
-	rec         recordstore.Record // without Consumers
-	consumers   []string           // declared, distinct, in order
+	rec         recordstore.Record // without Consumers and Origin
+	origin      string
+	consumers   []string // declared, distinct, in order
 	deliveries  map[string]*delivery
 	created     time.Time
 	lastSent    time.Time // zero: never sent after the publish
@@ -109,7 +112,7 @@ func NewStore(cfg StoreConfig) *Store {
 	}
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return &Store{cfg: cfg, identity: hex.EncodeToString(b[:]), byID: map[int64]*record{}}
+	return &Store{cfg: cfg, identity: hex.EncodeToString(b[:]), byID: map[int64]*record{}, byOrigin: map[string]*record{}}
 }
 
 func (s *Store) now() time.Time { return s.cfg.Now() }
@@ -128,7 +131,8 @@ func (s *Store) Identity(ctx context.Context) (string, error) {
 func (s *Store) Verify(ctx context.Context) error { return ctx.Err() }
 
 // Insert implements [recordstore.Store]. The store keeps copies of the
-// records' payload and metadata.
+// records' payload and metadata. A record whose Origin a record it holds
+// has gets that record, as sqlstore's do.
 func (s *Store) Insert(ctx context.Context, records []recordstore.Record) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -137,10 +141,15 @@ func (s *Store) Insert(ctx context.Context, records []recordstore.Record) error 
 	defer s.mu.Unlock()
 	now := s.now()
 	for i := range records {
+		if saved := s.byOrigin[records[i].Origin]; saved != nil {
+			c := copyRecord(saved.rec)
+			records[i].ID, records[i].UUID, records[i].Payload, records[i].Metadata = c.ID, c.UUID, c.Payload, c.Metadata
+			continue
+		}
 		s.nextID++
 		records[i].ID = s.nextID
-		r := &record{rec: copyRecord(records[i]), created: now}
-		r.rec.Consumers = nil
+		r := &record{rec: copyRecord(records[i]), origin: records[i].Origin, created: now}
+		r.rec.Consumers, r.rec.Origin = nil, ""
 		for _, c := range records[i].Consumers {
 			if !slices.Contains(r.consumers, c) {
 				r.consumers = append(r.consumers, c)
@@ -153,6 +162,9 @@ func (s *Store) Insert(ctx context.Context, records []recordstore.Record) error 
 			}
 		}
 		s.byID[r.rec.ID] = r
+		if r.origin != "" {
+			s.byOrigin[r.origin] = r
+		}
 		s.order = append(s.order, r.rec.ID)
 		s.all = append(s.all, r)
 	}
@@ -286,6 +298,7 @@ func (s *Store) remove(id int64) {
 	}
 	r.gone = true
 	delete(s.byID, id)
+	delete(s.byOrigin, r.origin)
 	if i, found := slices.BinarySearch(s.order, id); found {
 		s.order = slices.Delete(s.order, i, i+1)
 	}

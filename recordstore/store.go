@@ -23,7 +23,25 @@ type Record struct {
 	// each of them is. Empty for a topic with one receiver. Stores do not
 	// fill it in the records they return.
 	Consumers []string
+	// Origin, when not empty, keys the record: a store holds at most one
+	// record per Origin, so that saving the same message again saves
+	// nothing. Insert (and [TxInserter.InsertTx]) of a record whose Origin
+	// a record of the store already has saves no row for it and sets its
+	// ID, UUID, Payload and Metadata to the saved record's, so that the
+	// caller sends the saved message. A store keeps an Origin as long as
+	// it keeps the record: a table that deletes completed records forgets
+	// it once the record is complete. Origin is opaque to the store, at
+	// most [MaxOriginLen] bytes. The outbox sets it on the messages a
+	// router handler of a tracked message produces, to the consuming
+	// delivery and the message's position, so that a rerun of the handler
+	// after a failed publish reuses the records of the first run. Stores
+	// do not fill it in the records they return.
+	Origin string
 }
+
+// MaxOriginLen is the longest [Record.Origin] a store must accept, in
+// bytes.
+const MaxOriginLen = 255
 
 // Delivery names one delivery of a record to one consumer: the record, the
 // topic the consumer subscribed to, and the consumer itself. The middleware
@@ -75,8 +93,10 @@ type Store interface {
 
 	// Insert saves the records in one round trip, committed on its own, and
 	// sets each record's ID in place, in order, with one pending delivery
-	// per consumer of records that declare them. On error no record was
-	// saved.
+	// per consumer of records that declare them. A record whose
+	// [Record.Origin] the store already holds is not saved again: it gets
+	// the saved record's ID, UUID, Payload and Metadata instead. On error
+	// no record was saved.
 	Insert(ctx context.Context, records []Record) error
 
 	// CheckPending returns nil when the record is pending for the

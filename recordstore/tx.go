@@ -22,9 +22,11 @@ type Tx interface {
 // implement it.
 type TxInserter interface {
 	// InsertTx saves the records through tx, in one round trip as Insert
-	// does, and sets each record's ID in place, in order. The records exist
-	// once tx commits and vanish if it rolls back. tx must be a transaction
-	// on the store's database.
+	// does, and sets each record's ID in place, in order; a record whose
+	// [Record.Origin] the store already holds gets the saved record
+	// instead, as with Insert. The records exist once tx commits and
+	// vanish if it rolls back. tx must be a transaction on the store's
+	// database.
 	InsertTx(ctx context.Context, tx Tx, records []Record) error
 	// IdentityTx returns the store's identity ([Store.Identity]), reading
 	// it through tx when the store does not know it yet, so that a caller

@@ -108,10 +108,12 @@ func (s *Store) insertBatch(ctx context.Context, batch []*call[[]recordstore.Rec
 	err := s.insertNow(ctx, all)
 	switch {
 	case err == nil:
+		// Each record comes back whole: one whose Origin was saved
+		// carries the saved record.
 		i := 0
 		for _, c := range batch {
 			for j := range c.arg {
-				c.arg[j].ID = all[i].ID
+				c.arg[j] = all[i]
 				i++
 			}
 		}

@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -41,7 +42,8 @@ type Dialect interface {
 	ageMicros(ts string) string
 	// insertQuery is the batch insert statement for the quoted table, when
 	// the dialect has one of fixed text; "" when it builds one per batch.
-	insertQuery(table string) string
+	// With origin, the rows carry the origin column too.
+	insertQuery(table string, origin bool) string
 	// completeManyQuery is completeMany's statement for the quoted table,
 	// when the dialect has one of fixed text; "" when it lists the ids.
 	// lazy is lazyCommit's row source, or "" for a statement that waits
@@ -93,10 +95,10 @@ type Dialect interface {
 	// statement; several run in one transaction (see Store.insertWith). A
 	// record that fits no statement is refused here, before anything is
 	// sent, with an error wrapping ErrRecordTooLarge.
-	splitInsert(q *queries, records []recordstore.Record, metadata []string) ([]int, error)
+	splitInsert(st *insertStatements, records []recordstore.Record, metadata []string) ([]int, error)
 	// insert saves records, with their encoded metadata, in one statement
-	// and sets their ids in order.
-	insert(ctx context.Context, db executor, q *queries, records []recordstore.Record, metadata []string) error
+	// of st and sets their ids in order.
+	insert(ctx context.Context, db executor, st *insertStatements, records []recordstore.Record, metadata []string) error
 	// batchComplete reports whether completeMany exists for the mode. It
 	// needs UPDATE … RETURNING (Mark) or DELETE … RETURNING (Delete), so that
 	// each caller of a combined completion learns whether its own record was
@@ -111,6 +113,10 @@ type Dialect interface {
 	// statement failing: a combined insert that fails so is retried call by
 	// call, so that only the call whose record was refused fails.
 	recordError(err error) bool
+	// uniqueViolation reports whether err is an insert refused for a
+	// duplicate key, which on the record table can only be a saved
+	// Record.Origin.
+	uniqueViolation(err error) bool
 	// convertError turns a driver error into the package's sentinels.
 	convertError(err error) error
 }
@@ -148,6 +154,45 @@ type rerunTolerant interface {
 // insertSingle saves one record with a statement of fixed text, for
 // dialects with INSERT … RETURNING: the common case of one message per
 // Publish needs no array and no statement built per call.
-func insertSingle(ctx context.Context, db executor, q *queries, r *recordstore.Record, metadata string) error {
-	return db.QueryRowContext(ctx, q.insertOne, r.Topic, r.UUID, payloadOf(r.Payload), metadata).Scan(&r.ID)
+func insertSingle(ctx context.Context, db executor, st *insertStatements, r *recordstore.Record, metadata string) error {
+	if st.origin {
+		return db.QueryRowContext(ctx, st.one, r.Topic, r.UUID, payloadOf(r.Payload), metadata, originArg(r.Origin)).Scan(&r.ID)
+	}
+	return db.QueryRowContext(ctx, st.one, r.Topic, r.UUID, payloadOf(r.Payload), metadata).Scan(&r.ID)
+}
+
+// originArg is a record's origin as a statement argument: NULL for none,
+// so that the unique index leaves records without one alone.
+func originArg(origin string) any {
+	if origin == "" {
+		return nil
+	}
+	return origin
+}
+
+// valuesInsert is st's multi-row INSERT … VALUES of records, for the
+// dialects with ? placeholders, and its arguments; topic is a record's
+// topic as the column takes it; suffix ends the statement (RETURNING id,
+// or "").
+func valuesInsert(st *insertStatements, records []recordstore.Record, metadata []string, topic func(string) any, suffix string) (string, []any) {
+	row, perRow := "(?,?,?,?)", 4
+	if st.origin {
+		row, perRow = "(?,?,?,?,?)", 5
+	}
+	var b strings.Builder
+	b.Grow(len(st.values) + len(records)*(len(row)+1) + len(suffix))
+	b.WriteString(st.values)
+	args := make([]any, 0, len(records)*perRow)
+	for i, r := range records {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(row)
+		args = append(args, topic(r.Topic), r.UUID, payloadOf(r.Payload), metadata[i])
+		if st.origin {
+			args = append(args, originArg(r.Origin))
+		}
+	}
+	b.WriteString(suffix)
+	return b.String(), args
 }

@@ -103,7 +103,11 @@ func (mysql) placeholder(int) string { return "?" }
 
 func (mysql) clock() string { return "UTC_TIMESTAMP(6)" }
 
-func (mysql) insertQuery(string) string { return "" }
+func (mysql) insertQuery(string, bool) string { return "" }
+
+// mysqlTopic: the topic goes as bytes, since the column is VARBINARY,
+// compared byte for byte.
+func mysqlTopic(topic string) any { return []byte(topic) }
 
 // probe learns, once per pool, which server this is and checks the
 // settings the store relies on. It pins one connection so that the
@@ -179,18 +183,18 @@ func mariaDBHasReturning(version string) bool {
 var errNotProbed = errors.New("sqlstore: MySQL dialect used before its pool was probed")
 
 // splitInsert: see mysqlServer.split.
-func (d mysql) splitInsert(q *queries, records []recordstore.Record, metadata []string) ([]int, error) {
+func (d mysql) splitInsert(st *insertStatements, records []recordstore.Record, metadata []string) ([]int, error) {
 	if d.server == nil {
 		return nil, errNotProbed
 	}
-	return d.server.split(q, records, metadata)
+	return d.server.split(st, records, metadata)
 }
 
-func (d mysql) insert(ctx context.Context, db executor, q *queries, records []recordstore.Record, metadata []string) error {
+func (d mysql) insert(ctx context.Context, db executor, st *insertStatements, records []recordstore.Record, metadata []string) error {
 	if d.server == nil {
 		return errNotProbed
 	}
-	return d.server.insertRows(ctx, db, q, records, metadata)
+	return d.server.insertRows(ctx, db, st, records, metadata)
 }
 
 // split returns the boundaries of the statements a batch needs: 0, then the
@@ -198,12 +202,15 @@ func (d mysql) insert(ctx context.Context, db executor, q *queries, records []re
 // maxStatement once escaped. A row that cannot fit on its own is refused
 // with ErrRecordTooLarge before anything is sent: the server would otherwise
 // drop the connection, which the driver reports only as "invalid connection".
-func (srv *mysqlServer) split(q *queries, records []recordstore.Record, metadata []string) ([]int, error) {
+func (srv *mysqlServer) split(st *insertStatements, records []recordstore.Record, metadata []string) ([]int, error) {
 	bounds := []int{0}
-	base := len(q.insertValues) + len(" RETURNING id")
+	base := len(st.values) + len(" RETURNING id")
 	size := base
 	for i, r := range records {
 		row := escapedLen(r.Topic) + escapedLen(r.UUID) + escapedLen(r.Payload) + escapedLen(metadata[i]) + len(",(_binary'','','','')")
+		if st.origin {
+			row += escapedLen(r.Origin) + len(",NULL")
+		}
 		if base+row > srv.maxStatement {
 			return nil, fmt.Errorf("record #%d: %w: %d bytes once escaped, the server's max_allowed_packet allows %d per statement (raise it, or the DSN's maxAllowedPacket)",
 				i, ErrRecordTooLarge, row, srv.maxStatement-base)
@@ -233,29 +240,17 @@ func escapedLen[T string | []byte](v T) int {
 
 // insertRows saves records with one multi-row INSERT and sets their ids; see
 // [MySQL] for why the ids are the rows' own.
-func (srv *mysqlServer) insertRows(ctx context.Context, db executor, q *queries, records []recordstore.Record, metadata []string) error {
-	var b strings.Builder
-	b.Grow(len(q.insertValues) + len(records)*10 + 13)
-	b.WriteString(q.insertValues)
-	args := make([]any, 0, len(records)*4)
-	for i, r := range records {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("(?,?,?,?)")
-		// The topic goes as bytes: the column is VARBINARY, compared byte
-		// for byte.
-		args = append(args, []byte(r.Topic), r.UUID, payloadOf(r.Payload), metadata[i])
-	}
+func (srv *mysqlServer) insertRows(ctx context.Context, db executor, st *insertStatements, records []recordstore.Record, metadata []string) error {
 	if srv.returning {
-		b.WriteString(" RETURNING id")
-		rows, err := db.QueryContext(ctx, b.String(), args...)
+		text, args := valuesInsert(st, records, metadata, mysqlTopic, " RETURNING id")
+		rows, err := db.QueryContext(ctx, text, args...)
 		if err != nil {
 			return err
 		}
 		return scanIDs(rows, records)
 	}
-	res, err := db.ExecContext(ctx, b.String(), args...)
+	text, args := valuesInsert(st, records, metadata, mysqlTopic, "")
+	res, err := db.ExecContext(ctx, text, args...)
 	if err != nil {
 		return err
 	}
@@ -467,6 +462,12 @@ func (mysql) recordError(err error) bool {
 		return true
 	}
 	return false
+}
+
+// uniqueViolation: ER_DUP_ENTRY.
+func (mysql) uniqueViolation(err error) bool {
+	var myErr *mysqldriver.MySQLError
+	return errors.As(err, &myErr) && myErr.Number == 1062
 }
 
 // insertsAloneBelow: off until measured on MySQL/MariaDB.

@@ -34,7 +34,16 @@ func (postgres) clock() string { return "now()" }
 // the columns travel as four arrays. Rows are inserted in array order (ORDER
 // BY ord), so the identity values they draw from the sequence increase in
 // that order; RETURNING gives no order, hence the sort in insert.
-func (postgres) insertQuery(table string) string {
+// With origin, a fifth array carries the origins, "" for none (NULL in the
+// table).
+func (postgres) insertQuery(table string, origin bool) string {
+	if origin {
+		return fmt.Sprintf(`INSERT INTO %s (topic, uuid, payload, metadata, origin)
+SELECT u.topic, u.uuid, u.payload, u.metadata::json, NULLIF(u.origin, '')
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[]) WITH ORDINALITY AS u(topic, uuid, payload, metadata, origin, ord)
+ORDER BY u.ord
+RETURNING id`, table)
+	}
 	return fmt.Sprintf(`INSERT INTO %s (topic, uuid, payload, metadata)
 SELECT u.topic, u.uuid, u.payload, u.metadata::json
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[]) WITH ORDINALITY AS u(topic, uuid, payload, metadata, ord)
@@ -43,13 +52,13 @@ RETURNING id`, table)
 }
 
 // splitInsert: the arrays carry any number of rows in one statement.
-func (postgres) splitInsert(_ *queries, records []recordstore.Record, _ []string) ([]int, error) {
+func (postgres) splitInsert(_ *insertStatements, records []recordstore.Record, _ []string) ([]int, error) {
 	return []int{0, len(records)}, nil
 }
 
-func (postgres) insert(ctx context.Context, db executor, q *queries, records []recordstore.Record, metadata []string) error {
+func (postgres) insert(ctx context.Context, db executor, st *insertStatements, records []recordstore.Record, metadata []string) error {
 	if len(records) == 1 {
-		return insertSingle(ctx, db, q, &records[0], metadata[0])
+		return insertSingle(ctx, db, st, &records[0], metadata[0])
 	}
 	topics := make([]string, len(records))
 	uuids := make([]string, len(records))
@@ -57,7 +66,15 @@ func (postgres) insert(ctx context.Context, db executor, q *queries, records []r
 	for i, r := range records {
 		topics[i], uuids[i], payloads[i] = r.Topic, r.UUID, payloadOf(r.Payload)
 	}
-	rows, err := db.QueryContext(ctx, q.insertBatch, topics, uuids, payloads, metadata)
+	args := []any{topics, uuids, payloads, metadata}
+	if st.origin {
+		origins := make([]string, len(records))
+		for i, r := range records {
+			origins[i] = r.Origin
+		}
+		args = append(args, origins)
+	}
+	rows, err := db.QueryContext(ctx, st.batch, args...)
 	if err != nil {
 		return err
 	}
@@ -122,6 +139,12 @@ func (postgres) completeMany(ctx context.Context, db executor, q *queries, consu
 func (postgres) recordError(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
+}
+
+// uniqueViolation: SQLSTATE 23505.
+func (postgres) uniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
 }
 
 func (postgres) migrationLock() string {

@@ -23,8 +23,8 @@ var _ Dialect = sqlite{}
 const sqliteMaxVars = 32766
 
 // sqliteMaxRows keeps a statement within SQLite's default limit of 32766
-// bound variables (four per row); larger batches use several statements in
-// one transaction.
+// bound variables (four per row, five with the origin); larger batches use
+// several statements in one transaction.
 const sqliteMaxRows = 8000
 
 func (sqlite) Name() string { return "sqlite" }
@@ -36,42 +36,38 @@ func (sqlite) placeholder(int) string { return "?" }
 // clock has millisecond precision, the finest SQLite's clock gives, in UTC.
 func (sqlite) clock() string { return "strftime('%Y-%m-%d %H:%M:%f', 'now')" }
 
-func (sqlite) insertQuery(string) string { return "" }
+func (sqlite) insertQuery(string, bool) string { return "" }
 
 // splitInsert keeps each statement within SQLite's limit of bound
 // variables.
-func (sqlite) splitInsert(_ *queries, records []recordstore.Record, _ []string) ([]int, error) {
-	bounds := make([]int, 0, 2+len(records)/sqliteMaxRows)
-	for start := 0; start < len(records); start += sqliteMaxRows {
+func (sqlite) splitInsert(st *insertStatements, records []recordstore.Record, _ []string) ([]int, error) {
+	rows := sqliteMaxRows
+	if st.origin {
+		rows = sqliteMaxRows * 4 / 5
+	}
+	bounds := make([]int, 0, 2+len(records)/rows)
+	for start := 0; start < len(records); start += rows {
 		bounds = append(bounds, start)
 	}
 	return append(bounds, len(records)), nil
 }
 
-func (sqlite) insert(ctx context.Context, db executor, q *queries, records []recordstore.Record, metadata []string) error {
+func (sqlite) insert(ctx context.Context, db executor, st *insertStatements, records []recordstore.Record, metadata []string) error {
 	if len(records) == 1 {
-		return insertSingle(ctx, db, q, &records[0], metadata[0])
-	}
-	var b strings.Builder
-	b.Grow(len(q.insertValues) + len(records)*12 + 13)
-	b.WriteString(q.insertValues)
-	args := make([]any, 0, len(records)*4)
-	for i, r := range records {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("(?,?,?,?)")
-		args = append(args, r.Topic, r.UUID, payloadOf(r.Payload), metadata[i])
+		return insertSingle(ctx, db, st, &records[0], metadata[0])
 	}
 	// Rows of one statement get increasing rowids (AUTOINCREMENT), and
 	// scanIDs assigns the returned ids in ascending order.
-	b.WriteString(" RETURNING id")
-	rows, err := db.QueryContext(ctx, b.String(), args...)
+	text, args := valuesInsert(st, records, metadata, sqliteTopic, " RETURNING id")
+	rows, err := db.QueryContext(ctx, text, args...)
 	if err != nil {
 		return err
 	}
 	return scanIDs(rows, records)
 }
+
+// sqliteTopic: the topic column is TEXT.
+func sqliteTopic(topic string) any { return topic }
 
 // batchComplete: SQLite has UPDATE … RETURNING and DELETE … RETURNING.
 func (sqlite) batchComplete(Completion) bool { return true }
@@ -128,6 +124,13 @@ func (sqlite) recordError(err error) bool {
 		return true
 	}
 	return false
+}
+
+// uniqueViolation: the extended result code SQLITE_CONSTRAINT_UNIQUE
+// (2067).
+func (sqlite) uniqueViolation(err error) bool {
+	var c sqliteCoder
+	return errors.As(err, &c) && c.Code() == 2067
 }
 
 func (sqlite) migrationLock() string { return "" }

@@ -16,7 +16,7 @@ const maxTableName = 48
 
 // derivedSuffixes are appended to the table name to name the other objects
 // of its schema: indexes, the consumers table and its own index and key.
-var derivedSuffixes = []string{"_pending", "_abandoned", "_processed", consumersSuffix, "_c_pending", "_c_pkey", "_id_seq"}
+var derivedSuffixes = []string{"_pending", "_abandoned", "_processed", "_origin", consumersSuffix, "_c_pending", "_c_pkey", "_id_seq"}
 
 // consumersSuffix names the table of per-consumer deliveries.
 const consumersSuffix = "_consumers"

@@ -15,9 +15,13 @@ type queries struct {
 	consumers string // quoted <table>_consumers
 	mark      bool   // the table keeps completed records (Mark)
 
-	insertValues string // INSERT ... VALUES prefix, for dialects that append rows
-	insertOne    string // one row, RETURNING id
-	insertBatch  string // fixed-text batch insert, if the dialect has one
+	// insert saves records without an Origin; insertKeyed saves batches
+	// in which some have one, with the origin column. savedOrigins is the
+	// prefix, ending in "origin IN ", that reads the saved records of
+	// some origins.
+	insert       insertStatements
+	insertKeyed  insertStatements
+	savedOrigins string
 	// insertDeliveries is the VALUES prefix of the delivery rows of
 	// records saved with consumers; setConsumers the prefix, ending in
 	// "id IN ", that records their count.
@@ -118,6 +122,17 @@ type queries struct {
 	databaseName          string
 }
 
+// insertStatements are the statements that save records, with or without
+// the origin column.
+type insertStatements struct {
+	values string // INSERT ... VALUES prefix, for dialects that append rows
+	one    string // one row, RETURNING id
+	batch  string // fixed-text batch insert, if the dialect has one
+	// origin is true when each row carries Record.Origin as a fifth
+	// value (originArg).
+	origin bool
+}
+
 // fragments are the pieces the statements are built from: the quoted
 // tables, the dialect's clock and placeholders, and the conditions that say
 // what is pending.
@@ -181,9 +196,13 @@ func buildQueries(d Dialect, table tableName, mode Completion, durable bool) *qu
 // buildInsert builds the statements of Insert.
 func (q *queries) buildInsert(f fragments) {
 	t, tc, p := f.t, f.tc, f.p
-	q.insertValues = fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata) VALUES ", t)
-	q.insertOne = fmt.Sprintf("%s(%s, %s, %s, %s) RETURNING id", q.insertValues, p(1), p(2), p(3), p(4))
-	q.insertBatch = f.d.insertQuery(t)
+	values := fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata) VALUES ", t)
+	q.insert = insertStatements{values: values, batch: f.d.insertQuery(t, false),
+		one: fmt.Sprintf("%s(%s, %s, %s, %s) RETURNING id", values, p(1), p(2), p(3), p(4))}
+	values = fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata, origin) VALUES ", t)
+	q.insertKeyed = insertStatements{values: values, batch: f.d.insertQuery(t, true), origin: true,
+		one: fmt.Sprintf("%s(%s, %s, %s, %s, %s) RETURNING id", values, p(1), p(2), p(3), p(4), p(5))}
+	q.savedOrigins = fmt.Sprintf("SELECT id, uuid, payload, metadata, origin FROM %s WHERE origin IN ", t)
 	q.insertDeliveries = fmt.Sprintf("INSERT INTO %s (record_id, consumer) VALUES ", tc)
 	q.setConsumers = fmt.Sprintf("UPDATE %s SET consumers = %s WHERE id IN ", t, p(1))
 }

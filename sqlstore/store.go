@@ -222,12 +222,21 @@ func (s *Store) insertNow(ctx context.Context, records []recordstore.Record) err
 }
 
 // insertWith saves records through db, the pool or a caller's
-// transaction. Records without consumers that fit one statement cost the
-// one statement they always did; a batch that needs several statements, and
-// the deliveries of records with consumers, are saved in one transaction
-// (inTx fails as op). Refused records are reported before anything is
-// sent.
+// transaction; a batch in which some records have an Origin goes through
+// insertKeyed.
 func (s *Store) insertWith(ctx context.Context, db executor, d Dialect, op string, records []recordstore.Record) error {
+	if keyed(records) {
+		return s.insertKeyed(ctx, db, d, op, records)
+	}
+	return s.insertRows(ctx, db, d, op, &s.q.insert, records)
+}
+
+// insertRows saves records with the statements st. Records without
+// consumers that fit one statement cost the one statement they always did;
+// a batch that needs several statements, and the deliveries of records with
+// consumers, are saved in one transaction (inTx fails as op). Refused
+// records are reported before anything is sent.
+func (s *Store) insertRows(ctx context.Context, db executor, d Dialect, op string, st *insertStatements, records []recordstore.Record) error {
 	metadata := make([]string, len(records))
 	for i, r := range records {
 		md, err := encodeMetadata(r.Metadata)
@@ -236,18 +245,18 @@ func (s *Store) insertWith(ctx context.Context, db executor, d Dialect, op strin
 		}
 		metadata[i] = md
 	}
-	bounds, err := d.splitInsert(s.q, records, metadata)
+	bounds, err := d.splitInsert(st, records, metadata)
 	if err != nil {
 		return err
 	}
 	withConsumers := declaresConsumers(records)
 	if len(bounds) == 2 && !withConsumers {
-		return d.insert(ctx, db, s.q, records, metadata)
+		return d.insert(ctx, db, st, records, metadata)
 	}
 	return s.inTx(ctx, db, op, func(tx executor) error {
 		for i := 1; i < len(bounds); i++ {
 			from, to := bounds[i-1], bounds[i]
-			if err := d.insert(ctx, tx, s.q, records[from:to], metadata[from:to]); err != nil {
+			if err := d.insert(ctx, tx, st, records[from:to], metadata[from:to]); err != nil {
 				return err
 			}
 		}

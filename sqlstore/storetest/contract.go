@@ -145,6 +145,7 @@ func RunContract(t *testing.T, c Contract) {
 	}
 	s := &contract{Contract: c, in: c.Inspector}
 	t.Run("Insert", s.testInsert)
+	t.Run("Origin", s.testOrigin)
 	t.Run("CheckPending", s.testCheckPending)
 	t.Run("Complete", s.testComplete)
 	t.Run("PendingAfter", s.testPendingAfter)

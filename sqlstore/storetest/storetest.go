@@ -95,6 +95,7 @@ func Run(t *testing.T, f Features, newStore NewStore) {
 	t.Run("Insert", s.testInsert)
 	t.Run("Schema", s.testSchema)
 	t.Run("InsertTx", s.testInsertTx)
+	t.Run("InsertTxOrigin", s.testInsertTxOrigin)
 	t.Run("CompleteTx", s.testCompleteTx)
 	t.Run("Attempts", s.testAttempts)
 	t.Run("ClaimStale", s.testClaimStale)
