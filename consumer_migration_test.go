@@ -198,3 +198,84 @@ func TestAddingConsumersToAPendingBacklog(t *testing.T) {
 		})
 	}
 }
+
+// undeclaredReports returns the start's reports of consumer's pending
+// deliveries, which the topic no longer declares.
+func undeclaredReports(l *testenv.CaptureLogger, consumer string) []string {
+	var out []string
+	for _, text := range errorsContaining(l, "outboxctl retire") {
+		if strings.Contains(text, `consumer "`+consumer+`" has`) {
+			out = append(out, text)
+		}
+	}
+	return out
+}
+
+// TestRemovingAConsumer: a topic declaring "email" and "stats" leaves 5
+// records pending; the service is redeployed with "email" alone, one
+// handler in a router on GoChannel, and restarted on the same store.
+func TestRemovingAConsumer(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		b := setupConsumers(t, backend, sqlstore.Mark, "email", "stats")
+		const n = 5
+		uuids := crashBeforeConsumption(t, b, n)
+
+		c := newCopies()
+		b.redeclare(t, c, "email")
+		restartWith(t, b, c, "email")
+		reports := undeclaredReports(b.logger, "stats")
+		require.Len(t, reports, 1, "the start reports the retired consumer")
+		assert.Contains(t, reports[0], `5 pending deliveries`)
+		assert.Contains(t, reports[0], `outbox.RetireConsumer(ctx, reg, "`+b.topic+`", "stats")`)
+		assert.Equal(t, n, b.pendingCount(t), "stats' deliveries keep the records pending")
+
+		_, err := outbox.RetireConsumer(b.ctx(t), b.reg, b.topic, "email")
+		require.ErrorIs(t, err, outbox.ErrInvalidConfig, "a declared consumer is not retired")
+		retired, err := outbox.RetireConsumer(b.ctx(t), b.reg, b.topic, "stats")
+		require.NoError(t, err)
+		assert.Equal(t, n, retired)
+		assert.Zero(t, b.pendingCount(t), "retiring completes the records")
+
+		restartWith(t, b, c, "email")
+		assert.Len(t, undeclaredReports(b.logger, "stats"), 1, "nothing left to report")
+		got := c.runs("email")
+		for _, u := range uuids {
+			assert.Equal(t, 1, got[u], "email handled %s once", u)
+		}
+	})
+}
+
+// TestRenamingAConsumer: a topic declaring "email" and "stats" leaves 5
+// records pending; "stats" is renamed "statistics" (declared in its place)
+// and the service restarted three times, then the old name is retired.
+func TestRenamingAConsumer(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		b := setupConsumers(t, backend, sqlstore.Delete, "email", "stats")
+		const n = 5
+		uuids := crashBeforeConsumption(t, b, n)
+
+		c := newCopies()
+		b.redeclare(t, c, "email", "statistics")
+		for range 3 {
+			restartWith(t, b, c, "email", "statistics")
+		}
+		for _, consumer := range []string{"email", "statistics"} {
+			got := c.runs(consumer)
+			for _, u := range uuids {
+				assert.Equal(t, 1, got[u], "%s handled %s once over three restarts", consumer, u)
+			}
+		}
+		assert.Len(t, undeclaredReports(b.logger, "stats"), 3, "every start reports the old name")
+		for _, e := range b.logger.Entries("error") {
+			assert.NotContains(t, e.Msg, "handling it untracked", "the new name's deliveries are tracked")
+		}
+
+		retired, err := outbox.RetireConsumer(b.ctx(t), b.reg, b.topic, "stats")
+		require.NoError(t, err)
+		assert.Equal(t, n, retired)
+		assert.Zero(t, b.pendingCount(t))
+		assert.Zero(t, b.rowCount(t), "the deleting table is empty")
+	})
+}
