@@ -131,6 +131,22 @@ func restartWith(t *testing.T, b *bundle, c *copies, consumers ...string) {
 	require.NoError(t, <-runErr)
 }
 
+// restartThrice restarts the service three times with a handler per
+// consumer, and asserts that each consumer handled each record once over
+// the three.
+func restartThrice(t *testing.T, b *bundle, c *copies, uuids []string, consumers ...string) {
+	t.Helper()
+	for range 3 {
+		restartWith(t, b, c, consumers...)
+	}
+	for _, consumer := range consumers {
+		got := c.runs(consumer)
+		for _, u := range uuids {
+			assert.Equal(t, 1, got[u], "%s handled %s once over three restarts", consumer, u)
+		}
+	}
+}
+
 // redeclare gives the bundle a registry in which its topic declares
 // consumers (none for an empty list), observed by c: a redeploy.
 func (b *bundle) redeclare(t *testing.T, c *copies, consumers ...string) {
@@ -172,16 +188,7 @@ func TestAddingConsumersToAPendingBacklog(t *testing.T) {
 
 				c := newCopies()
 				b.redeclare(t, c, "email", "stats")
-				for range 3 {
-					restartWith(t, b, c, "email", "stats")
-				}
-
-				for _, consumer := range []string{"email", "stats"} {
-					got := c.runs(consumer)
-					for _, u := range uuids {
-						assert.Equal(t, 1, got[u], "%s handled %s once", consumer, u)
-					}
-				}
+				restartThrice(t, b, c, uuids, "email", "stats")
 				assert.Zero(t, b.pendingCount(t), "every record completes once both consumers completed it")
 				assert.Empty(t, errorsContaining(b.logger, "declares no consumers"), "the consumers are declared")
 				if tc.mode == sqlstore.Delete {
@@ -258,15 +265,7 @@ func TestRenamingAConsumer(t *testing.T) {
 
 		c := newCopies()
 		b.redeclare(t, c, "email", "statistics")
-		for range 3 {
-			restartWith(t, b, c, "email", "statistics")
-		}
-		for _, consumer := range []string{"email", "statistics"} {
-			got := c.runs(consumer)
-			for _, u := range uuids {
-				assert.Equal(t, 1, got[u], "%s handled %s once over three restarts", consumer, u)
-			}
-		}
+		restartThrice(t, b, c, uuids, "email", "statistics")
 		assert.Len(t, undeclaredReports(b.logger, "stats"), 3, "every start reports the old name")
 		for _, e := range b.logger.Entries("error") {
 			assert.NotContains(t, e.Msg, "handling it untracked", "the new name's deliveries are tracked")
