@@ -79,7 +79,8 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 		return nil, untracked, nil
 	}
 	a := &admission{t: t, idText: idText, identity: identity,
-		d:      recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Lease: m.leasePrefix + strconv.FormatUint(m.leaseSeq.Add(1), 36)},
+		d: recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Declared: t.consumers,
+			Lease: m.leasePrefix + strconv.FormatUint(m.leaseSeq.Add(1), 36)},
 		fields: watermill.LogFields{"message_uuid": msg.UUID, "topic": name, "outbox_id": id, "consumer": consumer}}
 	if tr := m.reg.tracer(); tr != nil {
 		return m.tracedCheck(tr, msg, fetchCtx, a)
@@ -134,6 +135,14 @@ func (m *middleware) check(ctx, fetchCtx context.Context, a *admission) (CheckOu
 		m.logger.Debug("Record already completed, acking copy without handling", a.fields)
 		m.reg.observer().DuplicateSkipped(a.t.name, a.d.Consumer)
 		return CheckDuplicate, nil
+	case errors.As(err, &conflict) && len(a.t.consumers) > 0:
+		// A store that does not adopt records saved before the topic
+		// declared its consumers (see recordstore.Delivery.Declared).
+		m.reportOnceAs(a.t, a.d.Consumer, conflict.CompletedBy, "Record saved before its topic declared consumers, completed by another", fmt.Sprintf("record %d of tracked topic %q was saved before the topic declared its consumers and was completed by %q; "+
+			"%q handles it untracked so that it skips nothing. The store %T does not adopt such records (recordstore.Delivery.Declared)",
+			a.d.ID, a.t.name, conflict.CompletedBy, a.d.Consumer, a.t.store))
+		m.reg.observer().NotOwned(a.t.name, a.d.Consumer)
+		return CheckUntracked, nil
 	case errors.As(err, &conflict):
 		m.conflict(a.t, a.d.Consumer, conflict.CompletedBy)
 		m.reg.observer().NotOwned(a.t.name, a.d.Consumer)
@@ -226,9 +235,15 @@ func (m *middleware) conflict(t *tracked, consumer, other string) {
 }
 
 func (m *middleware) reportOnce(t *tracked, consumer, other, text string) {
+	m.reportOnceAs(t, consumer, other, "Tracked topic received by an undeclared consumer", text)
+}
+
+// reportOnceAs logs text at Error under title, once per pair of
+// consumers.
+func (m *middleware) reportOnceAs(t *tracked, consumer, other, title, text string) {
 	if _, done := t.conflicts.LoadOrStore(consumer+"\x00"+other, struct{}{}); done {
 		return
 	}
-	m.logger.Error("Tracked topic received by an undeclared consumer", errors.New(text),
+	m.logger.Error(title, errors.New(text),
 		watermill.LogFields{"topic": t.name, "consumer": consumer, "other_consumer": other})
 }

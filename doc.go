@@ -36,6 +36,12 @@
 // one receiver; a second handler is reported and runs untracked, so it skips
 // nothing. Another service's tracked messages are plain messages here.
 //
+// Consumers may be added while records are pending: each declared consumer
+// handles every pending record once. A consumer removed, or the old name of
+// a renamed one, is reported at start while it has pending deliveries, and
+// [RetireConsumer] (or outboxctl retire) completes them; see
+// docs/operations.md.
+//
 // # Bounded delivery
 //
 // No message makes a consumer spin and no slow database makes it hang: the

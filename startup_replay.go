@@ -85,7 +85,10 @@ func (r ReplayResult) Total() int {
 //
 // Before anything is sent, every distinct store that implements [recordstore.Verifier]
 // is verified; a store that is not ready makes Replay return a
-// [*VerifyError] and send nothing.
+// [*VerifyError] and send nothing. Then each consumer with pending
+// deliveries of a tracked topic that the topic does not declare (removed or
+// renamed) is logged at Error with the fix, [RetireConsumer], on a store
+// that implements [recordstore.StatusReader].
 //
 // Call it only once the subscriptions that receive the messages exist: a
 // broker without persistence (GoChannel), an unbound AMQP queue or a new
@@ -131,6 +134,7 @@ func (r *replayer) run(ctx context.Context) (ReplayResult, error) {
 		r.logger.Error("Replay aborted: a store is not ready", err, nil)
 		return result, err
 	}
+	r.reportUndeclared(ctx)
 	for _, t := range r.reg.entries() {
 		name := t.name
 		n, err := r.replayName(ctx, t)

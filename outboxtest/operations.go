@@ -48,6 +48,9 @@ func (s *Store) RecordFailure(ctx context.Context, d recordstore.Delivery, reaso
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if r := s.byID[d.ID]; r != nil {
+		r.adopt(d)
+	}
 	a := s.attemptOf(d)
 	if a == nil {
 		return 0, false, recordstore.ErrNotPending
@@ -273,4 +276,29 @@ func (s *Store) status(ctx context.Context, full bool) ([]recordstore.TopicStatu
 	}
 	slices.SortFunc(out, func(a, b recordstore.TopicStatus) int { return cmp.Compare(a.Topic, b.Topic) })
 	return out, nil
+}
+
+// Retire implements [recordstore.ConsumerRetirer]: it completes the
+// consumer's pending deliveries of the topic and rolls each record up.
+func (s *Store) Retire(ctx context.Context, topic, consumer string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	n := 0
+	for _, id := range slices.Clone(s.order) {
+		r := s.byID[id]
+		if r.rec.Topic != topic {
+			continue
+		}
+		if dl := r.deliveries[consumer]; dl != nil && dl.pending() {
+			dl.completed = now
+			dl.leaseUntil = time.Time{}
+			s.rollUp(r, now)
+			n++
+		}
+	}
+	return n, nil
 }

@@ -34,10 +34,10 @@ type StoreConfig struct {
 // [recordstore.Verifier], [recordstore.Releaser],
 // [recordstore.FailureRecorder], [recordstore.Requeuer],
 // [recordstore.StaleClaimer], [recordstore.Cleaner],
-// [recordstore.StatusReader] and [recordstore.SendStamper], as the
-// sqlstore stores do; it has no transactions, so outbox.TxPublisher and
-// outbox.CompleteTx report that it does not support them. It passes the
-// contract suite of sqlstore/storetest.
+// [recordstore.StatusReader], [recordstore.SendStamper] and
+// [recordstore.ConsumerRetirer], as the sqlstore stores do; it has no
+// transactions, so outbox.TxPublisher and outbox.CompleteTx report that it
+// does not support them. It passes the contract suite of sqlstore/storetest.
 //
 // It keeps every record it was given for the assertions ([Store.Records],
 // [RequirePublished], ...), also the ones it deleted or cleaned; those
@@ -102,6 +102,7 @@ var (
 	_ recordstore.Cleaner         = (*Store)(nil)
 	_ recordstore.StatusReader    = (*Store)(nil)
 	_ recordstore.SendStamper     = (*Store)(nil)
+	_ recordstore.ConsumerRetirer = (*Store)(nil)
 )
 
 // NewStore returns an empty in-memory store with an identity of its own.
@@ -202,10 +203,14 @@ func (s *Store) CheckPending(ctx context.Context, d recordstore.Delivery) error 
 	case r == nil || r.rec.Topic != d.Topic:
 		return fmt.Errorf("outboxtest: no record %d of topic %q: %w", d.ID, d.Topic, recordstore.ErrUnknownRecord)
 	}
+	r.adopt(d)
 	a := &r.attempt
 	if r.deliveries != nil {
 		dl := r.deliveries[d.Consumer]
 		switch {
+		case dl == nil && declares(d):
+			// Complete before its topic declared this consumer.
+			return recordstore.ErrNotPending
 		case dl == nil:
 			return fmt.Errorf("outboxtest: record %d has no delivery for consumer %q: %w", d.ID, d.Consumer, recordstore.ErrNoDelivery)
 		case !dl.pending():
@@ -217,7 +222,7 @@ func (s *Store) CheckPending(ctx context.Context, d recordstore.Delivery) error 
 		case !r.abandoned.IsZero():
 			return recordstore.ErrNotPending
 		case !r.completed.IsZero():
-			if d.Consumer == "" || r.completedBy == "" || r.completedBy == d.Consumer {
+			if d.Consumer == "" || r.completedBy == "" || r.completedBy == d.Consumer || declares(d) {
 				return recordstore.ErrNotPending
 			}
 			return &recordstore.ConsumerConflictError{ID: d.ID, Consumer: d.Consumer, CompletedBy: r.completedBy}
@@ -249,6 +254,7 @@ func (s *Store) Complete(ctx context.Context, d recordstore.Delivery) error {
 		return recordstore.ErrNotPending
 	}
 	now := s.now()
+	r.adopt(d)
 	if r.deliveries == nil {
 		r.completedBy = d.Consumer
 		s.finish(r, now)
@@ -262,6 +268,30 @@ func (s *Store) Complete(ctx context.Context, d recordstore.Delivery) error {
 	dl.leaseUntil = time.Time{}
 	s.rollUp(r, now)
 	return nil
+}
+
+// declares reports whether d is the delivery of one of the consumers its
+// topic declares now.
+func declares(d recordstore.Delivery) bool {
+	return len(d.Declared) > 0 && slices.Contains(d.Declared, d.Consumer)
+}
+
+// adopt gives a pending record of d's topic a pending delivery for each
+// consumer of d.Declared it has none for, when d's consumer is one of
+// them, as the sqlstore stores do (see [recordstore.Delivery.Declared]).
+func (r *record) adopt(d recordstore.Delivery) {
+	if !declares(d) || !r.pending() || r.rec.Topic != d.Topic || r.deliveries[d.Consumer] != nil {
+		return
+	}
+	if r.deliveries == nil {
+		r.deliveries = make(map[string]*delivery, len(d.Declared))
+	}
+	for _, c := range d.Declared {
+		if r.deliveries[c] == nil {
+			r.consumers = append(r.consumers, c)
+			r.deliveries[c] = &delivery{}
+		}
+	}
 }
 
 // rollUp completes or abandons a record with consumers once none of its

@@ -66,6 +66,20 @@ type Cleaner interface {
 	Clean(ctx context.Context, olderThan time.Duration, limit int) (int, error)
 }
 
+// ConsumerRetirer is implemented by a [Store] that can retire a consumer a
+// topic no longer declares, for outbox.RetireConsumer and operators' tools.
+type ConsumerRetirer interface {
+	// Retire completes every pending delivery of consumer to the records
+	// of topic, as if the consumer had handled them, and rolls each record
+	// up: it is completed (marked, or deleted) once none of its deliveries
+	// is pending, abandoned if one was abandoned. It works in bounded
+	// batches, each committed on its own, so that a retire stopped half way
+	// keeps what it did and can be run again. It returns how many
+	// deliveries it completed; zero, and no error, when the consumer has
+	// none pending. Records saved without consumers are not touched.
+	Retire(ctx context.Context, topic, consumer string) (int, error)
+}
+
 // TopicStatus is the state of one tracked topic's records in its store.
 type TopicStatus struct {
 	// Topic is the records' topic.

@@ -68,6 +68,18 @@ type Delivery struct {
 	// record is never handled in its place. Empty means "not checked"
 	// (operators' tools, which name a record by its id alone).
 	UUID string
+	// Declared are the consumers the topic declares now
+	// (outbox.Tracked.Consumers), which may differ from those its records
+	// were saved with: the middleware sets it from the registry, sharing
+	// the registry's slice, which the store must not change. A record
+	// saved without consumers, or without one of these, that a declared
+	// consumer checks, completes or fails is first given one pending
+	// delivery per declared consumer it lacks, so that a topic whose
+	// consumers are added while records are pending has each of them
+	// handle every such record, and the record completes only when all
+	// have. A record saved without consumers that was completed before
+	// stays complete. Empty: the records are taken as they were saved.
+	Declared []string
 }
 
 // Store keeps the records of tracked messages. The sqlstore package provides
@@ -82,7 +94,10 @@ type Delivery struct {
 // record saved without consumers has one receiver: it is completed by the
 // first consumer that completes it, and the store remembers which one where
 // it keeps completed records, so that another consumer's copy is reported
-// with a [*ConsumerConflictError] rather than taken for a duplicate.
+// with a [*ConsumerConflictError] rather than taken for a duplicate. A
+// delivery that carries the topic's declared consumers ([Delivery.Declared])
+// gives such a record, while it is pending, a delivery per declared
+// consumer first, and acts on it as on a record saved with them.
 type Store interface {
 	// Identity returns the stable identity of the store's table: created
 	// with the table, the same for every store value on that table, and
@@ -106,7 +121,7 @@ type Store interface {
 	//     (on a table that deletes completed records) it is gone;
 	//   - a [*ConsumerConflictError] (wrapping ErrCompletedByOther): a
 	//     record without declared consumers was completed by another
-	//     consumer;
+	//     consumer, and the delivery declares none ([Delivery.Declared]);
 	//   - an error wrapping ErrUnknownRecord: no record with this id and
 	//     topic (on a table that keeps completed records);
 	//   - an error wrapping ErrNoDelivery: the record declares consumers and

@@ -44,8 +44,19 @@ func (s *Store) RecordFailure(ctx context.Context, d recordstore.Delivery, reaso
 		case err != nil:
 			return s.fail("record failure", err)
 		}
-		if consumers > 0 {
-			switch err := tx.QueryRowContext(ctx, s.q.failureDelivery, d.ID, d.Consumer).Scan(&attempts); {
+		if consumers > 0 || declares(d) {
+			err := tx.QueryRowContext(ctx, s.q.failureDelivery, d.ID, d.Consumer).Scan(&attempts)
+			if errors.Is(err, sql.ErrNoRows) && declares(d) {
+				// A record saved before its topic declared this
+				// consumer: adopted (adopt.go), its failure is the
+				// consumer's own.
+				if _, err := s.adopt(ctx, tx, d, "record failure"); err != nil {
+					return err
+				}
+				consumers = max(consumers, 1)
+				err = tx.QueryRowContext(ctx, s.q.failureDelivery, d.ID, d.Consumer).Scan(&attempts)
+			}
+			switch {
 			case errors.Is(err, sql.ErrNoRows):
 				return recordstore.ErrNotPending
 			case err != nil:

@@ -174,6 +174,11 @@ func (s *Store) readStates(ctx context.Context, db *sqlx.DB, batch []*call[recor
 	}
 	for _, c := range batch {
 		st, found := states[key{c.arg.ID, c.arg.Consumer}]
+		if lacksDelivery(st, found, c.arg) {
+			// Adopted on the single path, which reads the state again.
+			c.err = s.checkPending(c.ctx, db, c.arg)
+			continue
+		}
 		c.err = s.decide(st, found, c.arg)
 	}
 	return nil
@@ -197,6 +202,11 @@ func (s *Store) completeBatch(ctx context.Context, batch []*call[recordstore.Del
 	groups := map[string][]*call[recordstore.Delivery]{}
 	var order []string
 	for _, c := range batch {
+		if declares(c.arg) {
+			// Never completed as a record without consumers (adopt.go).
+			c.err = s.completeDeliveryNow(c.ctx, db, c.arg)
+			continue
+		}
 		key := ""
 		if s.q.mark {
 			key = c.arg.Consumer

@@ -60,6 +60,30 @@ func distinctConsumers(r recordstore.Record) []string {
 // insertDeliveries saves one pending delivery per consumer of the records,
 // whose ids are set, and records how many each has, through tx.
 func (s *Store) insertDeliveries(ctx context.Context, tx executor, records []recordstore.Record) error {
+	byCount, err := s.insertDeliveryRows(ctx, tx, records)
+	if err != nil {
+		return err
+	}
+	for n, ids := range byCount {
+		for start := 0; start < len(ids); start += stampChunk {
+			chunk := ids[start:min(start+stampChunk, len(ids))]
+			a := make([]any, 0, len(chunk)+1)
+			a = append(a, n)
+			for _, id := range chunk {
+				a = append(a, id)
+			}
+			if _, err := tx.ExecContext(ctx, s.q.setConsumers+idList(s.dialect, 2, len(chunk)), a...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// insertDeliveryRows saves one pending delivery per consumer of the
+// records, whose ids are set, through tx, and returns the ids of the
+// records with consumers by their number of consumers.
+func (s *Store) insertDeliveryRows(ctx context.Context, tx executor, records []recordstore.Record) (map[int][]int64, error) {
 	d := s.dialect
 	byCount := map[int][]int64{}
 	var b strings.Builder
@@ -89,28 +113,12 @@ func (s *Store) insertDeliveries(ctx context.Context, tx executor, records []rec
 			args = append(args, r.ID, c)
 			if len(args) == 2*deliveryChunk {
 				if err := flush(); err != nil {
-					return err
+					return nil, err
 				}
 			}
 		}
 	}
-	if err := flush(); err != nil {
-		return err
-	}
-	for n, ids := range byCount {
-		for start := 0; start < len(ids); start += stampChunk {
-			chunk := ids[start:min(start+stampChunk, len(ids))]
-			a := make([]any, 0, len(chunk)+1)
-			a = append(a, n)
-			for _, id := range chunk {
-				a = append(a, id)
-			}
-			if _, err := tx.ExecContext(ctx, s.q.setConsumers+idList(d, 2, len(chunk)), a...); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return byCount, flush()
 }
 
 // recordState is what q.state reads: the record's row and the delivery
@@ -163,6 +171,11 @@ func (s *Store) checkPending(ctx context.Context, db *sqlx.DB, d recordstore.Del
 	if err != nil {
 		return err
 	}
+	if lacksDelivery(st, found, d) {
+		if st, found, err = s.adoptNow(ctx, db, d); err != nil {
+			return err
+		}
+	}
 	return s.decide(st, found, d)
 }
 
@@ -177,6 +190,10 @@ func (s *Store) decide(st recordState, found bool, d recordstore.Delivery) error
 		return fmt.Errorf("sqlstore: table %q has no record %d of topic %q: %w", s.table, d.ID, d.Topic, recordstore.ErrUnknownRecord)
 	case st.consumers > 0:
 		switch {
+		case !st.hasDelivery && declares(d):
+			// Not adopted: the record was complete before its topic
+			// declared this consumer.
+			return recordstore.ErrNotPending
 		case !st.hasDelivery:
 			return fmt.Errorf("sqlstore: record %d of table %q has no delivery for consumer %q: %w", d.ID, s.table, d.Consumer, recordstore.ErrNoDelivery)
 		case st.deliveryCompleted || st.deliveryAbandoned:
@@ -186,7 +203,7 @@ func (s *Store) decide(st recordState, found bool, d recordstore.Delivery) error
 	case st.abandoned:
 		return recordstore.ErrNotPending
 	case st.completed:
-		if d.Consumer == "" || st.completedBy == "" || st.completedBy == d.Consumer {
+		if d.Consumer == "" || st.completedBy == "" || st.completedBy == d.Consumer || declares(d) {
 			return recordstore.ErrNotPending
 		}
 		return &recordstore.ConsumerConflictError{ID: d.ID, Consumer: d.Consumer, CompletedBy: st.completedBy}
@@ -219,6 +236,17 @@ func (s *Store) completeDelivery(ctx context.Context, tx executor, d recordstore
 	n, err := s.exec(ctx, tx, op, s.q.completeDelivery, d.ID, d.Consumer)
 	if err != nil {
 		return err
+	}
+	if n == 0 && declares(d) {
+		// A record saved before its topic declared this consumer, unless
+		// it was not pending; adopted by a concurrent delivery meanwhile
+		// when adopt adds nothing.
+		if _, err := s.adopt(ctx, tx, d, op); err != nil {
+			return err
+		}
+		if n, err = s.exec(ctx, tx, op, s.q.completeDelivery, d.ID, d.Consumer); err != nil {
+			return err
+		}
 	}
 	if n == 0 {
 		return recordstore.ErrNotPending

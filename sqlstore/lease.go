@@ -18,13 +18,22 @@ var _ recordstore.Releaser = (*Store)(nil)
 // the consumer's own delivery row claimed: two consumers hold leases on one
 // record at once, two copies for one consumer do not.
 func (s *Store) claim(ctx context.Context, db *sqlx.DB, d recordstore.Delivery) error {
-	n, err := s.exec(ctx, db, "claim", s.q.claimRecord, s.leaseArg, d.Lease, d.ID, d.Topic)
-	if err != nil || n == 1 {
-		return err
+	if !declares(d) {
+		// A declared consumer never claims a record as one without
+		// consumers: such a record is adopted (adopt.go).
+		n, err := s.exec(ctx, db, "claim", s.q.claimRecord, s.leaseArg, d.Lease, d.ID, d.Topic)
+		if err != nil || n == 1 {
+			return err
+		}
 	}
 	st, found, err := s.readState(ctx, db, d)
 	if err != nil {
 		return err
+	}
+	if lacksDelivery(st, found, d) {
+		if st, found, err = s.adoptNow(ctx, db, d); err != nil {
+			return err
+		}
 	}
 	if err := s.decide(st, found, d); err != nil {
 		return err

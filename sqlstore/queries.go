@@ -67,6 +67,15 @@ type queries struct {
 	finishRecord     string
 	dropDeliveries   string
 	abandonRecord    string
+	// adoptLock, adoptRead, adoptHave and adoptCount give a record the
+	// deliveries of consumers its topic declares now (adopt.go).
+	adoptLock  string
+	adoptRead  string
+	adoptHave  string
+	adoptCount string
+	// retireSelect picks a batch of one consumer's pending deliveries of
+	// a topic (retire.go).
+	retireSelect string
 
 	// Failures: read and count a failed handling, of the record or of one
 	// consumer's delivery.
@@ -185,6 +194,8 @@ func buildQueries(d Dialect, table tableName, mode Completion, durable bool) *qu
 	q.buildInsert(f)
 	q.buildCheck(f)
 	q.buildComplete(f, mode)
+	q.buildAdopt(f)
+	q.buildRetire(f)
 	q.buildFailure(f)
 	q.buildResend(f)
 	q.buildStatus(f)

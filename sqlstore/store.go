@@ -309,11 +309,16 @@ func (s *Store) Complete(ctx context.Context, d recordstore.Delivery) error {
 }
 
 // completeNow completes one delivery: a record without consumers with one
-// statement, a consumer's delivery otherwise (see completeDelivery).
+// statement, a consumer's delivery otherwise (see completeDelivery). The
+// delivery of a consumer its topic declares never completes a record as
+// one without consumers: such a record is adopted (adopt.go).
 func (s *Store) completeNow(ctx context.Context, d recordstore.Delivery) error {
 	db, err := s.pool()
 	if err != nil {
 		return err
+	}
+	if declares(d) {
+		return s.completeDeliveryNow(ctx, db, d)
 	}
 	n, err := s.exec(ctx, db, "complete", s.q.completeAlone, s.completeArgs(d)...)
 	if err != nil {

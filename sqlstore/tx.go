@@ -66,12 +66,14 @@ func (s *Store) CompleteTx(ctx context.Context, tx recordstore.Tx, d recordstore
 	if tx == nil {
 		return fmt.Errorf("%w: transaction is nil", ErrInvalidConfig)
 	}
-	n, err := s.exec(ctx, tx, "complete in transaction", s.q.complete, s.completeArgs(d)...)
-	if err != nil {
-		return err
-	}
-	if n == 1 {
-		return nil
+	if !declares(d) {
+		n, err := s.exec(ctx, tx, "complete in transaction", s.q.complete, s.completeArgs(d)...)
+		if err != nil {
+			return err
+		}
+		if n == 1 {
+			return nil
+		}
 	}
 	return s.completeDelivery(ctx, tx, d, "complete in transaction", s.q.lockRecord)
 }

@@ -41,6 +41,8 @@ type cli struct {
 	dryRun    bool
 	batch     int
 	olderThan time.Duration
+	topic     string
+	consumer  string
 
 	cmd         *command
 	args        []string

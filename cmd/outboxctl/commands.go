@@ -84,6 +84,19 @@ var commands = []*command{
 		},
 		run: (*cli).purge,
 	},
+	{
+		name: "retire", synopsis: "-topic T -consumer C", summary: "complete the pending deliveries of a consumer no longer declared",
+		doc: "Completes every pending delivery of a consumer to a topic's records, as if it had handled\n" +
+			"them, and completes each record none of whose deliveries is left pending: for a consumer\n" +
+			"removed from Tracked.Consumers, or the old name of a renamed one, which the service\n" +
+			"reports at start. Run it once the service no longer declares the consumer.",
+		example: "outboxctl retire -topic orders -consumer stats",
+		define: func(c *cli, fs *flag.FlagSet) {
+			fs.StringVar(&c.topic, "topic", "", "the tracked `topic` (required)")
+			fs.StringVar(&c.consumer, "consumer", "", "the retired `consumer`, a handler name (required)")
+		},
+		run: (*cli).retire,
+	},
 }
 
 func lookup(name string) *command {
@@ -151,6 +164,10 @@ func (c *cli) checkArgs() error {
 	case "purge":
 		if c.olderThan <= 0 {
 			return usagef("-older-than is required, e.g. -older-than 720h")
+		}
+	case "retire":
+		if c.topic == "" || c.consumer == "" {
+			return usagef("-topic and -consumer are required")
 		}
 	}
 	if c.batch < 0 || (c.batch == 0 && (c.cmd.name == "replay" || c.cmd.name == "purge")) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // TestCommands runs every command on every database.
@@ -183,4 +185,39 @@ func TestListSaysThereAreMore(t *testing.T) {
 	require.Zero(t, r.code, r.stderr)
 	assert.Contains(t, r.stdout, `"more": false`)
 	assert.NotContains(t, r.stdout, "next_after")
+}
+
+// TestRetire retires a consumer no longer declared on every database: its
+// pending deliveries are completed, and the records no other consumer
+// waits for with them.
+func TestRetire(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend) {
+		f := newFixture(t, b)
+		recs := make([]recordstore.Record, 3)
+		for i := range recs {
+			recs[i] = recordstore.Record{Topic: "payments", UUID: fmt.Sprintf("payment-%d", i), Consumers: []string{"email", "stats"}}
+		}
+		require.NoError(t, f.store.Insert(t.Context(), recs))
+		for _, r := range recs[:2] {
+			require.NoError(t, f.store.Complete(t.Context(), recordstore.Delivery{ID: r.ID, Topic: "payments", Consumer: "email"}))
+		}
+
+		r := f.ctl(t, "retire", "-topic", "payments", "-consumer", "stats")
+		require.Zero(t, r.code, r.stderr)
+		assert.Equal(t, "3 pending deliveries of consumer \"stats\" to topic \"payments\" completed\n", r.stdout)
+		pending, err := f.store.PendingAfter(t.Context(), "payments", 0, 10)
+		require.NoError(t, err)
+		require.Len(t, pending, 1, "email has still to complete one")
+		assert.Equal(t, recs[2].ID, pending[0].ID)
+
+		r = f.ctl(t, "-json", "retire", "-topic", "payments", "-consumer", "stats")
+		require.Zero(t, r.code, r.stderr)
+		assert.JSONEq(t, `{"topic": "payments", "consumer": "stats", "completed": 0}`, r.stdout)
+
+		r = f.ctl(t, "status")
+		require.Zero(t, r.code, r.stderr)
+		assert.Regexp(t, `\norders\s+2\s+\S+\s+1\s+1\n`, r.stdout, "another topic is not touched")
+		assert.Regexp(t, `\npayments\s+1\s+\S+\s+0\s+2\n`, r.stdout)
+	})
 }

@@ -18,6 +18,7 @@ Commands:
   replay    make every pending record due for the service's stale resubmitter
   requeue   make abandoned records pending again, due at once
   purge     delete completed records older than AGE
+  retire    complete the pending deliveries of a consumer no longer declared
 
 Global flags, before or after the command:
   -dialect dialect
@@ -36,6 +37,7 @@ Examples:
   outboxctl replay -dry-run
   outboxctl requeue 118 119
   outboxctl purge -older-than 720h
+  outboxctl retire -topic orders -consumer stats
 
 Run 'outboxctl help COMMAND' for a command's flags.
 `
@@ -83,6 +85,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	flags := map[string][]string{
 		"status": nil, "list": {"-state", "-after", "-limit"}, "show": nil,
 		"replay": {"-dry-run", "-batch"}, "requeue": nil, "purge": {"-older-than", "-batch"},
+		"retire": {"-topic", "-consumer"},
 	}
 	require.Len(t, commands, len(flags))
 	for _, cmd := range commands {
@@ -123,6 +126,7 @@ func TestUsageMistakes(t *testing.T) {
 		{[]string{"show", "1", "2"}, "outboxctl: show: expected 1 record id, got 2 arguments\nRun 'outboxctl help show' for its flags.\n"},
 		{[]string{"requeue"}, "outboxctl: requeue: expected record ids\nRun 'outboxctl help requeue' for its flags.\n"},
 		{[]string{"purge"}, "outboxctl: purge: -older-than is required, e.g. -older-than 720h\nRun 'outboxctl help purge' for its flags.\n"},
+		{[]string{"retire", "-topic", "orders"}, "outboxctl: retire: -topic and -consumer are required\nRun 'outboxctl help retire' for its flags.\n"},
 		{[]string{"list", "-state", "stuck"}, "outboxctl: list: unknown state \"stuck\" (pending, abandoned or completed)\nRun 'outboxctl help list' for its flags.\n"},
 		{[]string{"list", "-limit", "0"}, "outboxctl: list: -limit 0 is not between 1 and 100000\nRun 'outboxctl help list' for its flags.\n"},
 		{[]string{"status", "extra"}, "outboxctl: status: takes no arguments (got \"extra\")\nRun 'outboxctl help status' for its flags.\n"},

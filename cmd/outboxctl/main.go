@@ -15,6 +15,8 @@
 //	                                   stale resubmitter, with progress on stderr
 //	requeue ID...                      make abandoned records pending again, due at once
 //	purge -older-than AGE [-batch N]   delete completed records older than AGE
+//	retire -topic T -consumer C        complete the pending deliveries of a consumer
+//	                                   no longer declared (removed, or renamed)
 //	help [COMMAND]                     the commands, or one command's flags and an example
 //
 // The global flags may come before or after the command. The DSN comes from

@@ -73,3 +73,18 @@ func (c *cli) purge(ctx context.Context, s *sqlstore.Store) error {
 	fmt.Fprintf(c.out, "%d completed record(s) deleted\n", total)
 	return nil
 }
+
+func (c *cli) retire(ctx context.Context, s *sqlstore.Store) error {
+	n, err := s.Retire(ctx, c.topic, c.consumer)
+	if err != nil {
+		if n > 0 {
+			return fmt.Errorf("%w (completed before it: %d)", err, n)
+		}
+		return err
+	}
+	if c.json {
+		return c.printJSON(map[string]any{"topic": c.topic, "consumer": c.consumer, "completed": n})
+	}
+	fmt.Fprintf(c.out, "%d pending deliveries of consumer %q to topic %q completed\n", n, c.consumer, c.topic)
+	return nil
+}

@@ -163,6 +163,8 @@ func RunContract(t *testing.T, c Contract) {
 	t.Run("ConsumerAttempts", s.testConsumerAttempts)
 	t.Run("Retry", s.testRetry)
 	t.Run("ConsumerStatus", s.testConsumerStatus)
+	t.Run("DeclaredConsumers", s.testDeclaredConsumers)
+	t.Run("Retire", s.testRetire)
 }
 
 type contract struct {
