@@ -79,7 +79,7 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 		return nil, untracked, nil
 	}
 	a := &admission{t: t, idText: idText, identity: identity,
-		d: recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Declared: t.consumers,
+		d: recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Declared: t.deliveries,
 			Lease: m.leasePrefix + strconv.FormatUint(m.leaseSeq.Add(1), 36)},
 		fields: watermill.LogFields{"message_uuid": msg.UUID, "topic": name, "outbox_id": id, "consumer": consumer}}
 	if tr := m.reg.tracer(); tr != nil {

@@ -139,7 +139,7 @@ func (c *confirmer) handle(msg *message.Message) error {
 	// The check matches the record's topic and UUID, which never change,
 	// and tells a duplicate from a confirmation that matches nothing; the
 	// completion then acts on the delivery it checked.
-	d := recordstore.Delivery{ID: conf.ID, Topic: t.name, Consumer: conf.Consumer, UUID: conf.UUID}
+	d := recordstore.Delivery{ID: conf.ID, Topic: t.name, Consumer: conf.Consumer, UUID: conf.UUID, Declared: t.deliveries}
 	err = t.store.CheckPending(ctx, d)
 	if err == nil || errors.Is(err, recordstore.ErrNotDue) {
 		err = t.store.Complete(ctx, d)

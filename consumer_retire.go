@@ -33,8 +33,8 @@ func RetireConsumer(ctx context.Context, reg *Registry, topic, consumer string) 
 		return 0, fmt.Errorf("%w: topic %q is not tracked", ErrInvalidConfig, topic)
 	case consumer == "":
 		return 0, fmt.Errorf("%w: no consumer to retire", ErrInvalidConfig)
-	case t.declares(consumer):
-		return 0, fmt.Errorf("%w: consumer %q is still declared by tracked topic %q; remove it from Tracked.Consumers first", ErrInvalidConfig, consumer, topic)
+	case t.hasDelivery(consumer):
+		return 0, fmt.Errorf("%w: consumer %q is still declared by tracked topic %q; remove it from Tracked.Consumers (or RemoteConsumers) first", ErrInvalidConfig, consumer, topic)
 	}
 	r, ok := t.store.(recordstore.ConsumerRetirer)
 	if !ok {
@@ -71,7 +71,7 @@ func (r *replayer) reportUndeclared(ctx context.Context) {
 				continue
 			}
 			for _, c := range st.Consumers {
-				if c.Pending == 0 || t.declares(c.Consumer) {
+				if c.Pending == 0 || t.hasDelivery(c.Consumer) {
 					continue
 				}
 				r.logger.Error("Pending deliveries of a consumer the topic no longer declares", undeclaredConsumer(t, c),
@@ -84,8 +84,8 @@ func (r *replayer) reportUndeclared(ctx context.Context) {
 // undeclaredConsumer says what reportUndeclared found, and the fix.
 func undeclaredConsumer(t *tracked, c recordstore.ConsumerStatus) error {
 	declared := "no consumers"
-	if len(t.consumers) > 0 {
-		declared = fmt.Sprintf("consumers %q", t.consumers)
+	if len(t.deliveries) > 0 {
+		declared = fmt.Sprintf("consumers %q", t.deliveries)
 	}
 	return fmt.Errorf("consumer %q has %d pending deliveries of tracked topic %q, which declares %s: their records stay pending and are sent again at every start. "+
 		"If it was removed, or renamed and the new name has caught up, retire it: outbox.RetireConsumer(ctx, reg, %q, %q), or outboxctl retire -topic %q -consumer %q. "+

@@ -118,6 +118,10 @@ type tracked struct {
 
 func (t *tracked) declares(consumer string) bool { return slices.Contains(t.consumers, consumer) }
 
+// hasDelivery reports whether the topic's records have a delivery for the
+// consumer: a local or a remote one.
+func (t *tracked) hasDelivery(consumer string) bool { return slices.Contains(t.deliveries, consumer) }
+
 // Registry names the tracked topics and the store each one saves into. It is
 // built once and read without locks; an untracked topic costs one map lookup.
 type Registry struct {
