@@ -191,3 +191,21 @@ func (postgres) ageMicros(ts string) string {
 
 // insertsAloneBelow: measured on PostgreSQL, see Coalescing.InsertsAloneBelow.
 func (postgres) insertsAloneBelow() int { return 4 }
+
+// skipDuplicates: ON CONFLICT without a target covers every unique key, and
+// waits for an uncommitted conflicting row's transaction to end. A plain
+// INSERT's unique violation would abort the caller's transaction instead.
+func (postgres) skipDuplicates() string { return " ON CONFLICT DO NOTHING" }
+
+// deleteOldest picks the rows in a subquery, since PostgreSQL's DELETE has
+// no LIMIT, and skips those another delete holds.
+func (postgres) deleteOldest(table, key, cond, order, limit string) string {
+	return fmt.Sprintf("DELETE FROM %s WHERE (%s) IN (SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT %s FOR UPDATE SKIP LOCKED)",
+		table, key, key, table, cond, order, limit)
+}
+
+// uniqueViolation: SQLSTATE 23505, unique_violation.
+func (postgres) uniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}
