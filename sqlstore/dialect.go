@@ -92,9 +92,8 @@ type Dialect interface {
 	skipDuplicates() string
 	// deleteOldest deletes at most limit (a placeholder) rows of the
 	// quoted table that match cond, those first whose order column is
-	// lowest; key lists the table's primary key columns, for the dialects
-	// that pick the rows in a subquery.
-	deleteOldest(table, key, cond, order, limit string) string
+	// lowest.
+	deleteOldest(table, cond, order, limit string) string
 
 	// The methods below run on every call.
 

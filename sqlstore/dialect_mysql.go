@@ -482,7 +482,7 @@ func (mysql) skipDuplicates() string { return "" }
 
 // deleteOldest: MySQL's single-table DELETE has ORDER BY and LIMIT (and
 // refuses a LIMIT in an IN subquery of its own table).
-func (mysql) deleteOldest(table, _, cond, order, limit string) string {
+func (mysql) deleteOldest(table, cond, order, limit string) string {
 	return fmt.Sprintf("DELETE FROM %s WHERE %s ORDER BY %s LIMIT %s", table, cond, order, limit)
 }
 

@@ -198,10 +198,13 @@ func (postgres) insertsAloneBelow() int { return 4 }
 func (postgres) skipDuplicates() string { return " ON CONFLICT DO NOTHING" }
 
 // deleteOldest picks the rows in a subquery, since PostgreSQL's DELETE has
-// no LIMIT, and skips those another delete holds.
-func (postgres) deleteOldest(table, key, cond, order, limit string) string {
-	return fmt.Sprintf("DELETE FROM %s WHERE (%s) IN (SELECT %s FROM %s WHERE %s ORDER BY %s LIMIT %s FOR UPDATE SKIP LOCKED)",
-		table, key, key, table, cond, order, limit)
+// no LIMIT, skipping those another delete holds, and deletes them by ctid:
+// matched by key instead, the plan hash-joined the picked rows with a scan
+// of the whole table. The picked rows are locked, so their ctid holds until
+// the delete.
+func (postgres) deleteOldest(table, cond, order, limit string) string {
+	return fmt.Sprintf("DELETE FROM %s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %s WHERE %s ORDER BY %s LIMIT %s FOR UPDATE SKIP LOCKED))",
+		table, table, cond, order, limit)
 }
 
 // uniqueViolation: SQLSTATE 23505, unique_violation.

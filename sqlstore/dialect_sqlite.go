@@ -197,7 +197,7 @@ func (sqlite) skipDuplicates() string { return " ON CONFLICT DO NOTHING" }
 
 // deleteOldest picks the rows by rowid, since the driver's SQLite is built
 // without DELETE … LIMIT.
-func (sqlite) deleteOldest(table, _, cond, order, limit string) string {
+func (sqlite) deleteOldest(table, cond, order, limit string) string {
 	return fmt.Sprintf("DELETE FROM %s WHERE rowid IN (SELECT rowid FROM %s WHERE %s ORDER BY %s LIMIT %s)", table, table, cond, order, limit)
 }
 

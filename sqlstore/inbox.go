@@ -104,7 +104,7 @@ func buildInboxQueries(d Dialect, name tableName) inboxQueries {
 		handledUUID: fmt.Sprintf("SELECT 1 FROM %s WHERE consumer = %s AND message_uuid = %s", t, p(1), p(2)),
 		insert: fmt.Sprintf("INSERT INTO %s (consumer, message_uuid, business_key, source, record_id, handled_at) VALUES (%s, %s, %s, %s, %s, %s)%s",
 			t, p(1), p(2), p(3), p(4), p(5), d.clock(), d.skipDuplicates()),
-		clean: d.deleteOldest(t, "consumer, message_uuid", "handled_at < "+d.ago(1), "handled_at", p(2)),
+		clean: d.deleteOldest(t, "handled_at < "+d.ago(1), "handled_at", p(2)),
 	}
 }
 
