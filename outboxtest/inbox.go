@@ -190,8 +190,8 @@ func (in *Inbox) Clean(ctx context.Context, olderThan time.Duration, limit int) 
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if olderThan < 0 || limit < 1 {
-		return 0, fmt.Errorf("%w: cleaning needs a non-negative age and a positive limit (got %v, %d)", recordstore.ErrInvalidConfig, olderThan, limit)
+	if err := checkClean(olderThan, limit); err != nil {
+		return 0, err
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()

@@ -175,8 +175,8 @@ func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if olderThan < 0 || limit < 1 {
-		return 0, fmt.Errorf("%w: cleaning needs a non-negative age and a positive limit (got %v, %d)", recordstore.ErrInvalidConfig, olderThan, limit)
+	if err := checkClean(olderThan, limit); err != nil {
+		return 0, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -273,4 +273,13 @@ func (s *Store) status(ctx context.Context, full bool) ([]recordstore.TopicStatu
 	}
 	slices.SortFunc(out, func(a, b recordstore.TopicStatus) int { return cmp.Compare(a.Topic, b.Topic) })
 	return out, nil
+}
+
+// checkClean refuses the arguments of a Clean, of records or of inbox
+// entries, that clean nothing sensible.
+func checkClean(olderThan time.Duration, limit int) error {
+	if olderThan < 0 || limit < 1 {
+		return fmt.Errorf("%w: cleaning needs a non-negative age and a positive limit (got %v, %d)", recordstore.ErrInvalidConfig, olderThan, limit)
+	}
+	return nil
 }

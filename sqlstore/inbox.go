@@ -256,8 +256,8 @@ func validateEntry(e recordstore.InboxEntry) error {
 // resend a message after first sending it: a copy that arrives after its
 // entry is cleaned runs the handler again.
 func (in *Inbox) Clean(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
-	if olderThan < 0 || limit < 1 {
-		return 0, fmt.Errorf("%w: cleaning inbox %q needs a non-negative age and a positive limit (got %v, %d)", ErrInvalidConfig, in.table, olderThan, limit)
+	if err := checkClean(in.table, olderThan, limit); err != nil {
+		return 0, err
 	}
 	tx, err := in.db.BeginTxx(ctx, in.dialect.purgeTxOptions())
 	if err != nil {

@@ -34,11 +34,6 @@ FROM generate_series(1, 20000) AS i`, in.Table()))
 	require.NoError(t, err)
 
 	handled, handledUUID, clean := sqlstore.InboxStatements(in)
-	conn, err := db.Connx(ctx)
-	require.NoError(t, err)
-	defer conn.Close()
-	_, err = conn.ExecContext(ctx, "SET plan_cache_mode = force_generic_plan")
-	require.NoError(t, err)
 	table := strings.Trim(in.Table(), `"`)
 	for _, tc := range []struct {
 		name, query, types, args string
@@ -49,13 +44,7 @@ FROM generate_series(1, 20000) AS i`, in.Table()))
 		{"Clean", clean, "bigint, bigint", "3600000000, 100", []string{table + "_handled", "Tid Scan"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			stmt := "inbox_" + strings.ToLower(tc.name)
-			_, err := conn.ExecContext(ctx, "PREPARE "+stmt+"("+tc.types+") AS "+tc.query)
-			require.NoError(t, err)
-			defer conn.ExecContext(ctx, "DEALLOCATE "+stmt) //nolint:errcheck // the connection is closed after
-			var plan []string
-			require.NoError(t, conn.SelectContext(ctx, &plan, "EXPLAIN EXECUTE "+stmt+"("+tc.args+")"))
-			text := strings.Join(plan, "\n")
+			text := genericPlan(t, db, tc.query, tc.types, tc.args)
 			for _, index := range tc.want {
 				assert.Contains(t, text, index, text)
 			}
