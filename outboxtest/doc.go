@@ -35,9 +35,23 @@
 // but the transaction ones, so the outbox's operational parts (the
 // StaleResubmitter, the Cleaner, the status handler) run against it too.
 //
+// # An inbox
+//
+// A handler that deduplicates another service's messages takes a
+// recordstore.Inbox; [NewInbox] is an in-memory one. A handler that saves
+// the entry in its own transaction (MarkHandledTx) can be given a [Tx],
+// whose Commit and Rollback the inbox follows:
+//
+//	inbox := outboxtest.NewInbox()
+//	tx := outboxtest.NewTx()
+//	err := inbox.MarkHandledTx(ctx, tx, recordstore.InboxEntry{Consumer: "billing", MessageUUID: msg.UUID})
+//	// ... the handler fails and rolls back: the entry is gone.
+//	_ = tx.Rollback()
+//
 // # The store contract
 //
 // [Store] passes the contract suite that every record store runs
 // (sqlstore/storetest's RunContract), in both completion modes: what the
 // middleware and the replay see from it is what they see from sqlstore.
+// [Inbox] passes the inbox contract suite (RunInbox) in the same way.
 package outboxtest

@@ -178,8 +178,8 @@ func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if olderThan < 0 || limit < 1 {
-		return 0, fmt.Errorf("%w: cleaning needs a non-negative age and a positive limit (got %v, %d)", recordstore.ErrInvalidConfig, olderThan, limit)
+	if err := checkClean(olderThan, limit); err != nil {
+		return 0, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -301,4 +301,13 @@ func (s *Store) Retire(ctx context.Context, topic, consumer string) (int, error)
 		}
 	}
 	return n, nil
+}
+
+// checkClean refuses the arguments of a Clean, of records or of inbox
+// entries, that clean nothing sensible.
+func checkClean(olderThan time.Duration, limit int) error {
+	if olderThan < 0 || limit < 1 {
+		return fmt.Errorf("%w: cleaning needs a non-negative age and a positive limit (got %v, %d)", recordstore.ErrInvalidConfig, olderThan, limit)
+	}
+	return nil
 }

@@ -41,6 +41,11 @@ var (
 	// business key.
 	ErrAlreadyHandled = errors.New("outbox: message already handled by this consumer")
 
+	// ErrInvalidEntry is wrapped by an [Inbox] given an [InboxEntry] it
+	// cannot keep: without a Consumer or a MessageUUID, or, in a store
+	// with limits, with a field longer than it allows. Nothing is saved.
+	ErrInvalidEntry = errors.New("outbox: invalid inbox entry")
+
 	// ErrCompletedByOther is wrapped by [*ConsumerConflictError].
 	ErrCompletedByOther = errors.New("outbox: record completed by another consumer")
 

@@ -29,9 +29,13 @@ type InboxEntry struct {
 
 // Inbox keeps, per consumer, the messages it has handled. Entries are
 // written once and read by key: (Consumer, MessageUUID), and (Consumer,
-// BusinessKey) when the business key is set. The sqlstore package provides
-// one for PostgreSQL, MySQL/MariaDB and SQLite, and the outboxtest package
-// an in-memory one.
+// BusinessKey) when the business key is set; entries without a business key
+// never conflict on it. An entry without a Consumer or a MessageUUID, or
+// one the inbox cannot keep, is refused by every method with an error
+// wrapping ErrInvalidEntry. The sqlstore package provides one for
+// PostgreSQL, MySQL/MariaDB and SQLite, and the outboxtest package an
+// in-memory one; sqlstore/storetest's RunInbox is the contract suite they
+// pass.
 type Inbox interface {
 	// Handled reports whether the consumer has an entry with the entry's
 	// MessageUUID, or, when BusinessKey is set, with its BusinessKey.

@@ -22,8 +22,8 @@ var _ recordstore.Cleaner = (*Store)(nil)
 // long. A deleting table keeps no completed records, so there it deletes
 // nothing.
 func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
-	if olderThan < 0 || limit < 1 {
-		return 0, fmt.Errorf("%w: purging needs a non-negative age and a positive limit (got %v, %d)", ErrInvalidConfig, olderThan, limit)
+	if err := checkClean(s.table, olderThan, limit); err != nil {
+		return 0, err
 	}
 	if s.mode != Mark {
 		return 0, nil
@@ -78,6 +78,15 @@ func (s *Store) deleteIDs(ctx context.Context, tx executor, d Dialect, prefix st
 		if _, err := tx.ExecContext(ctx, prefix+idList(d, 1, len(chunk)), args...); err != nil {
 			return s.fail("purge", err)
 		}
+	}
+	return nil
+}
+
+// checkClean refuses the arguments of a Clean of the table, of records or
+// of inbox entries, that clean nothing sensible.
+func checkClean(table string, olderThan time.Duration, limit int) error {
+	if olderThan < 0 || limit < 1 {
+		return fmt.Errorf("%w: cleaning table %q needs a non-negative age and a positive limit (got %v, %d)", ErrInvalidConfig, table, olderThan, limit)
 	}
 	return nil
 }

@@ -85,6 +85,17 @@ type Dialect interface {
 	// databaseQuery reads the name of the database a connection is in,
 	// for errors that name it.
 	databaseQuery() string
+	// skipDuplicates ends an INSERT so that a row that conflicts with a
+	// unique key of the table is skipped (no row affected), once the
+	// transaction holding the conflicting row has ended, and the caller's
+	// transaction stays usable; "" when the dialect reports the conflict as
+	// an error that uniqueViolation recognizes and that leaves the
+	// transaction usable too.
+	skipDuplicates() string
+	// deleteOldest deletes at most limit (a placeholder) rows of the
+	// quoted table that match cond, those first whose order column is
+	// lowest.
+	deleteOldest(table, cond, order, limit string) string
 
 	// The methods below run on every call.
 
@@ -113,12 +124,12 @@ type Dialect interface {
 	// statement failing: a combined insert that fails so is retried call by
 	// call, so that only the call whose record was refused fails.
 	recordError(err error) bool
-	// uniqueViolation reports whether err is an insert refused for a
-	// duplicate key, which on the record table can only be a saved
-	// Record.Origin.
-	uniqueViolation(err error) bool
 	// convertError turns a driver error into the package's sentinels.
 	convertError(err error) error
+	// uniqueViolation reports whether err is the database refusing a row
+	// that duplicates a unique key: on the record table only a saved
+	// Record.Origin, on an inbox an entry already handled.
+	uniqueViolation(err error) bool
 }
 
 // The interfaces below are optional: only the MySQL dialect has these

@@ -464,11 +464,25 @@ func (mysql) recordError(err error) bool {
 	return false
 }
 
-// uniqueViolation: ER_DUP_ENTRY.
-func (mysql) uniqueViolation(err error) bool {
-	var myErr *mysqldriver.MySQLError
-	return errors.As(err, &myErr) && myErr.Number == 1062
-}
-
 // insertsAloneBelow: off until measured on MySQL/MariaDB.
 func (mysql) insertsAloneBelow() int { return 0 }
+
+// skipDuplicates is "": a duplicate key error (uniqueViolation) rolls back
+// only its statement in InnoDB, so the caller's transaction stays usable,
+// and the INSERT waits for an uncommitted conflicting row's transaction
+// before it reports one. INSERT IGNORE would turn other errors into
+// warnings too, and ON DUPLICATE KEY UPDATE counts a skipped row as
+// affected when the DSN sets clientFoundRows.
+func (mysql) skipDuplicates() string { return "" }
+
+// deleteOldest: MySQL's single-table DELETE has ORDER BY and LIMIT (and
+// refuses a LIMIT in an IN subquery of its own table).
+func (mysql) deleteOldest(table, cond, order, limit string) string {
+	return fmt.Sprintf("DELETE FROM %s WHERE %s ORDER BY %s LIMIT %s", table, cond, order, limit)
+}
+
+// uniqueViolation: ER_DUP_ENTRY (1062) and ER_DUP_ENTRY_WITH_KEY_NAME (1586).
+func (mysql) uniqueViolation(err error) bool {
+	var myErr *mysqldriver.MySQLError
+	return errors.As(err, &myErr) && (myErr.Number == 1062 || myErr.Number == 1586)
+}

@@ -141,12 +141,6 @@ func (postgres) recordError(err error) bool {
 	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
 }
 
-// uniqueViolation: SQLSTATE 23505.
-func (postgres) uniqueViolation(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505"
-}
-
 func (postgres) migrationLock() string {
 	// One advisory lock key for all outbox migrations in the database.
 	return "SELECT pg_advisory_xact_lock(7246981365)"
@@ -214,3 +208,24 @@ func (postgres) ageMicros(ts string) string {
 
 // insertsAloneBelow: measured on PostgreSQL, see Coalescing.InsertsAloneBelow.
 func (postgres) insertsAloneBelow() int { return 4 }
+
+// skipDuplicates: ON CONFLICT without a target covers every unique key, and
+// waits for an uncommitted conflicting row's transaction to end. A plain
+// INSERT's unique violation would abort the caller's transaction instead.
+func (postgres) skipDuplicates() string { return " ON CONFLICT DO NOTHING" }
+
+// deleteOldest picks the rows in a subquery, since PostgreSQL's DELETE has
+// no LIMIT, skipping those another delete holds, and deletes them by ctid:
+// matched by key instead, the plan hash-joined the picked rows with a scan
+// of the whole table. The picked rows are locked, so their ctid holds until
+// the delete.
+func (postgres) deleteOldest(table, cond, order, limit string) string {
+	return fmt.Sprintf("DELETE FROM %s WHERE ctid = ANY(ARRAY(SELECT ctid FROM %s WHERE %s ORDER BY %s LIMIT %s FOR UPDATE SKIP LOCKED))",
+		table, table, cond, order, limit)
+}
+
+// uniqueViolation: SQLSTATE 23505, unique_violation.
+func (postgres) uniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+}

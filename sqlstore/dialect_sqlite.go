@@ -126,13 +126,6 @@ func (sqlite) recordError(err error) bool {
 	return false
 }
 
-// uniqueViolation: the extended result code SQLITE_CONSTRAINT_UNIQUE
-// (2067).
-func (sqlite) uniqueViolation(err error) bool {
-	var c sqliteCoder
-	return errors.As(err, &c) && c.Code() == 2067
-}
-
 func (sqlite) migrationLock() string { return "" }
 
 func (sqlite) versionTableDDL(vt string) string {
@@ -192,3 +185,21 @@ func (sqlite) ageMicros(ts string) string {
 // insertsAloneBelow: SQLite writes one statement at a time, so an insert
 // alone would only wait for the lock instead of for the batch.
 func (sqlite) insertsAloneBelow() int { return 0 }
+
+// skipDuplicates: an upsert without a conflict target covers every unique
+// key. SQLite has one writer at a time, so there is no uncommitted row of
+// another transaction to wait for: the writer waits for the write lock.
+func (sqlite) skipDuplicates() string { return " ON CONFLICT DO NOTHING" }
+
+// deleteOldest picks the rows by rowid, since the driver's SQLite is built
+// without DELETE … LIMIT.
+func (sqlite) deleteOldest(table, cond, order, limit string) string {
+	return fmt.Sprintf("DELETE FROM %s WHERE rowid IN (SELECT rowid FROM %s WHERE %s ORDER BY %s LIMIT %s)", table, table, cond, order, limit)
+}
+
+// uniqueViolation: the extended result codes SQLITE_CONSTRAINT_PRIMARYKEY
+// (1555) and SQLITE_CONSTRAINT_UNIQUE (2067).
+func (sqlite) uniqueViolation(err error) bool {
+	var c sqliteCoder
+	return errors.As(err, &c) && (c.Code() == 1555 || c.Code() == 2067)
+}

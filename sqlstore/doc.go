@@ -48,6 +48,17 @@
 // for a duplicate. Records without consumers cost what they always did: one
 // INSERT, one completion statement.
 //
+// # Inbox
+//
+// A receiving service with a database of its own keeps an [Inbox]: a table
+// (watermill_inbox by default) of the other services' messages each
+// consumer handled, keyed by consumer and message UUID, and optionally by
+// consumer and business key. [Inbox.MarkHandledTx] saves the entry in the
+// handler's transaction, so that the entry and the handler's writes commit
+// together; [Inbox.Clean] deletes old entries. Its version row sits in the
+// same [VersionTable] as the record tables', keyed by its own name. See
+// docs/operations.md for how long to keep entries.
+//
 // # Coalescing
 //
 // Concurrent [Store.Insert] calls that arrive while an insert is in flight

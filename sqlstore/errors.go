@@ -43,6 +43,11 @@ var (
 	// exist.
 	ErrRecordNotFound = errors.New("sqlstore: record not found")
 
+	// ErrInvalidEntry is wrapped when an [Inbox] is given an entry it
+	// cannot keep: no Consumer or MessageUUID, or a field longer than
+	// [MaxInboxField]. It is recordstore.ErrInvalidEntry.
+	ErrInvalidEntry = recordstore.ErrInvalidEntry
+
 	// ErrInvalidConfig is wrapped by configuration errors. It is the
 	// outbox's own sentinel (recordstore.ErrInvalidConfig, also
 	// outbox.ErrInvalidConfig), so one errors.Is covers both packages.

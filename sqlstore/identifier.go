@@ -15,8 +15,9 @@ const maxIdentifier = 63
 const maxTableName = 48
 
 // derivedSuffixes are appended to the table name to name the other objects
-// of its schema: indexes, the consumers table and its own index and key.
-var derivedSuffixes = []string{"_pending", "_abandoned", "_processed", "_origin", consumersSuffix, "_c_pending", "_c_pkey", "_id_seq"}
+// of its schema: indexes, the consumers table and its own index and key,
+// and the keys and index of an inbox table.
+var derivedSuffixes = []string{"_pending", "_abandoned", "_processed", "_origin", consumersSuffix, "_c_pending", "_c_pkey", "_id_seq", "_pkey", "_bkey", "_handled"}
 
 // consumersSuffix names the table of per-consumer deliveries.
 const consumersSuffix = "_consumers"

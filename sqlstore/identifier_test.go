@@ -90,14 +90,35 @@ func TestQualifiedStatementsOnlyQualifyTheTables(t *testing.T) {
 	}
 }
 
-// statementsOf returns every statement of a store on table, and its
-// rendered migrations, by name.
+// statementsOf returns every statement of a store on table, and of an
+// inbox on it, and their rendered migrations, by name.
 func statementsOf(t *testing.T, d Dialect, table tableName, mode Completion) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	v := reflect.ValueOf(buildQueries(d, table, mode, false)).Elem()
+	addStatements(out, "", reflect.ValueOf(buildQueries(d, table, mode, false)).Elem())
+	iq := buildInboxQueries(d, table)
+	addStatements(out, "inbox.", reflect.ValueOf(&iq).Elem())
+	for prefix, dir := range map[string]string{"": recordMigrations(d), "inbox.": inboxMigrations(d)} {
+		ms, err := loadMigrations(migrationFiles, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			var b strings.Builder
+			if err := m.tmpl.Execute(&b, templateData{d: d, table: table, Mark: mode == Mark}); err != nil {
+				t.Fatal(err)
+			}
+			out[prefix+m.name] = b.String()
+		}
+	}
+	return out
+}
+
+// addStatements adds the statements held by the fields of v, a struct of
+// queries, and of the structs it embeds, named by prefix and field.
+func addStatements(out map[string]string, prefix string, v reflect.Value) {
 	for i := range v.NumField() {
-		f, name := v.Field(i), v.Type().Field(i).Name
+		f, name := v.Field(i), prefix+v.Type().Field(i).Name
 		switch f.Kind() {
 		case reflect.String:
 			out[name] = f.String()
@@ -105,20 +126,10 @@ func statementsOf(t *testing.T, d Dialect, table tableName, mode Completion) map
 			for _, k := range f.MapKeys() {
 				out[name+"["+k.String()+"]"] = f.MapIndex(k).String()
 			}
+		case reflect.Struct:
+			addStatements(out, name+".", f)
 		}
 	}
-	ms, err := loadMigrations(migrationFiles, d.Name())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		var b strings.Builder
-		if err := m.tmpl.Execute(&b, templateData{d: d, table: table, Mark: mode == Mark}); err != nil {
-			t.Fatal(err)
-		}
-		out[m.name] = b.String()
-	}
-	return out
 }
 
 func TestValidateTableLeavesRoomForDerivedNames(t *testing.T) {

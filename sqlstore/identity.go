@@ -104,26 +104,3 @@ func (s *Store) cacheIdentity(db *sqlx.DB, identity string) {
 		}
 	}
 }
-
-// prepareVersionTable creates the schema version table, or adds the
-// identity column to one created before identities existed. It runs under
-// the migration lock, so two processes never add the column at once.
-func (s *Store) prepareVersionTable(ctx context.Context, tx executor, d Dialect) error {
-	if _, err := tx.ExecContext(ctx, s.q.versionTableDDL); err != nil {
-		return s.fail("create schema version table", err)
-	}
-	var n int
-	if err := tx.QueryRowContext(ctx, s.q.versionIdentityColumn).Scan(&n); err != nil {
-		return s.fail("read schema version table", err)
-	}
-	if n > 0 {
-		return nil
-	}
-	if _, err := tx.ExecContext(ctx, s.q.addVersionIdentity); err != nil {
-		if r, ok := d.(rerunTolerant); ok && r.alreadyApplied(err) {
-			return nil
-		}
-		return s.fail("add identity to schema version table", err)
-	}
-	return nil
-}

@@ -2,8 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
-	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
@@ -14,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"text/template"
-	"time"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -38,13 +35,12 @@ type migration struct {
 
 var migrationName = regexp.MustCompile(`^(\d{3})_[a-z0-9_]+\.sql$`)
 
-// loadMigrations reads the numbered migrations of a dialect from fsys, in
-// order.
-func loadMigrations(fsys fs.FS, dialect string) ([]migration, error) {
-	dir := path.Join("migrations", dialect)
+// loadMigrations reads the numbered migrations in dir of fsys, in order:
+// migrations/<dialect> for a record table, inboxMigrations for an inbox.
+func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
 	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
-		return nil, fmt.Errorf("sqlstore: no migrations for dialect %q: %w", dialect, err)
+		return nil, fmt.Errorf("sqlstore: no migrations in %s: %w", dir, err)
 	}
 	var out []migration
 	for _, e := range entries {
@@ -66,7 +62,7 @@ func loadMigrations(fsys fs.FS, dialect string) ([]migration, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
 	for i, m := range out {
 		if m.version != i+1 {
-			return nil, fmt.Errorf("sqlstore: migrations of %q are not numbered 1..n (found %03d at position %d)", dialect, m.version, i+1)
+			return nil, fmt.Errorf("sqlstore: migrations in %s are not numbered 1..n (found %03d at position %d)", dir, m.version, i+1)
 		}
 	}
 	return out, nil
@@ -75,12 +71,15 @@ func loadMigrations(fsys fs.FS, dialect string) ([]migration, error) {
 // SchemaVersion is the version of the table schema this code expects for the
 // dialect.
 func SchemaVersion(d Dialect) (int, error) {
-	ms, err := loadMigrations(migrationFiles, d.Name())
+	ms, err := loadMigrations(migrationFiles, recordMigrations(d))
 	if err != nil {
 		return 0, err
 	}
 	return len(ms), nil
 }
+
+// recordMigrations is the directory of a record table's migrations.
+func recordMigrations(d Dialect) string { return path.Join("migrations", d.Name()) }
 
 // templateData is what migration templates see. Every name in it is a
 // validated identifier, quoted by the dialect. Tables are qualified by the
@@ -141,7 +140,7 @@ func (s *Store) migrateTo(ctx context.Context, version int) error {
 	if err != nil {
 		return err
 	}
-	ms, err := loadMigrations(s.migrations, d.Name())
+	ms, err := loadMigrations(s.migrations, recordMigrations(d))
 	if err != nil {
 		return err
 	}
@@ -152,41 +151,18 @@ func (s *Store) migrateTo(ctx context.Context, version int) error {
 	if version > 0 {
 		target = version
 	}
-	conn, err := db.Connx(ctx)
-	if err != nil {
-		return s.fail("migrate", err)
-	}
-	defer conn.Close()
-	if locker, ok := d.(sessionLocker); ok {
-		if err := locker.lockSession(ctx, conn, s.name.schema); err != nil {
-			return s.fail("lock migrations", err)
-		}
-		defer func() {
-			// The lock lives as long as the session: a connection that
-			// cannot release it is discarded rather than pooled.
-			if err := locker.unlockSession(context.WithoutCancel(ctx), conn, s.name.schema); err != nil {
-				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-			}
-		}()
-	}
-	return s.migrate(ctx, conn, d, ms, target)
+	return s.withMigrationLock(ctx, db, d, func(conn *sqlx.Conn) error {
+		return s.migrate(ctx, conn, d, ms, target)
+	})
 }
 
 // migrate runs the migrations the table lacks, in a transaction on conn.
 func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []migration, target int) error {
-	tx, err := conn.BeginTxx(ctx, nil)
+	tx, err := s.beginMigration(ctx, conn, d)
 	if err != nil {
-		return s.fail("migrate", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
-	if lock := s.q.migrationLock; lock != "" {
-		if _, err := tx.ExecContext(ctx, lock); err != nil {
-			return s.fail("lock migrations", err)
-		}
-	}
-	if err := s.prepareVersionTable(ctx, tx, d); err != nil {
 		return err
 	}
+	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
 	version, mode, err := s.readVersion(ctx, tx)
 	if err != nil {
 		return err
@@ -201,19 +177,8 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 	if version >= target && target < len(ms) {
 		return tx.Commit() // at or past the version asked for
 	}
-	for _, m := range ms[version:target] {
-		var b strings.Builder
-		if err := m.tmpl.Execute(&b, data); err != nil {
-			return fmt.Errorf("sqlstore: render migration %s: %w", m.name, err)
-		}
-		for _, stmt := range statements(b.String()) {
-			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				if r, ok := d.(rerunTolerant); ok && r.alreadyApplied(err) {
-					continue
-				}
-				return s.fail("migration "+m.name, err)
-			}
-		}
+	if err := s.runMigrations(ctx, tx, d, ms[version:target], data); err != nil {
+		return err
 	}
 	identity, err := s.readIdentity(ctx, tx)
 	if err != nil {
@@ -234,54 +199,6 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 	return nil
 }
 
-// readVersion reads the table's row in the schema version table: version
-// 0 when it has none. A qualified table whose schema is missing gets an
-// error wrapping [ErrSchemaMissing] rather than [ErrTableMissing], whose
-// remedy (Migrate) would not help.
-func (s *Store) readVersion(ctx context.Context, q executor) (int, string, error) {
-	var version int
-	var mode string
-	err := q.QueryRowContext(ctx, s.q.readVersion, s.name.name).Scan(&version, &mode)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, "", nil
-	}
-	if err != nil {
-		err = s.fail("read schema version", err)
-		if errors.Is(err, ErrTableMissing) && s.name.schema != "" {
-			return 0, "", s.schemaMissing(ctx, q, err)
-		}
-		return 0, "", err
-	}
-	return version, mode, nil
-}
-
-// schemaMissing returns an error wrapping [ErrSchemaMissing] when the
-// table's schema does not exist, err otherwise.
-func (s *Store) schemaMissing(ctx context.Context, q executor, err error) error {
-	var n int
-	if qerr := q.QueryRowContext(ctx, s.q.schemaExists, s.name.schema).Scan(&n); qerr != nil || n > 0 {
-		return err
-	}
-	return &TableError{Table: s.table, Op: "read schema version", Err: ErrSchemaMissing}
-}
-
-// writeVersion records the version the table is at, and its identity, in
-// one statement: on MySQL, where the migration's DDL committed on its own,
-// the version and the identity still appear together.
-func (s *Store) writeVersion(ctx context.Context, q executor, from, to int, identity string) error {
-	id := sql.NullString{String: identity, Valid: identity != ""}
-	var err error
-	if from == 0 {
-		_, err = q.ExecContext(ctx, s.q.insertVersion, s.name.name, to, s.mode.String(), id)
-	} else {
-		_, err = q.ExecContext(ctx, s.q.updateVersion, to, id, s.name.name)
-	}
-	if err != nil {
-		return s.fail("write schema version", err)
-	}
-	return nil
-}
-
 // Verify checks that the table exists at the schema version and completion
 // mode this code expects. Its errors wrap [ErrTableMissing] or
 // [ErrSchemaVersion] and say what to do.
@@ -294,7 +211,7 @@ func (s *Store) verify(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ms, err := loadMigrations(s.migrations, d.Name())
+	ms, err := loadMigrations(s.migrations, recordMigrations(d))
 	if err != nil {
 		return err
 	}
@@ -325,35 +242,11 @@ func (s *Store) verify(ctx context.Context) error {
 	return nil
 }
 
-// located makes an error of Migrate or Verify a [*TableError] that names
-// the dialect and the database. The database is asked for only once the
-// failed call has given back its connections (a SQLite pool may have one),
-// and briefly: an unreachable server leaves it unnamed.
+// located is [versioned.locate] through the attached pool.
 func (s *Store) located(ctx context.Context, op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	dialect, database := s.dialect.Name(), s.databaseName(ctx)
-	if te, ok := err.(*TableError); ok { //nolint:errorlint // only the outermost error is completed; a wrapped one is wrapped
-		located := *te
-		located.Dialect, located.Database = dialect, database
-		return &located
-	}
-	return &TableError{Table: s.table, Op: op, Dialect: dialect, Database: database, Err: err}
-}
-
-// databaseName is the name of the database the pool is in, "" when it
-// cannot be read.
-func (s *Store) databaseName(ctx context.Context) string {
-	db, err := s.pool()
-	if err != nil {
-		return ""
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	var name sql.NullString
-	if err := db.QueryRowContext(ctx, s.q.databaseName).Scan(&name); err != nil {
-		return ""
-	}
-	return name.String
+	db, _ := s.pool()
+	return s.locate(ctx, db, op, err)
 }

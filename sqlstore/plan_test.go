@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -56,19 +57,28 @@ func TestCombinedCheckLooksUpEachDelivery(t *testing.T) {
 	ctx := testCtx(t)
 	s := testenv.NewStore(t, testenv.Backends()[0], db, sqlstore.Mark)
 	require.NoError(t, s.Insert(ctx, []recordstore.Record{{Topic: "orders", UUID: "u", Payload: []byte("{}")}}))
+	text := genericPlan(t, db, sqlstore.CheckStatement(s), "bigint[], text[]", "'{1,2,3,4}', '{a,a,a,a}'")
+	assert.Contains(t, text, "_pkey", text)
+	assert.NotContains(t, text, "Seq Scan", text)
+}
+
+// genericPlan is the plan PostgreSQL caches for query as a prepared
+// statement while the table is small (a generic plan, which it keeps using
+// as the table grows), with arguments of the types given, for args.
+func genericPlan(t *testing.T, db *sqlx.DB, query, types, args string) string {
+	t.Helper()
+	ctx := testCtx(t)
 	conn, err := db.Connx(ctx)
 	require.NoError(t, err)
 	defer conn.Close()
 	_, err = conn.ExecContext(ctx, "SET plan_cache_mode = force_generic_plan")
 	require.NoError(t, err)
-	_, err = conn.ExecContext(ctx, "PREPARE combined_check(bigint[], text[]) AS "+sqlstore.CheckStatement(s))
+	_, err = conn.ExecContext(ctx, "PREPARE generic_plan("+types+") AS "+query)
 	require.NoError(t, err)
-	defer conn.ExecContext(ctx, "DEALLOCATE combined_check") //nolint:errcheck // the connection is closed next
+	defer conn.ExecContext(ctx, "DEALLOCATE generic_plan") //nolint:errcheck // the connection is closed next
 	var plan []string
-	require.NoError(t, conn.SelectContext(ctx, &plan, "EXPLAIN EXECUTE combined_check('{1,2,3,4}', '{a,a,a,a}')"))
-	text := strings.Join(plan, "\n")
-	assert.Contains(t, text, "_pkey", text)
-	assert.NotContains(t, text, "Seq Scan", text)
+	require.NoError(t, conn.SelectContext(ctx, &plan, "EXPLAIN EXECUTE generic_plan("+args+")"))
+	return strings.Join(plan, "\n")
 }
 
 // TestReplayPageUsesThePendingIndex: on MariaDB, a replay page is read

@@ -118,7 +118,12 @@ type queries struct {
 	makeDueStamp  string
 	requeueLater  string
 
-	// The schema version table, and the migration's own statements.
+	versionQueries
+}
+
+// versionQueries are the statements on the schema version table, and the
+// migration's own, of one table: a record table or an inbox.
+type versionQueries struct {
 	versionTableDDL       string
 	versionIdentityColumn string
 	addVersionIdentity    string
@@ -393,19 +398,25 @@ FROM %s WHERE record_id IN `, tc)
 
 // buildSchema builds the statements of Migrate and Verify on the schema
 // version table, the one in the record table's schema.
-func (q *queries) buildSchema(f fragments) {
-	p, d := f.p, f.d
-	vt := f.table.versionTable(d)
-	q.versionTableDDL = d.versionTableDDL(vt)
-	q.versionIdentityColumn = d.versionIdentityColumn(f.table)
-	q.addVersionIdentity = d.addVersionIdentity(vt)
-	q.schemaExists = d.schemaExistsQuery()
-	q.migrationLock = d.migrationLock()
-	q.readVersion = fmt.Sprintf("SELECT version, completion FROM %s WHERE table_name = %s", vt, p(1))
-	q.readIdentity = fmt.Sprintf("SELECT table_identity FROM %s WHERE table_name = %s", vt, p(1))
-	q.insertVersion = fmt.Sprintf("INSERT INTO %s (table_name, version, completion, table_identity) VALUES (%s, %s, %s, %s)", vt, p(1), p(2), p(3), p(4))
-	q.updateVersion = fmt.Sprintf("UPDATE %s SET version = %s, table_identity = %s WHERE table_name = %s", vt, p(1), p(2), p(3))
-	q.databaseName = d.databaseQuery()
+func (q *queries) buildSchema(f fragments) { q.versionQueries = buildVersionQueries(f.d, f.table) }
+
+// buildVersionQueries builds the statements on the schema version table of
+// the table's schema.
+func buildVersionQueries(d Dialect, table tableName) versionQueries {
+	p := d.placeholder
+	vt := table.versionTable(d)
+	return versionQueries{
+		versionTableDDL:       d.versionTableDDL(vt),
+		versionIdentityColumn: d.versionIdentityColumn(table),
+		addVersionIdentity:    d.addVersionIdentity(vt),
+		schemaExists:          d.schemaExistsQuery(),
+		migrationLock:         d.migrationLock(),
+		readVersion:           fmt.Sprintf("SELECT version, completion FROM %s WHERE table_name = %s", vt, p(1)),
+		readIdentity:          fmt.Sprintf("SELECT table_identity FROM %s WHERE table_name = %s", vt, p(1)),
+		insertVersion:         fmt.Sprintf("INSERT INTO %s (table_name, version, completion, table_identity) VALUES (%s, %s, %s, %s)", vt, p(1), p(2), p(3), p(4)),
+		updateVersion:         fmt.Sprintf("UPDATE %s SET version = %s, table_identity = %s WHERE table_name = %s", vt, p(1), p(2), p(3)),
+		databaseName:          d.databaseQuery(),
+	}
 }
 
 // The statements whose text depends on a number of ids are built per call,

@@ -95,11 +95,9 @@ func (c Config) Validate() error {
 
 // Store is an [recordstore.Store] over one SQL table.
 type Store struct {
-	dialect Dialect
-	// table is the name as configured, for Table and errors; name is it
-	// parsed, for the statements and the schema version table's key.
-	table string
-	name  tableName
+	// versioned is the table as configured and parsed, and its row in the
+	// schema version table.
+	versioned
 	mode  Completion
 	lease time.Duration
 	// leaseArg is lease as the claim's argument, made once.
@@ -143,8 +141,9 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dialect: cfg.Dialect, table: cfg.Table, name: name, mode: cfg.Completion, lease: cfg.Lease, migrations: migrationFiles}
+	s := &Store{mode: cfg.Completion, lease: cfg.Lease, migrations: migrationFiles}
 	s.q = buildQueries(cfg.Dialect, name, cfg.Completion, cfg.DurableCompletion)
+	s.versioned = versioned{dialect: cfg.Dialect, table: cfg.Table, name: name, kind: cfg.Completion.String(), vq: &s.q.versionQueries}
 	s.leaseArg = cfg.Dialect.leaseArg(cfg.Lease)
 	co := cfg.Coalescing
 	s.coalescing = co
@@ -177,17 +176,6 @@ func (s *Store) Coalescing() Coalescing { return s.coalescing }
 
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() Dialect { return s.dialect }
-
-// fail names the table and the operation an error happened in, and turns a
-// driver error into the package's sentinels. An error inTx has already
-// named is returned as it is, so that callers can name every error of a
-// call without naming any twice.
-func (s *Store) fail(op string, err error) error {
-	if te, ok := err.(*TableError); ok && te.Table == s.table { //nolint:errorlint // only an error named here, not one it wraps
-		return err
-	}
-	return &TableError{Table: s.table, Op: op, Err: s.dialect.convertError(err)}
-}
 
 // Insert implements [recordstore.Store]. Concurrent calls are combined into one
 // statement as [Coalescing] says; each gets its own ids and its own error.

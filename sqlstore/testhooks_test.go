@@ -39,3 +39,9 @@ func CheckStatement(s *Store) string { return s.q.stateMany }
 
 // PendingAfterStatement is the query of one replay page.
 func PendingAfterStatement(s *Store) string { return s.q.pendingAfter }
+
+// InboxStatements are the queries of an inbox's Handled, with and without a
+// business key, and of its Clean.
+func InboxStatements(in *Inbox) (handled, handledUUID, clean string) {
+	return in.q.handled, in.q.handledUUID, in.q.clean
+}

@@ -14,6 +14,9 @@
 //		})
 //	}
 //
+// [RunInbox] is the contract suite of a [recordstore.Inbox], run the same way
+// against sqlstore's Inbox on every database and outboxtest's in-memory one.
+//
 // [Run] is the suite of the sqlstore stores: the contract, and what only a
 // SQL store has (migrations, table names, schema versions, the upgrade from
 // an older schema, the admin queries, InsertTx and CompleteTx, the database

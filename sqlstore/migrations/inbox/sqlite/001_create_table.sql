@@ -1,0 +1,11 @@
+CREATE TABLE IF NOT EXISTS {{.Table}} (
+    consumer TEXT NOT NULL,
+    message_uuid TEXT NOT NULL,
+    business_key TEXT,
+    source TEXT NOT NULL DEFAULT '',
+    record_id INTEGER NOT NULL DEFAULT 0,
+    handled_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now')),
+    PRIMARY KEY (consumer, message_uuid)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS {{.Index "bkey"}} ON {{.Table}} (consumer, business_key);
+CREATE INDEX IF NOT EXISTS {{.Index "handled"}} ON {{.Table}} (handled_at);
