@@ -147,6 +147,7 @@ func RunContract(t *testing.T, c Contract) {
 	t.Run("Insert", s.testInsert)
 	t.Run("CheckPending", s.testCheckPending)
 	t.Run("Complete", s.testComplete)
+	t.Run("Message", s.testMessage)
 	t.Run("PendingAfter", s.testPendingAfter)
 	t.Run("RoundTrip", s.testRoundTrip)
 	t.Run("Lease", s.testLease)

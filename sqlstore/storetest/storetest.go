@@ -96,6 +96,7 @@ func Run(t *testing.T, f Features, newStore NewStore) {
 	t.Run("Schema", s.testSchema)
 	t.Run("InsertTx", s.testInsertTx)
 	t.Run("CompleteTx", s.testCompleteTx)
+	t.Run("CompleteTxOfAnotherMessage", s.testCompleteTxOfAnotherMessage)
 	t.Run("Attempts", s.testAttempts)
 	t.Run("ClaimStale", s.testClaimStale)
 	t.Run("Admin", s.testAdmin)
