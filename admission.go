@@ -68,7 +68,7 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 		return nil, untracked, nil
 	}
 	a := &admission{t: t, idText: idText, identity: identity,
-		d:      recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Lease: m.leasePrefix + strconv.FormatUint(m.leaseSeq.Add(1), 36)},
+		d:      recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Lease: m.leasePrefix + strconv.FormatUint(m.leaseSeq.Add(1), 36), UUID: msg.UUID},
 		fields: watermill.LogFields{"message_uuid": msg.UUID, "topic": name, "outbox_id": id, "consumer": consumer}}
 	if tr := m.reg.tracer(); tr != nil {
 		return m.tracedCheck(tr, msg, fetchCtx, a)
@@ -102,7 +102,7 @@ func verdictOf(o CheckOutcome) verdict {
 	switch o {
 	case CheckPending:
 		return run
-	case CheckDuplicate, CheckUnknown:
+	case CheckDuplicate, CheckUnknown, CheckMismatch:
 		return skip
 	case CheckUntracked:
 		return untracked
@@ -123,6 +123,15 @@ func (m *middleware) check(ctx, fetchCtx context.Context, a *admission) (CheckOu
 		m.logger.Debug("Record already completed, acking copy without handling", a.fields)
 		m.reg.observer().DuplicateSkipped(a.t.name, a.d.Consumer)
 		return CheckDuplicate, nil
+	case errors.Is(err, recordstore.ErrMessageMismatch):
+		// The metadata names a record of this table, but the record was
+		// saved for another message: running the handler would complete
+		// the record with this message's payload, and the record's own
+		// message would never be handled. It is not this record's
+		// message, and no redelivery makes it one.
+		m.logger.Error("Message names a record saved for another message; acking it without handling", err, a.fields)
+		m.reg.observer().Mismatched(a.t.name, a.d.Consumer)
+		return CheckMismatch, nil
 	case errors.As(err, &conflict):
 		m.conflict(a.t, a.d.Consumer, conflict.CompletedBy)
 		m.reg.observer().NotOwned(a.t.name, a.d.Consumer)
