@@ -113,7 +113,7 @@ func verdictOf(o CheckOutcome) verdict {
 // check reads the record's state for the delivery's consumer within
 // fetchCtx; a copy it holds waits on ctx, the message's own.
 func (m *middleware) check(ctx, fetchCtx context.Context, a *admission) (CheckOutcome, error) {
-	err := a.t.store.CheckPending(fetchCtx, a.d)
+	err := m.checkPending(fetchCtx, a)
 	var conflict *recordstore.ConsumerConflictError
 	var notDue *recordstore.NotDueError
 	switch {
@@ -154,6 +154,25 @@ func (m *middleware) check(ctx, fetchCtx context.Context, a *admission) (CheckOu
 		return CheckRefused, &FetchError{Topic: a.t.name, ID: a.d.ID, Err: err}
 	}
 	return CheckRefused, &FetchError{Topic: a.t.name, ID: a.d.ID, Err: err}
+}
+
+// checkPending is the store's check of the delivery. A message without a
+// UUID would name no message ([recordstore.Delivery.UUID] ""), which the
+// store takes for an operator's check by id alone, so that a forged message
+// without one would pass for any record's: the record's UUID is read
+// first, and a record saved for a message with a UUID is another
+// message's. Only messages without a UUID pay for that read.
+func (m *middleware) checkPending(ctx context.Context, a *admission) error {
+	if a.d.UUID == "" {
+		recs, err := a.t.store.PendingAfter(ctx, a.d.Topic, a.d.ID-1, 1)
+		if err != nil {
+			return fmt.Errorf("reading the UUID of record %d: %w", a.d.ID, err)
+		}
+		if len(recs) == 1 && recs[0].ID == a.d.ID && recs[0].UUID != "" {
+			return fmt.Errorf("record %d of %q was saved for a message with a UUID, and the message has none: %w", a.d.ID, a.d.Topic, recordstore.ErrMessageMismatch)
+		}
+	}
+	return a.t.store.CheckPending(ctx, a.d)
 }
 
 // warner is a logger with a warning level, such as Watermill's slog

@@ -20,8 +20,8 @@ import (
 // one service, one router on GoChannel, one handler. A tracked message
 // whose send failed leaves its record pending; a message with another UUID
 // and payload that carries the record's outbox metadata (id, topic and
-// the store identity, which every message carries) arrives first. The
-// forged message is acknowledged without running the handler, counted and
+// the store identity, which every message carries) arrives first, and
+// another without a UUID. Each forged message is acknowledged without running the handler, counted and
 // logged as a mismatch, and the record stays pending until the replay
 // brings the real message, which is handled once and completes it.
 func TestForgedMessageNamingAPendingRecordIsNotHandled(t *testing.T) {
@@ -56,17 +56,21 @@ func TestForgedMessageNamingAPendingRecordIsNotHandled(t *testing.T) {
 		id := idOf(t, sent)
 		require.Equal(t, 1, b.pendingCount(t))
 
+		// Forged with another UUID, and with none (which must not pass
+		// for "any message").
 		forged := message.NewMessage(watermill.NewUUID(), []byte("forged"))
-		for _, k := range []string{outbox.MetadataID, outbox.MetadataTopic, outbox.MetadataStore} {
-			forged.Metadata.Set(k, sent.Metadata.Get(k))
-		}
-		require.NoError(t, gc.Publish(b.topic, forged))
-		select {
-		case <-obs.mismatched:
-		case <-obs.handled:
-			t.Fatal("the forged message was handled as the record's and completed it")
-		case <-b.ctx(t).Done():
-			t.Fatal("the forged message was never reported as a mismatch")
+		for _, msg := range []*message.Message{forged, message.NewMessage("", []byte("forged without a UUID"))} {
+			for _, k := range []string{outbox.MetadataID, outbox.MetadataTopic, outbox.MetadataStore} {
+				msg.Metadata.Set(k, sent.Metadata.Get(k))
+			}
+			require.NoError(t, gc.Publish(b.topic, msg))
+			select {
+			case <-obs.mismatched:
+			case <-obs.handled:
+				t.Fatalf("the forged message %q was handled as the record's and completed it", msg.UUID)
+			case <-b.ctx(t).Done():
+				t.Fatalf("the forged message %q was never reported as a mismatch", msg.UUID)
+			}
 		}
 		assert.Equal(t, 1, b.pendingCount(t), "the forged message left the record pending")
 		logged := false
@@ -95,7 +99,7 @@ func TestForgedMessageNamingAPendingRecordIsNotHandled(t *testing.T) {
 		assert.Equal(t, []string{"real"}, handled, "the handler ran once, on the real message only")
 		mu.Unlock()
 		assert.Zero(t, b.pendingCount(t), "the real message completed the record")
-		assert.Equal(t, 1, obs.get("mismatched"))
+		assert.Equal(t, 2, obs.get("mismatched"))
 		assert.Equal(t, 1, obs.get("handled"))
 	})
 }
@@ -116,7 +120,7 @@ func (s *signals) Handled(name, consumer string) {
 	s.handled <- struct{}{}
 }
 
-func (s *signals) Mismatched(topic, consumer string) {
-	s.tally.Mismatched(topic, consumer)
+func (s *signals) Mismatched(string, string) {
+	s.add("mismatched", 1)
 	s.mismatched <- struct{}{}
 }
