@@ -79,7 +79,7 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 		return nil, untracked, nil
 	}
 	a := &admission{t: t, idText: idText, identity: identity,
-		d: recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Declared: t.deliveries,
+		d: recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Declared: t.deliveries, UUID: msg.UUID,
 			Lease: m.leasePrefix + strconv.FormatUint(m.leaseSeq.Add(1), 36)},
 		fields: watermill.LogFields{"message_uuid": msg.UUID, "topic": name, "outbox_id": id, "consumer": consumer}}
 	if tr := m.reg.tracer(); tr != nil {
@@ -114,7 +114,7 @@ func verdictOf(o CheckOutcome) verdict {
 	switch o {
 	case CheckPending:
 		return run
-	case CheckDuplicate, CheckUnknown:
+	case CheckDuplicate, CheckUnknown, CheckMismatch:
 		return skip
 	case CheckUntracked:
 		return untracked
@@ -125,7 +125,7 @@ func verdictOf(o CheckOutcome) verdict {
 // check reads the record's state for the delivery's consumer within
 // fetchCtx; a copy it holds waits on ctx, the message's own.
 func (m *middleware) check(ctx, fetchCtx context.Context, a *admission) (CheckOutcome, error) {
-	err := a.t.store.CheckPending(fetchCtx, a.d)
+	err := m.checkPending(fetchCtx, a)
 	var conflict *recordstore.ConsumerConflictError
 	var notDue *recordstore.NotDueError
 	switch {
@@ -135,6 +135,15 @@ func (m *middleware) check(ctx, fetchCtx context.Context, a *admission) (CheckOu
 		m.logger.Debug("Record already completed, acking copy without handling", a.fields)
 		m.reg.observer().DuplicateSkipped(a.t.name, a.d.Consumer)
 		return CheckDuplicate, nil
+	case errors.Is(err, recordstore.ErrMessageMismatch):
+		// The metadata names a record of this table, but the record was
+		// saved for another message: running the handler would complete
+		// the record with this message's payload, and the record's own
+		// message would never be handled. It is not this record's
+		// message, and no redelivery makes it one.
+		m.logger.Error("Message names a record saved for another message; acking it without handling", err, a.fields)
+		m.reg.observer().Mismatched(a.t.name, a.d.Consumer)
+		return CheckMismatch, nil
 	case errors.As(err, &conflict) && len(a.t.consumers) > 0:
 		// A store that does not adopt records saved before the topic
 		// declared its consumers (see recordstore.Delivery.Declared).
@@ -165,6 +174,25 @@ func (m *middleware) check(ctx, fetchCtx context.Context, a *admission) (CheckOu
 		return CheckRefused, &FetchError{Topic: a.t.name, ID: a.d.ID, Err: err}
 	}
 	return CheckRefused, &FetchError{Topic: a.t.name, ID: a.d.ID, Err: err}
+}
+
+// checkPending is the store's check of the delivery. A message without a
+// UUID would name no message ([recordstore.Delivery.UUID] ""), which the
+// store takes for an operator's check by id alone, so that a forged message
+// without one would pass for any record's: the record's UUID is read
+// first, and a record saved for a message with a UUID is another
+// message's. Only messages without a UUID pay for that read.
+func (m *middleware) checkPending(ctx context.Context, a *admission) error {
+	if a.d.UUID == "" {
+		recs, err := a.t.store.PendingAfter(ctx, a.d.Topic, a.d.ID-1, 1)
+		if err != nil {
+			return fmt.Errorf("reading the UUID of record %d: %w", a.d.ID, err)
+		}
+		if len(recs) == 1 && recs[0].ID == a.d.ID && recs[0].UUID != "" {
+			return fmt.Errorf("record %d of %q was saved for a message with a UUID, and the message has none: %w", a.d.ID, a.d.Topic, recordstore.ErrMessageMismatch)
+		}
+	}
+	return a.t.store.CheckPending(ctx, a.d)
 }
 
 // warner is a logger with a warning level, such as Watermill's slog

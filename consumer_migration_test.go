@@ -96,6 +96,7 @@ func (c *copies) Handled(string, string)                  {}
 func (c *copies) DuplicateSkipped(_, consumer string)     { c.settle(consumer) }
 func (c *copies) Failed(string, string)                   {}
 func (c *copies) Abandoned(string, string)                {}
+func (c *copies) Mismatched(string, string)               {}
 func (c *copies) Replayed(string, int)                    {}
 func (c *copies) NotOwned(string, string)                 {}
 func (c *copies) UnknownRecord(_ string, consumer string) { c.settle(consumer) }

@@ -64,6 +64,7 @@ func (*countingObserver) Abandoned(string, string)        {}
 func (*countingObserver) Replayed(string, int)            {}
 func (*countingObserver) NotOwned(string, string)         {}
 func (*countingObserver) UnknownRecord(string, string)    {}
+func (*countingObserver) Mismatched(string, string)       {}
 
 // One registry reports to two observers, for example the Prometheus
 // collector of outboxmetrics and the OpenTelemetry metrics of outboxotel.

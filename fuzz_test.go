@@ -13,8 +13,9 @@ import (
 )
 
 // FuzzMiddlewareMetadata feeds arbitrary outbox metadata (id, name and
-// table identity) to the middleware on a real SQLite store that tracks two
-// topics, each holding one pending record. Outside a router the topic is the
+// table identity) and message UUIDs to the middleware on a real SQLite
+// store that tracks two topics, each holding one pending record saved for
+// the message "fuzz". Outside a router the topic is the
 // message's name. Whatever the input, the outcome is one of the documented
 // ones, never a panic, and never the completion of another topic's record:
 //
@@ -22,8 +23,10 @@ import (
 //   - a name not tracked here, or another table's identity: the handler
 //     runs untracked and no record changes;
 //   - a malformed id: the handler runs once, untracked, and no record changes;
-//   - the pending record of the name: the handler runs and that record
-//     completes;
+//   - the pending record of the name, with the record's message UUID: the
+//     handler runs and that record completes;
+//   - the pending record of the name with any other UUID, "" too (a forged
+//     message): ack, handler not run, and the record stays pending;
 //   - any other id (the other topic's record, or none): ack, handler not run.
 func FuzzMiddlewareMetadata(f *testing.F) {
 	backend := testenv.Backends()[1]
@@ -52,21 +55,31 @@ func FuzzMiddlewareMetadata(f *testing.F) {
 		{"2", "refunds"}, {"3", "refunds"},
 	} {
 		for _, identity := range []string{"", own, "0123456789abcdef0123456789abcdef", "' OR 1=1 --"} {
-			f.Add(seed.id, seed.name, identity, true)
+			f.Add(seed.id, seed.name, identity, true, recordUUID, false)
 		}
-		f.Add(seed.id, seed.name, own, false)
+		f.Add(seed.id, seed.name, own, false, recordUUID, false)
+	}
+	for _, uuid := range []string{recordUUID, "", "forged", "FUZZ", "fuzz ", "%", "' OR 1=1 --"} {
+		for _, name := range []string{b.topic, other} {
+			f.Add("", name, own, true, uuid, true)
+		}
 	}
 
-	f.Fuzz(func(t *testing.T, id, name, identity string, withID bool) {
+	// spellPending replaces the fuzzed id with the id of the name's pending
+	// record, so that the seeds reach it whatever ids the store gave.
+	f.Fuzz(func(t *testing.T, id, name, identity string, withID bool, uuid string, spellPending bool) {
 		// One fresh pending record per topic and input, so the "pending"
 		// branch is reachable whenever the input spells its id.
-		recs := []recordstore.Record{{Topic: b.topic, UUID: "fuzz"}, {Topic: other, UUID: "fuzz"}}
+		recs := []recordstore.Record{{Topic: b.topic, UUID: recordUUID}, {Topic: other, UUID: recordUUID}}
 		for i := range recs {
 			if err := b.store.Insert(t.Context(), recs[i:i+1]); err != nil {
 				t.Fatal(err)
 			}
 		}
 		ids := map[string]int64{b.topic: recs[0].ID, other: recs[1].ID}
+		if rid, tracked := ids[name]; spellPending && tracked {
+			id = strconv.FormatInt(rid, 10)
+		}
 		// Only this input's records may be pending while it runs.
 		defer func() {
 			for topic, rid := range ids {
@@ -74,7 +87,7 @@ func FuzzMiddlewareMetadata(f *testing.F) {
 			}
 		}()
 
-		msg := message.NewMessage("fuzz", nil)
+		msg := message.NewMessage(uuid, nil)
 		if withID {
 			msg.Metadata.Set(outbox.MetadataID, id)
 		}
@@ -98,6 +111,10 @@ func FuzzMiddlewareMetadata(f *testing.F) {
 			if !ran {
 				t.Fatalf("malformed id %q: the handler must run once, untracked", id)
 			}
+		case id == strconv.FormatInt(ids[name], 10) && uuid != recordUUID:
+			if ran {
+				t.Fatalf("message %q naming record %s of %q, saved for %q, ran the handler", uuid, id, name, recordUUID)
+			}
 		case id == strconv.FormatInt(ids[name], 10):
 			if !ran {
 				t.Fatalf("pending record %s of %q: the handler must run", id, name)
@@ -113,11 +130,14 @@ func FuzzMiddlewareMetadata(f *testing.F) {
 		}
 		for topic := range ids {
 			if (topic != name || !completedOwn) && !pending(topic) {
-				t.Fatalf("id %q name %q identity %q completed the record of %q", id, name, identity, topic)
+				t.Fatalf("id %q name %q identity %q uuid %q completed the record of %q", id, name, identity, uuid, topic)
 			}
 		}
 	})
 }
+
+// recordUUID is the message UUID the fuzzed records are saved with.
+const recordUUID = "fuzz"
 
 func canonicalID(id string) bool {
 	n, err := strconv.ParseInt(id, 10, 64)

@@ -31,6 +31,12 @@ type Observer interface {
 	// service's table that does not exist (never saved, or cleaned up).
 	// They are acknowledged without running the handler.
 	UnknownRecord(name, consumer string)
+	// Mismatched counts messages whose metadata names a pending or
+	// completed record of this service's table that was saved for another
+	// message (another UUID): a forged or corrupted message. They are
+	// acknowledged without running the handler, and the record is left
+	// for its own message.
+	Mismatched(topic, consumer string)
 }
 
 // observerBox lets an interface value live in an atomic.Pointer.
@@ -65,6 +71,7 @@ func (nopObserver) Abandoned(string, string)        {}
 func (nopObserver) Replayed(string, int)            {}
 func (nopObserver) NotOwned(string, string)         {}
 func (nopObserver) UnknownRecord(string, string)    {}
+func (nopObserver) Mismatched(string, string)       {}
 
 // Observers returns an Observer that reports to each of obs in turn, for a
 // registry observed by more than one (for example the Prometheus collector
@@ -147,5 +154,11 @@ func (m multiObserver) ConfirmationRejected(topic, consumer string) {
 		if c, ok := o.(ConfirmationObserver); ok {
 			c.ConfirmationRejected(topic, consumer)
 		}
+	}
+}
+
+func (m multiObserver) Mismatched(topic, consumer string) {
+	for _, o := range m {
+		o.Mismatched(topic, consumer)
 	}
 }

@@ -40,6 +40,7 @@ func (c *tally) Abandoned(string, string)        { c.add("abandoned", 1) }
 func (c *tally) Replayed(_ string, n int)        { c.add("replayed", n) }
 func (c *tally) NotOwned(string, string)         { c.add("not owned", 1) }
 func (c *tally) UnknownRecord(string, string)    { c.add("unknown", 1) }
+func (c *tally) Mismatched(string, string)       { c.add("mismatched", 1) }
 
 // TestObserversReportToEach: one registry observed by two observers (say
 // Prometheus and OpenTelemetry) gets every report to both.
@@ -87,8 +88,9 @@ func TestObserversFlattensAndDropsNil(t *testing.T) {
 	nested.Replayed("orders", 2)
 	nested.NotOwned("orders", "h")
 	nested.UnknownRecord("orders", "h")
+	nested.Mismatched("orders", "h")
 	want := map[string]int{"published": 5, "handled": 1, "duplicate": 1, "failed": 1,
-		"abandoned": 1, "replayed": 2, "not owned": 1, "unknown": 1}
+		"abandoned": 1, "replayed": 2, "not owned": 1, "unknown": 1, "mismatched": 1}
 	for _, o := range []*tally{one, two, three} {
 		assert.Equal(t, want, o.n)
 	}

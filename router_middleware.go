@@ -134,6 +134,10 @@ func (c MiddlewareConfig) Validate() error {
 //     handler;
 //   - no such record in the table: acknowledges without running the
 //     handler, and logs a warning;
+//   - the record was saved for another message (the message's UUID is not
+//     the record's: a forged or corrupted message naming it): acknowledges
+//     without running the handler, touching no record, logs an error and
+//     reports [Observer.Mismatched];
 //   - the check failed: returns a [*FetchError] (nack) without running the
 //     handler;
 //   - leased by another delivery (a store with a delivery lease): returns a

@@ -91,6 +91,10 @@ const (
 	// CheckUnknown: the table has no such record; the message is
 	// acknowledged without running the handler.
 	CheckUnknown CheckOutcome = "unknown"
+	// CheckMismatch: the record was saved for another message than the
+	// delivered one (another UUID); the message is acknowledged without
+	// running the handler and the record is left as it was.
+	CheckMismatch CheckOutcome = "mismatch"
 	// CheckUntracked: the record is not this consumer's (completed by
 	// another handler of an undeclared topic, or saved before the
 	// consumer was declared); the handler runs untracked.

@@ -138,3 +138,4 @@ func (c *notOwnedCounter) Failed(string, string)           {}
 func (c *notOwnedCounter) Abandoned(string, string)        {}
 func (c *notOwnedCounter) Replayed(string, int)            {}
 func (c *notOwnedCounter) UnknownRecord(string, string)    {}
+func (c *notOwnedCounter) Mismatched(string, string)       {}

@@ -85,14 +85,15 @@ func NewCollector(reg *outbox.Registry, cfg Config, logger watermill.LoggerAdapt
 		help   string
 		labels []string
 	}{
-		"records_published_total":  {"Tracked messages saved and sent by the publisher.", perName},
-		"records_handled_total":    {"Deliveries completed after their handler succeeded or dropped the message.", perConsumer},
-		"duplicates_skipped_total": {"Deliveries acknowledged without handling because the consumer had already completed the record.", perConsumer},
-		"handler_failures_total":   {"Handler failures of tracked messages.", perConsumer},
-		"records_abandoned_total":  {"Deliveries abandoned after their last allowed attempt.", perConsumer},
-		"records_replayed_total":   {"Records sent again by startup replay, the stale resubmitter or a requeue.", perName},
-		"not_owned_total":          {"Messages with outbox metadata this service does not own (another service's or topic's record, or an undeclared consumer); handled untracked.", perConsumer},
-		"unknown_records_total":    {"Messages naming a record of this service's table that does not exist; acknowledged without handling.", perConsumer},
+		"records_published_total":   {"Tracked messages saved and sent by the publisher.", perName},
+		"records_handled_total":     {"Deliveries completed after their handler succeeded or dropped the message.", perConsumer},
+		"duplicates_skipped_total":  {"Deliveries acknowledged without handling because the consumer had already completed the record.", perConsumer},
+		"handler_failures_total":    {"Handler failures of tracked messages.", perConsumer},
+		"records_abandoned_total":   {"Deliveries abandoned after their last allowed attempt.", perConsumer},
+		"records_replayed_total":    {"Records sent again by startup replay, the stale resubmitter or a requeue.", perName},
+		"not_owned_total":           {"Messages with outbox metadata this service does not own (another service's or topic's record, or an undeclared consumer); handled untracked.", perConsumer},
+		"unknown_records_total":     {"Messages naming a record of this service's table that does not exist; acknowledged without handling.", perConsumer},
+		"mismatched_messages_total": {"Messages naming a record of this service's table that was saved for another message (another UUID); acknowledged without handling.", perConsumer},
 	} {
 		c.counts[name] = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: cfg.Namespace, Subsystem: cfg.Subsystem, Name: name, Help: m.help,
@@ -176,4 +177,9 @@ func (c *Collector) NotOwned(topic, consumer string) { c.add("not_owned_total", 
 // UnknownRecord implements [outbox.Observer].
 func (c *Collector) UnknownRecord(name, consumer string) {
 	c.add("unknown_records_total", 1, name, consumer)
+}
+
+// Mismatched implements [outbox.Observer].
+func (c *Collector) Mismatched(topic, consumer string) {
+	c.add("mismatched_messages_total", 1, topic, consumer)
 }

@@ -90,21 +90,26 @@ func TestCollectorCountsTheFlowAndReadsTheBacklog(t *testing.T) {
 			require.NoError(t, err, "a copy of a completed record is skipped")
 			_, err = fail(delivered["poison"])
 			require.True(t, outbox.IsAbandoned(err))
+			forged := delivered["waiting"].Copy()
+			forged.UUID = "forged"
+			_, err = ok(forged)
+			require.NoError(t, err, "a message naming another message's record is acked")
 			replayed, err := outbox.Replay(ctx, reg, gc, outbox.ReplayConfig{}, nil)
 			require.NoError(t, err)
 			require.Equal(t, 1, replayed.Total(), "only the waiting record is replayed")
 
 			got := gather(t, c)
 			assert.Equal(t, map[string]float64{
-				"app_outbox_records_published_total{orders}":    3,
-				"app_outbox_records_handled_total{}{orders}":    1,
-				"app_outbox_duplicates_skipped_total{}{orders}": 1,
-				"app_outbox_handler_failures_total{}{orders}":   1,
-				"app_outbox_records_abandoned_total{}{orders}":  1,
-				"app_outbox_records_replayed_total{orders}":     1,
-				"app_outbox_pending_records{orders}":            1,
-				"app_outbox_oldest_pending_age_seconds{orders}": got["app_outbox_oldest_pending_age_seconds{orders}"],
-				"app_outbox_status_read_errors":                 0,
+				"app_outbox_records_published_total{orders}":     3,
+				"app_outbox_records_handled_total{}{orders}":     1,
+				"app_outbox_duplicates_skipped_total{}{orders}":  1,
+				"app_outbox_handler_failures_total{}{orders}":    1,
+				"app_outbox_records_abandoned_total{}{orders}":   1,
+				"app_outbox_mismatched_messages_total{}{orders}": 1,
+				"app_outbox_records_replayed_total{orders}":      1,
+				"app_outbox_pending_records{orders}":             1,
+				"app_outbox_oldest_pending_age_seconds{orders}":  got["app_outbox_oldest_pending_age_seconds{orders}"],
+				"app_outbox_status_read_errors":                  0,
 			}, got)
 			age := got["app_outbox_oldest_pending_age_seconds{orders}"]
 			assert.True(t, age >= 0 && age < time.Hour.Seconds(), "oldest pending age %v s by the database clock", age)

@@ -82,6 +82,7 @@
 //	outbox.records_replayed               counter  records sent again (replay, resubmit, requeue)
 //	outbox.not_owned                      counter  messages of another table, topic or consumer, handled untracked
 //	outbox.unknown_records                counter  messages naming a record the table does not have
+//	outbox.mismatched_messages            counter  messages naming a record saved for another message (another UUID)
 //	outbox.pending_records                gauge    records waiting to be completed
 //	outbox.oldest_pending_age             gauge    age of the oldest pending record, in seconds
 //	outbox.consumer_pending_records       gauge    records a declared consumer has still to complete

@@ -77,7 +77,7 @@ type Metrics struct {
 	cfg    MetricsConfig
 	logger watermill.LoggerAdapter
 
-	published, handled, duplicates, failures, abandoned, replayed, notOwned, unknown metric.Int64Counter
+	published, handled, duplicates, failures, abandoned, replayed, notOwned, unknown, mismatched metric.Int64Counter
 
 	pending, consumerPending, readErrors metric.Int64ObservableGauge
 	oldest, consumerOldest               metric.Float64ObservableGauge
@@ -120,6 +120,7 @@ func NewMetrics(reg *outbox.Registry, cfg MetricsConfig, logger watermill.Logger
 	m.replayed = counter("records_replayed", "{record}", "Records sent again by startup replay, the stale resubmitter or a requeue.")
 	m.notOwned = counter("not_owned", "{message}", "Messages with outbox metadata this service does not own (another service's or topic's record, or an undeclared consumer); handled untracked.")
 	m.unknown = counter("unknown_records", "{message}", "Messages naming a record of this service's table that does not exist; acknowledged without handling.")
+	m.mismatched = counter("mismatched_messages", "{message}", "Messages naming a record of this service's table that was saved for another message (another UUID); acknowledged without handling.")
 
 	intGauge := func(name, unit, help string) metric.Int64ObservableGauge {
 		g, err := meter.Int64ObservableGauge(m.name(name), metric.WithUnit(unit), metric.WithDescription(help))
@@ -247,4 +248,9 @@ func (m *Metrics) NotOwned(topic, consumer string) {
 // UnknownRecord implements [outbox.Observer].
 func (m *Metrics) UnknownRecord(name, consumer string) {
 	m.unknown.Add(context.Background(), 1, m.opt(name, consumer, true))
+}
+
+// Mismatched implements [outbox.Observer].
+func (m *Metrics) Mismatched(topic, consumer string) {
+	m.mismatched.Add(context.Background(), 1, m.opt(topic, consumer, true))
 }

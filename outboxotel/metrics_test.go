@@ -103,6 +103,10 @@ func TestMetricsCountTheFlowAndReadTheBacklog(t *testing.T) {
 	require.NoError(t, err, "a copy of a completed record is skipped")
 	_, err = fail(delivered["poison"])
 	require.True(t, outbox.IsAbandoned(err))
+	forged := delivered["waiting"].Copy()
+	forged.UUID = "forged"
+	_, err = ok(forged)
+	require.NoError(t, err, "a message naming another message's record is acked")
 	replayed, err := outbox.Replay(testContext(t), b.reg, gc, outbox.ReplayConfig{}, nil)
 	require.NoError(t, err)
 	require.Equal(t, 1, replayed.Total(), "only the waiting record is replayed")
@@ -111,15 +115,16 @@ func TestMetricsCountTheFlowAndReadTheBacklog(t *testing.T) {
 	age := got["app.outbox.oldest_pending_age{orders}"]
 	assert.True(t, age >= 0 && age < time.Hour.Seconds(), "oldest pending age %v s by the database clock", age)
 	assert.Equal(t, map[string]float64{
-		"app.outbox.records_published{orders}":    3,
-		"app.outbox.records_handled{}{orders}":    1,
-		"app.outbox.duplicates_skipped{}{orders}": 1,
-		"app.outbox.handler_failures{}{orders}":   1,
-		"app.outbox.records_abandoned{}{orders}":  1,
-		"app.outbox.records_replayed{orders}":     1,
-		"app.outbox.pending_records{orders}":      1,
-		"app.outbox.oldest_pending_age{orders}":   age,
-		"app.outbox.status_read_errors{}":         0,
+		"app.outbox.records_published{orders}":     3,
+		"app.outbox.records_handled{}{orders}":     1,
+		"app.outbox.duplicates_skipped{}{orders}":  1,
+		"app.outbox.handler_failures{}{orders}":    1,
+		"app.outbox.records_abandoned{}{orders}":   1,
+		"app.outbox.mismatched_messages{}{orders}": 1,
+		"app.outbox.records_replayed{orders}":      1,
+		"app.outbox.pending_records{orders}":       1,
+		"app.outbox.oldest_pending_age{orders}":    age,
+		"app.outbox.status_read_errors{}":          0,
 	}, got)
 }
 

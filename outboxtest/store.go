@@ -89,6 +89,10 @@ type delivery struct {
 
 func (d *delivery) pending() bool { return d.completed.IsZero() && d.abandoned.IsZero() }
 
+// savedFor reports whether the record was saved for the delivery's
+// message, or the delivery names none.
+func (r *record) savedFor(d recordstore.Delivery) bool { return d.UUID == "" || d.UUID == r.rec.UUID }
+
 // pending reports whether the record waits for a consumer.
 func (r *record) pending() bool { return r.completed.IsZero() && r.abandoned.IsZero() }
 
@@ -184,9 +188,9 @@ func copyRecord(r recordstore.Record) recordstore.Record {
 }
 
 // CheckPending implements [recordstore.Store], with the verdicts in the
-// order the sqlstore stores give them: unknown record, missing delivery,
-// not pending or completed by another consumer, not due, then, with a
-// lease, leased.
+// order the sqlstore stores give them: unknown record, another message's
+// record, missing delivery, not pending or completed by another consumer,
+// not due, then, with a lease, leased.
 func (s *Store) CheckPending(ctx context.Context, d recordstore.Delivery) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -202,6 +206,8 @@ func (s *Store) CheckPending(ctx context.Context, d recordstore.Delivery) error 
 		return recordstore.ErrNotPending
 	case r == nil || r.rec.Topic != d.Topic:
 		return fmt.Errorf("outboxtest: no record %d of topic %q: %w", d.ID, d.Topic, recordstore.ErrUnknownRecord)
+	case !r.savedFor(d):
+		return fmt.Errorf("outboxtest: record %d was saved for another message than %q: %w", d.ID, d.UUID, recordstore.ErrMessageMismatch)
 	}
 	r.adopt(d)
 	a := &r.attempt
@@ -242,7 +248,9 @@ func (s *Store) CheckPending(ctx context.Context, d recordstore.Delivery) error 
 
 // Complete implements [recordstore.Store]. A record without consumers
 // remembers which consumer completed it, so that another consumer's
-// CheckPending reports a [*recordstore.ConsumerConflictError].
+// CheckPending reports a [*recordstore.ConsumerConflictError]. A delivery
+// of another message than the record's gets [recordstore.ErrNotPending],
+// as from the sqlstore stores.
 func (s *Store) Complete(ctx context.Context, d recordstore.Delivery) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -250,7 +258,7 @@ func (s *Store) Complete(ctx context.Context, d recordstore.Delivery) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.byID[d.ID]
-	if r == nil || !r.pending() {
+	if r == nil || !r.pending() || !r.savedFor(d) {
 		return recordstore.ErrNotPending
 	}
 	now := s.now()

@@ -30,10 +30,11 @@ var (
 	// was saved before the consumer was declared).
 	ErrNoDelivery = errors.New("outbox: the record has no delivery for this consumer")
 
-	// ErrMessageMismatch is wrapped by CheckPending and Complete when the
-	// record with the delivery's id and topic was saved for another
-	// message ([Delivery.UUID]): the delivered message is not the
-	// record's, and nothing is changed.
+	// ErrMessageMismatch is wrapped by CheckPending when the record with
+	// the delivery's id and topic was saved for another message
+	// ([Delivery.UUID]): the delivered message is not the record's, and
+	// nothing is changed. (Complete reports such a delivery as
+	// ErrNotPending, changing nothing.)
 	ErrMessageMismatch = errors.New("outbox: the message is not the record's")
 
 	// ErrAlreadyHandled is returned by an [Inbox] when the consumer has

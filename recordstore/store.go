@@ -62,11 +62,12 @@ type Delivery struct {
 	// the claim ([Releaser]).
 	Lease string
 	// UUID is the delivered message's UUID. When it is set, CheckPending
-	// and Complete act only on a record saved with this UUID, and report
-	// an error wrapping [ErrMessageMismatch] for a record of the id that
-	// was saved with another, so that a message naming another message's
-	// record is never handled in its place. Empty means "not checked"
-	// (operators' tools, which name a record by its id alone).
+	// and Complete act only on a record saved with this UUID: CheckPending
+	// reports an error wrapping [ErrMessageMismatch] for a record of the id
+	// and topic that was saved with another, and Complete changes nothing
+	// and reports [ErrNotPending], so that a message naming another
+	// message's record is never handled in its place. Empty means "not
+	// checked" (operators' tools, which name a record by its id alone).
 	UUID string
 	// Declared are the consumers the topic declares now
 	// (outbox.Tracked.Consumers), which may differ from those its records
@@ -124,6 +125,12 @@ type Store interface {
 	//     consumer, and the delivery declares none ([Delivery.Declared]);
 	//   - an error wrapping ErrUnknownRecord: no record with this id and
 	//     topic (on a table that keeps completed records);
+	//   - an error wrapping ErrMessageMismatch: [Delivery.UUID] is set and
+	//     the record with this id and topic was saved with another UUID,
+	//     whatever its state (a store that deletes completed records
+	//     reports a completed one as ErrNotPending, as it has no row left
+	//     to compare); nothing is changed, no lease is taken. Read in the
+	//     same round trip as the record's state;
 	//   - an error wrapping ErrNoDelivery: the record declares consumers and
 	//     this consumer is not one of them;
 	//   - a [*NotDueError] (wrapping ErrNotDue): the delivery failed before
@@ -136,7 +143,11 @@ type Store interface {
 	// Complete completes the delivery's record for its consumer with the
 	// database clock: marks it processed, or deletes it, depending on the
 	// store, once no consumer is left. It returns ErrNotPending, and
-	// changes nothing, when the delivery was not pending.
+	// changes nothing, when the delivery was not pending, and also when
+	// [Delivery.UUID] is set and the record was saved with another UUID:
+	// the completing statement matches no row either way, and telling the
+	// two apart would cost another round trip. CheckPending, which runs
+	// first, tells them apart.
 	Complete(ctx context.Context, d Delivery) error
 
 	// PendingAfter returns up to limit pending records of the topic whose id is

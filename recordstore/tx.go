@@ -42,6 +42,7 @@ type TxCompleter interface {
 	// there, as Complete does: the completion commits or rolls back with
 	// tx. A concurrent transaction completing the same delivery waits for
 	// the lock and then gets ErrNotPending. It returns ErrNotPending, and
-	// changes nothing, when the delivery is not pending.
+	// changes nothing, when the delivery is not pending or is of another
+	// message than the record's ([Delivery.UUID]), as Complete does.
 	CompleteTx(ctx context.Context, tx Tx, d Delivery) error
 }

@@ -188,9 +188,9 @@ func (s *Store) readStates(ctx context.Context, db *sqlx.DB, batch []*call[recor
 // one statement per consumer (a marking table records who completed each;
 // a deleting table needs one statement in all). A record completed by it
 // satisfies the first call for its id. Every other call, for a record with
-// consumers, one that was not pending or the same id again, runs the single
-// path for delivery rows, which completes the consumer's delivery or
-// reports ErrNotPending.
+// consumers, one that was not pending or not for the record's message, or
+// the same id again, runs the single path for delivery rows, which
+// completes the consumer's delivery or reports ErrNotPending.
 func (s *Store) completeBatch(ctx context.Context, batch []*call[recordstore.Delivery]) {
 	db, err := s.pool()
 	if err != nil {
@@ -217,28 +217,47 @@ func (s *Store) completeBatch(ctx context.Context, batch []*call[recordstore.Del
 		groups[key] = append(groups[key], c)
 	}
 	for _, consumer := range order {
-		group := groups[consumer]
-		ids := make([]int64, len(group))
-		for i, c := range group {
-			ids[i] = c.arg.ID
+		s.completeGroup(ctx, db, consumer, groups[consumer])
+	}
+}
+
+// completeGroup completes the calls of one consumer (of every consumer on
+// a deleting table) for completeBatch. Only the first call for an id goes
+// into the statement, with its message's UUID, so that a completed id is
+// that call's alone. A second call for the id runs the single path: for
+// delivery rows, or, when it names another message than the first and the
+// statement completed nothing, the whole of it.
+func (s *Store) completeGroup(ctx context.Context, db *sqlx.DB, consumer string, group []*call[recordstore.Delivery]) {
+	first := make(map[int64]*call[recordstore.Delivery], len(group))
+	ids := make([]int64, 0, len(group))
+	uuids := make([]string, 0, len(group))
+	for _, c := range group {
+		if _, dup := first[c.arg.ID]; !dup {
+			first[c.arg.ID] = c
+			ids = append(ids, c.arg.ID)
+			uuids = append(uuids, c.arg.UUID)
 		}
-		done, err := s.dialect.completeMany(ctx, db, s.q, consumer, ids)
-		if err != nil {
-			err = s.fail("complete", err)
-			for _, c := range group {
-				c.err = err
-			}
-			continue
-		}
-		completed := make(map[int64]bool, len(done))
-		for _, id := range done {
-			completed[id] = true
-		}
+	}
+	done, err := s.dialect.completeMany(ctx, db, s.q, consumer, ids, uuids)
+	if err != nil {
+		err = s.fail("complete", err)
 		for _, c := range group {
-			if completed[c.arg.ID] {
-				delete(completed, c.arg.ID)
-				continue
-			}
+			c.err = err
+		}
+		return
+	}
+	completed := make(map[int64]bool, len(done))
+	for _, id := range done {
+		completed[id] = true
+	}
+	for _, c := range group {
+		f := first[c.arg.ID]
+		switch {
+		case c == f && completed[c.arg.ID]:
+		case c != f && !completed[c.arg.ID] && c.arg.UUID != f.arg.UUID:
+			// The statement tried the id with another message's UUID.
+			c.err = s.completeNow(c.ctx, c.arg)
+		default:
 			c.err = s.completeDeliveryNow(c.ctx, db, c.arg)
 		}
 	}

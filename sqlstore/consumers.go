@@ -125,6 +125,7 @@ func (s *Store) insertDeliveryRows(ctx context.Context, tx executor, records []r
 // row of one consumer.
 type recordState struct {
 	topic       string
+	uuid        string // the message the record was saved for
 	consumers   int
 	completed   bool // a marking table's processed_at is set
 	completedBy string
@@ -155,7 +156,7 @@ func (s *Store) readState(ctx context.Context, db executor, d recordstore.Delive
 func scanState(row interface{ Scan(...any) error }, leading ...any) (recordState, error) {
 	var st recordState
 	var completed, abandoned, has, dCompleted, dAbandoned int
-	dest := append(leading, &st.topic, &st.consumers, &completed, &st.completedBy, &abandoned, &st.wait,
+	dest := append(leading, &st.topic, &st.uuid, &st.consumers, &completed, &st.completedBy, &abandoned, &st.wait,
 		&has, &dCompleted, &dAbandoned, &st.deliveryWaitMicros)
 	if err := row.Scan(dest...); err != nil {
 		return st, err
@@ -188,6 +189,8 @@ func (s *Store) decide(st recordState, found bool, d recordstore.Delivery) error
 		return recordstore.ErrNotPending
 	case !found || st.topic != d.Topic:
 		return fmt.Errorf("sqlstore: table %q has no record %d of topic %q: %w", s.table, d.ID, d.Topic, recordstore.ErrUnknownRecord)
+	case d.UUID != "" && st.uuid != d.UUID:
+		return fmt.Errorf("sqlstore: record %d of table %q was saved for another message than %q: %w", d.ID, s.table, d.UUID, recordstore.ErrMessageMismatch)
 	case st.consumers > 0:
 		switch {
 		case !st.hasDelivery && declares(d):
@@ -228,12 +231,13 @@ func (s *Store) completeDeliveryNow(ctx context.Context, db *sqlx.DB, d recordst
 
 // completeDelivery locks the record of d with the lock statement (a
 // lazy-commit one in a transaction of the store's own), completes d's
-// delivery and rolls the record up, through tx.
+// delivery and rolls the record up, through tx. A delivery that is not
+// pending, or whose message is not the record's, gets ErrNotPending.
 func (s *Store) completeDelivery(ctx context.Context, tx executor, d recordstore.Delivery, op, lock string) error {
 	if _, err := tx.ExecContext(ctx, lock, d.ID); err != nil {
 		return s.fail(op, err)
 	}
-	n, err := s.exec(ctx, tx, op, s.q.completeDelivery, d.ID, d.Consumer)
+	n, err := s.exec(ctx, tx, op, s.q.completeDelivery, d.ID, d.Consumer, d.ID, d.UUID, d.UUID)
 	if err != nil {
 		return err
 	}

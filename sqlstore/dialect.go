@@ -117,8 +117,10 @@ type Dialect interface {
 	batchComplete(mode Completion) bool
 	// completeMany completes the records without consumers of ids for the
 	// consumer with one statement and returns the ids it completed, those
-	// that were pending, in any order.
-	completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64) ([]int64, error)
+	// that were pending, in any order. ids are distinct; uuids[i] is the
+	// message UUID of the delivery of ids[i], and a record whose delivery
+	// names one ("" names none) completes only when it was saved with it.
+	completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64, uuids []string) ([]int64, error)
 	// recordError reports whether err is the database refusing the data of
 	// a row (a value, a constraint) rather than the connection or the
 	// statement failing: a combined insert that fails so is retried call by

@@ -418,7 +418,7 @@ func (mysql) alreadyApplied(err error) bool {
 // was pending. Completions run one statement per id.
 func (mysql) batchComplete(Completion) bool { return false }
 
-func (mysql) completeMany(context.Context, executor, *queries, string, []int64) ([]int64, error) {
+func (mysql) completeMany(context.Context, executor, *queries, string, []int64, []string) ([]int64, error) {
 	return nil, errors.New("sqlstore: the MySQL dialect has no combined completion")
 }
 

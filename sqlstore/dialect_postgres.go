@@ -95,11 +95,13 @@ func (postgres) completeManyQuery(table string, mode Completion, lazy string) st
 	// The ids are joined as rows, not matched with id = ANY($1): with
 	// ANY, the planner may scan the whole pending index (topic, id) for
 	// them, a cost that grows with the backlog; joined, each id is one
-	// primary key lookup.
+	// primary key lookup. Each id comes with the UUID of its delivery's
+	// message, the last argument, compared on the row found.
+	const sameMessage = "(u.uuid = '' OR r.uuid = u.uuid)"
 	if mode == Mark {
-		return fmt.Sprintf("UPDATE %s AS r SET processed_at = now(), completed_by = $2 FROM unnest($1::bigint[]) AS u(id)%s WHERE r.id = u.id AND r.processed_at IS NULL AND r.consumers = 0 RETURNING r.id", table, lazyJoin)
+		return fmt.Sprintf("UPDATE %s AS r SET processed_at = now(), completed_by = $2 FROM unnest($1::bigint[], $3::text[]) AS u(id, uuid)%s WHERE r.id = u.id AND %s AND r.processed_at IS NULL AND r.consumers = 0 RETURNING r.id", table, lazyJoin, sameMessage)
 	}
-	return fmt.Sprintf("DELETE FROM %s AS r USING unnest($1::bigint[]) AS u(id)%s WHERE r.id = u.id AND r.consumers = 0 AND r.abandoned_at IS NULL RETURNING r.id", table, lazyJoin)
+	return fmt.Sprintf("DELETE FROM %s AS r USING unnest($1::bigint[], $2::text[]) AS u(id, uuid)%s WHERE r.id = u.id AND %s AND r.consumers = 0 AND r.abandoned_at IS NULL RETURNING r.id", table, lazyJoin, sameMessage)
 }
 
 func (postgres) deliveryPairs() string {
@@ -122,11 +124,12 @@ func (postgres) lazyCommit() string {
 	return "(SELECT set_config('synchronous_commit', 'off', true)) AS lazy_commit"
 }
 
-func (postgres) completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64) ([]int64, error) {
+func (postgres) completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64, uuids []string) ([]int64, error) {
 	args := []any{ids}
 	if q.mark {
 		args = append(args, consumer)
 	}
+	args = append(args, uuids)
 	rows, err := db.QueryContext(ctx, q.completeMany, args...)
 	if err != nil {
 		return nil, err

@@ -86,18 +86,30 @@ func (sqlite) lazyCommit() string { return "" }
 
 func (sqlite) deliveryPairs() string { return "" }
 
-func (d sqlite) completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64) ([]int64, error) {
+// completeMany binds each id once, and the id and UUID of each delivery
+// that names its message once more (completeInQuery), so a statement takes
+// at most three variables per id, and the consumer.
+func (d sqlite) completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64, uuids []string) ([]int64, error) {
+	const perStatement = (sqliteMaxVars - 1) / 3
 	done := make([]int64, 0, len(ids))
-	for start := 0; start < len(ids); start += sqliteMaxVars - 1 {
-		chunk := ids[start:min(start+sqliteMaxVars-1, len(ids))]
-		args := make([]any, 0, len(chunk)+1)
+	for start := 0; start < len(ids); start += perStatement {
+		end := min(start+perStatement, len(ids))
+		args := make([]any, 0, 3*(end-start)+1)
 		if q.mark {
 			args = append(args, consumer)
 		}
-		for _, id := range chunk {
+		first := len(args) + 1
+		for _, id := range ids[start:end] {
 			args = append(args, id)
 		}
-		rows, err := db.QueryContext(ctx, completeInQuery(d, q, len(args)-len(chunk)+1, len(chunk)), args...)
+		named := 0
+		for i := start; i < end; i++ {
+			if uuids[i] != "" {
+				args = append(args, ids[i], uuids[i])
+				named++
+			}
+		}
+		rows, err := db.QueryContext(ctx, completeInQuery(d, q, first, end-start, named), args...)
 		if err != nil {
 			return nil, err
 		}

@@ -42,14 +42,15 @@ func TestLazyCommit(t *testing.T) {
 				id, withConsumers := recs[0].ID, recs[1].ID
 
 				alone, many, lockAlone, inTx := sqlstore.CompletionStatements(s)
-				idArgs := []any{id}
+				idArgs := []any{id, "a", "a"}
 				if mode == sqlstore.Mark {
-					idArgs = []any{"consumer", id}
+					idArgs = []any{"consumer", id, "a", "a"}
 				}
 				manyArgs := []any{[]int64{id}}
 				if mode == sqlstore.Mark {
 					manyArgs = append(manyArgs, "consumer")
 				}
+				manyArgs = append(manyArgs, []string{"a"})
 				want := "off"
 				if durable {
 					want = "on"

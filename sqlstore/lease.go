@@ -13,15 +13,17 @@ var _ recordstore.Releaser = (*Store)(nil)
 // claim takes the delivery lease with a conditional UPDATE on the database
 // clock, recording d.Lease as its owner, so that of two concurrent claims
 // exactly one changes the row. A record without consumers is claimed in one
-// round trip. Otherwise the record's state is read, which tells a copy to
-// acknowledge or refuse from one to run, and a record with consumers has
+// round trip, only by the message it was saved for. Otherwise the
+// record's state is read, which tells a copy to acknowledge or refuse (or
+// another message naming the record) from one to run, and a record with
+// consumers has
 // the consumer's own delivery row claimed: two consumers hold leases on one
 // record at once, two copies for one consumer do not.
 func (s *Store) claim(ctx context.Context, db *sqlx.DB, d recordstore.Delivery) error {
 	if !declares(d) {
 		// A declared consumer never claims a record as one without
 		// consumers: such a record is adopted (adopt.go).
-		n, err := s.exec(ctx, db, "claim", s.q.claimRecord, s.leaseArg, d.Lease, d.ID, d.Topic)
+		n, err := s.exec(ctx, db, "claim", s.q.claimRecord, s.leaseArg, d.Lease, d.ID, d.Topic, d.UUID, d.UUID)
 		if err != nil || n == 1 {
 			return err
 		}

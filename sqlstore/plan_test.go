@@ -37,6 +37,7 @@ func TestCombinedCompletionLooksUpByPrimaryKey(t *testing.T) {
 			if mode == sqlstore.Mark {
 				args = append(args, "handler")
 			}
+			args = append(args, []string{"u", "u", "", "u"})
 			var plan []string
 			require.NoError(t, db.SelectContext(ctx, &plan, "EXPLAIN "+many, args...))
 			text := strings.Join(plan, "\n")

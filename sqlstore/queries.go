@@ -29,7 +29,8 @@ type queries struct {
 	setConsumers     string
 
 	// state reads, in one round trip, what CheckPending decides from: the
-	// record and the delivery row of one consumer. stateMany reads it for
+	// record (with the UUID it was saved with) and the delivery row of one
+	// consumer. stateMany reads it for
 	// many deliveries at once, each row led by its delivery's id and
 	// consumer; "" when the dialect cannot pass them as arrays.
 	state     string
@@ -174,6 +175,15 @@ const (
 
 func (f fragments) p(n int) string { return f.d.placeholder(n) }
 
+// message is true when the record's uuid column col is the delivered
+// message's UUID, in placeholders n and n+1 (both bound to it, see
+// uuidArgs), or when the delivery names no message (operators' tools).
+// The record is found by its id first, so the comparison is a filter on
+// the row, never an index choice.
+func (f fragments) message(col string, n int) string {
+	return fmt.Sprintf("(%s = '' OR %s = %s)", f.p(n), col, f.p(n+1))
+}
+
 // due is true when the row's retry delay in col is over.
 func (f fragments) due(col string) string {
 	return fmt.Sprintf("(%s IS NULL OR %s <= %s)", col, col, f.clock)
@@ -230,7 +240,7 @@ func (q *queries) buildCheck(f fragments) {
 	if f.mark {
 		recordDone, completedBy = "CASE WHEN r.processed_at IS NULL THEN 0 ELSE 1 END", "COALESCE(r.completed_by, '')"
 	}
-	columns := fmt.Sprintf(`r.topic, r.consumers, %s, %s, CASE WHEN r.abandoned_at IS NULL THEN 0 ELSE 1 END, %s,
+	columns := fmt.Sprintf(`r.topic, r.uuid, r.consumers, %s, %s, CASE WHEN r.abandoned_at IS NULL THEN 0 ELSE 1 END, %s,
     CASE WHEN c.record_id IS NULL THEN 0 ELSE 1 END, CASE WHEN c.processed_at IS NULL THEN 0 ELSE 1 END,
     CASE WHEN c.abandoned_at IS NULL THEN 0 ELSE 1 END, %s`, recordDone, completedBy, f.wait("r.due_at"), f.wait("c.due_at"))
 	q.state = fmt.Sprintf(`SELECT %s
@@ -248,9 +258,10 @@ WHERE r.id = x.id LIMIT 1) AS s`, pairs, columns, t, tc)
 	}
 
 	free := fmt.Sprintf("(lease_until IS NULL OR lease_until < %s)", f.clock)
-	q.claimRecord = fmt.Sprintf("UPDATE %s SET lease_until = %s, lease_owner = %s WHERE id = %s AND topic = %s AND consumers = 0 AND %s AND %s AND %s",
-		t, d.leaseUntil(1), p(2), p(3), p(4), f.pending, f.due("due_at"), free)
-	// The topic was checked by the state query that comes first.
+	q.claimRecord = fmt.Sprintf("UPDATE %s SET lease_until = %s, lease_owner = %s WHERE id = %s AND topic = %s AND %s AND consumers = 0 AND %s AND %s AND %s",
+		t, d.leaseUntil(1), p(2), p(3), p(4), f.message("uuid", 5), f.pending, f.due("due_at"), free)
+	// The topic and the message were checked by the state query that
+	// comes first.
 	q.claimDelivery = fmt.Sprintf("UPDATE %s SET lease_until = %s, lease_owner = %s WHERE record_id = %s AND consumer = %s AND %s AND %s AND %s",
 		tc, d.leaseUntil(1), p(2), p(3), p(4), deliveryPending, f.due("due_at"), free)
 	q.releaseRecord = fmt.Sprintf("UPDATE %s SET lease_until = NULL, lease_owner = NULL WHERE id = %s AND lease_owner = %s", t, p(1), p(2))
@@ -270,17 +281,17 @@ func (q *queries) buildComplete(f fragments, mode Completion) {
 		lazyFrom, lazyUsing = " FROM "+f.lazy, " USING "+f.lazy
 	}
 	if f.mark {
-		complete := "UPDATE %s SET processed_at = %s, completed_by = %s%s WHERE id = %s AND processed_at IS NULL AND consumers = 0"
-		q.complete = fmt.Sprintf(complete, t, clock, p(1), "", p(2))
-		q.completeAlone = fmt.Sprintf(complete, t, clock, p(1), lazyFrom, p(2))
+		complete := "UPDATE %s SET processed_at = %s, completed_by = %s%s WHERE id = %s AND %s AND processed_at IS NULL AND consumers = 0"
+		q.complete = fmt.Sprintf(complete, t, clock, p(1), "", p(2), f.message("uuid", 3))
+		q.completeAlone = fmt.Sprintf(complete, t, clock, p(1), lazyFrom, p(2), f.message("uuid", 3))
 		q.completeIn = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s WHERE processed_at IS NULL AND consumers = 0 AND id IN (",
 			t, clock, p(1))
 		q.finishRecord = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE id = %s", t, clock, p(1))
 		q.abandonRecord = fmt.Sprintf("UPDATE %s SET abandoned_at = %s, processed_at = %s WHERE id = %s", t, clock, clock, p(1))
 	} else {
-		complete := "DELETE FROM %s%s WHERE id = %s AND consumers = 0 AND abandoned_at IS NULL"
-		q.complete = fmt.Sprintf(complete, t, "", p(1))
-		q.completeAlone = fmt.Sprintf(complete, t, lazyUsing, p(1))
+		complete := "DELETE FROM %s%s WHERE id = %s AND %s AND consumers = 0 AND abandoned_at IS NULL"
+		q.complete = fmt.Sprintf(complete, t, "", p(1), f.message("uuid", 2))
+		q.completeAlone = fmt.Sprintf(complete, t, lazyUsing, p(1), f.message("uuid", 2))
 		q.completeIn = fmt.Sprintf("DELETE FROM %s WHERE consumers = 0 AND abandoned_at IS NULL AND id IN (", t)
 		q.finishRecord = fmt.Sprintf("DELETE FROM %s WHERE id = %s", t, p(1))
 		q.abandonRecord = fmt.Sprintf("UPDATE %s SET abandoned_at = %s WHERE id = %s", t, clock, p(1))
@@ -289,8 +300,10 @@ func (q *queries) buildComplete(f fragments, mode Completion) {
 	lock := "UPDATE %s SET consumers = consumers%s WHERE id = %s AND consumers > 0"
 	q.lockRecord = fmt.Sprintf(lock, t, "", p(1))
 	q.lockRecordAlone = fmt.Sprintf(lock, t, lazyFrom, p(1))
-	q.completeDelivery = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE record_id = %s AND consumer = %s AND %s",
-		tc, clock, p(1), p(2), deliveryPending)
+	// The delivery rows do not know the message: the record's row, locked
+	// by then, does.
+	q.completeDelivery = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE record_id = %s AND consumer = %s AND %s AND EXISTS (SELECT 1 FROM %s r WHERE r.id = %s AND %s)",
+		tc, clock, p(1), p(2), deliveryPending, t, p(3), f.message("r.uuid", 4))
 	q.deliveries = fmt.Sprintf("SELECT CASE WHEN %s THEN 1 ELSE 0 END, CASE WHEN abandoned_at IS NULL THEN 0 ELSE 1 END FROM %s WHERE record_id = %s%s",
 		deliveryPending, tc, p(1), f.d.lockRows(false))
 	q.dropDeliveries = fmt.Sprintf("DELETE FROM %s WHERE record_id = %s", tc, p(1))
@@ -438,10 +451,13 @@ func idList(d Dialect, first, n int) string {
 
 // completeInQuery lists n ids after the completion prefix, from placeholder
 // first on, and returns the ids completed, for dialects that have RETURNING
-// but no array parameter.
-func completeInQuery(d Dialect, q *queries, first, n int) string {
+// but no array parameter. The named ids among them, those whose delivery
+// names its message, follow as (id, UUID) pairs of placeholders, and a
+// record of one of them completes only when it was saved with that UUID
+// (ids are distinct, so each pair is the one of its id).
+func completeInQuery(d Dialect, q *queries, first, n, named int) string {
 	var b strings.Builder
-	b.Grow(len(q.completeIn) + n*4 + 14)
+	b.Grow(len(q.completeIn) + n*4 + named*16 + 40)
 	b.WriteString(q.completeIn)
 	for i := first; i < first+n; i++ {
 		if i > first {
@@ -449,7 +465,16 @@ func completeInQuery(d Dialect, q *queries, first, n int) string {
 		}
 		b.WriteString(d.placeholder(i))
 	}
-	b.WriteString(") RETURNING id")
+	b.WriteByte(')')
+	if named > 0 {
+		b.WriteString(" AND uuid = CASE id")
+		for i := range named {
+			p := first + n + 2*i
+			fmt.Fprintf(&b, " WHEN %s THEN %s", d.placeholder(p), d.placeholder(p+1))
+		}
+		b.WriteString(" ELSE uuid END")
+	}
+	b.WriteString(" RETURNING id")
 	return b.String()
 }
 

@@ -285,7 +285,10 @@ func (s *Store) checkNow(ctx context.Context, d recordstore.Delivery) error {
 }
 
 // Complete implements [recordstore.Store]. Concurrent calls are combined into one
-// statement as [Coalescing] says; each gets its own outcome.
+// statement as [Coalescing] says; each gets its own outcome. A delivery
+// whose [recordstore.Delivery.UUID] is not the record's completes nothing
+// and gets [recordstore.ErrNotPending]: the statement that completes
+// matches no row, and telling why would cost another round trip.
 func (s *Store) Complete(ctx context.Context, d recordstore.Delivery) error {
 	if _, err := s.pool(); err != nil {
 		return err
@@ -321,9 +324,9 @@ func (s *Store) completeNow(ctx context.Context, d recordstore.Delivery) error {
 // completeArgs are the arguments of q.complete.
 func (s *Store) completeArgs(d recordstore.Delivery) []any {
 	if s.q.mark {
-		return []any{d.Consumer, d.ID}
+		return []any{d.Consumer, d.ID, d.UUID, d.UUID}
 	}
-	return []any{d.ID}
+	return []any{d.ID, d.UUID, d.UUID}
 }
 
 // PendingAfter implements [recordstore.Store]. Each record's metadata is a map of

@@ -41,3 +41,4 @@ func (c *counts) Failed(_, consumer string)           { c.add("failed", consumer
 func (c *counts) Abandoned(_, consumer string)        { c.add("abandoned", consumer, 1) }
 func (c *counts) NotOwned(_, consumer string)         { c.add("not-owned", consumer, 1) }
 func (c *counts) UnknownRecord(_, consumer string)    { c.add("unknown", consumer, 1) }
+func (c *counts) Mismatched(_, consumer string)       { c.add("mismatched", consumer, 1) }

@@ -137,7 +137,7 @@ func twoServicesShareATopic(t *testing.T, e *env) {
 		assert.Equal(t, len(all), s.svc.totalRuns(), "%s ran for no message twice", s.name)
 		assert.Equal(t, len(s.own), s.obs.get("handled", s.name), "%s completed each of its own records", s.name)
 		assert.Equal(t, len(other.own), s.obs.get("not-owned", s.name), "%s ran each of the other's messages untracked", s.name)
-		for _, what := range []string{"duplicate", "unknown", "failed"} {
+		for _, what := range []string{"duplicate", "unknown", "mismatched", "failed"} {
 			assert.Zero(t, s.obs.get(what, s.name), "%s: %s", s.name, what)
 		}
 		assert.Empty(t, s.logger.Entries("error"), "%s logged errors", s.name)

@@ -148,6 +148,7 @@ func RunContract(t *testing.T, c Contract) {
 	t.Run("Origin", s.testOrigin)
 	t.Run("CheckPending", s.testCheckPending)
 	t.Run("Complete", s.testComplete)
+	t.Run("Message", s.testMessage)
 	t.Run("PendingAfter", s.testPendingAfter)
 	t.Run("RoundTrip", s.testRoundTrip)
 	t.Run("Lease", s.testLease)

@@ -100,6 +100,7 @@ func Run(t *testing.T, f Features, newStore NewStore) {
 	t.Run("InsertTx", s.testInsertTx)
 	t.Run("InsertTxOrigin", s.testInsertTxOrigin)
 	t.Run("CompleteTx", s.testCompleteTx)
+	t.Run("CompleteTxOfAnotherMessage", s.testCompleteTxOfAnotherMessage)
 	t.Run("Attempts", s.testAttempts)
 	t.Run("ClaimStale", s.testClaimStale)
 	t.Run("Admin", s.testAdmin)

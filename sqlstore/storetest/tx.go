@@ -94,6 +94,33 @@ func (s *suite) testCompleteTx(t *testing.T) {
 	})
 }
 
+// testCompleteTxOfAnotherMessage: CompleteTx of a delivery that names
+// another message than the record's completes nothing, with or without
+// consumers, and the record's own message completes it in a transaction.
+func (s *suite) testCompleteTxOfAnotherMessage(t *testing.T) {
+	forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+		store := s.store(t, mode)
+		one := insert(t, store, records("orders", 1))[0]
+		many := insert(t, store, withConsumers(1, twoConsumers...))[0]
+		for _, c := range []struct {
+			r recordstore.Record
+			d recordstore.Delivery
+		}{{one, dlv(one.ID)}, {many, consumerDlv(many.ID, "billing")}} {
+			tx, err := store.DB().BeginTxx(ctx(t), nil)
+			require.NoError(t, err)
+			assert.ErrorIs(t, store.CompleteTx(ctx(t), tx, of(c.d, forged)), recordstore.ErrNotPending, "record %d", c.r.ID)
+			require.NoError(t, tx.Commit())
+			require.NoError(t, store.CheckPending(ctx(t), of(c.d, c.r.UUID)), "record %d is still pending for its own message", c.r.ID)
+
+			tx, err = store.DB().BeginTxx(ctx(t), nil)
+			require.NoError(t, err)
+			require.NoError(t, store.CompleteTx(ctx(t), tx, of(c.d, c.r.UUID)))
+			require.NoError(t, tx.Commit())
+			assert.ErrorIs(t, store.CheckPending(ctx(t), of(c.d, c.r.UUID)), recordstore.ErrNotPending, "record %d", c.r.ID)
+		}
+	})
+}
+
 // testConsumers runs the per-consumer tests of InsertTx and CompleteTx.
 func (s *suite) testConsumers(t *testing.T) {
 	t.Run("InsertTxSavesDeliveriesWithTheTransaction", func(t *testing.T) {
