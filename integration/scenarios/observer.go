@@ -2,6 +2,8 @@ package scenarios
 
 import (
 	"sync"
+	"testing"
+	"time"
 
 	"github.com/wmoutbox/outbox"
 )
@@ -12,18 +14,38 @@ import (
 type counts struct {
 	mu sync.Mutex
 	n  map[event]int
+	// changed is signalled after every count.
+	changed chan struct{}
 }
 
 type event struct{ what, consumer string }
 
 var _ outbox.Observer = (*counts)(nil)
 
-func newCounts() *counts { return &counts{n: map[event]int{}} }
+func newCounts() *counts { return &counts{n: map[event]int{}, changed: make(chan struct{}, 1)} }
 
 func (c *counts) add(what, consumer string, n int) {
 	c.mu.Lock()
 	c.n[event{what, consumer}] += n
 	c.mu.Unlock()
+	select {
+	case c.changed <- struct{}{}:
+	default:
+	}
+}
+
+// waitFor waits until the event was reported n times for the consumer.
+func (c *counts) waitFor(t *testing.T, what, consumer string, n int) {
+	t.Helper()
+	timeout := time.NewTimer(waitTimeout)
+	defer timeout.Stop()
+	for c.get(what, consumer) < n {
+		select {
+		case <-c.changed:
+		case <-timeout.C:
+			t.Fatalf("%s for %q: %d of %d within %v", what, consumer, c.get(what, consumer), n, waitTimeout)
+		}
+	}
 }
 
 // get returns how many times the event was reported for the consumer.

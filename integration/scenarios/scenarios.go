@@ -38,6 +38,8 @@ func Run(t *testing.T, b Backend) {
 		{"TwoUndeclaredHandlersLoseNothing", twoUndeclaredHandlersLoseNothing},
 		{"TwoServicesShareATopic", twoServicesShareATopic},
 		{"DeclaredConsumerDownIsServedByReplay", consumerDownIsServedByReplay},
+		{"ServicesWithADatabaseEachConfirmOverTheBroker", servicesWithADatabaseEach},
+		{"CompletedOnSendDrainsAsSendsSucceed", completedOnSend},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()

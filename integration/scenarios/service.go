@@ -82,6 +82,15 @@ type serviceConfig struct {
 	decide    outcome
 	// logger is the outbox middleware's; nil logs nothing.
 	logger watermill.LoggerAdapter
+	// mw configures the outbox middleware (an inbox, a confirmation
+	// publisher); the zero value is the defaults.
+	mw outbox.MiddlewareConfig
+	// confirmations, when set, is the subscriber of the handler that
+	// completes remote consumers' deliveries from their confirmations.
+	confirmations message.Subscriber
+	// plain leaves the outbox out of the router: a receiver that does not
+	// run the plugin.
+	plain bool
 }
 
 // startService starts a service on a fresh publisher and subscriber of the
@@ -108,10 +117,16 @@ func (e *env) startServiceWith(cfg serviceConfig) *service {
 
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(e.t, err)
-	mw, err := outbox.NewMiddleware(cfg.reg, outbox.MiddlewareConfig{}, cfg.logger)
-	require.NoError(e.t, err)
-	router.AddMiddleware(s.observe, mw)
-	router.AddPlugin(outbox.ReplayPlugin(cfg.reg, cfg.pub, outbox.ReplayConfig{}, nil))
+	router.AddMiddleware(s.observe)
+	if !cfg.plain {
+		mw, err := outbox.NewMiddleware(cfg.reg, cfg.mw, cfg.logger)
+		require.NoError(e.t, err)
+		router.AddMiddleware(mw)
+		router.AddPlugin(outbox.ReplayPlugin(cfg.reg, cfg.pub, outbox.ReplayConfig{}, nil))
+	}
+	if cfg.confirmations != nil {
+		require.NoError(e.t, outbox.AddConfirmationHandler(router, cfg.reg, cfg.confirmations, cfg.logger))
+	}
 	for _, r := range cfg.receivers {
 		router.AddNoPublisherHandler(r.name, r.topic, r.sub, s.handler(cfg.decide))
 	}
