@@ -1,0 +1,154 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/jmoiron/sqlx"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// effectsMessages is how many messages the exactly-once test sends.
+const effectsMessages = 10_000
+
+// TestExactlyOnceEffectInTheReceiversDatabase: service A (a database of its
+// own) publishes 10,000 tracked messages to service B, which has a database
+// of its own and runs as two instances, each receiving every message (two
+// concurrent copies of each). B's handler writes its effect and the inbox
+// entry in one transaction (outbox.InboxTx), and one handling in 20 fails
+// after its commit, so that its copy comes back. B's database ends with
+// exactly one effect per message.
+func TestExactlyOnceEffectInTheReceiversDatabase(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b testenv.Backend) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		storeA := testenv.NewStore(t, b, b.Open(t), sqlstore.Mark)
+		regA, err := outbox.NewRegistry(outbox.Tracked{Topic: "effects", Store: storeA, CompletedBy: outbox.OnSend})
+		require.NoError(t, err)
+
+		dbB := b.Open(t)
+		if b.Name == "SQLite" {
+			// B's file waits for no disk flush per commit (WAL with
+			// synchronous NORMAL, durable across a crash of the process):
+			// 20,000 handlings then take seconds, not minutes.
+			_, err := dbB.ExecContext(ctx, "PRAGMA synchronous = NORMAL")
+			require.NoError(t, err)
+		}
+		inbox, err := sqlstore.NewInbox(sqlstore.InboxConfig{Dialect: b.Dialect, DB: dbB, Table: "inbox_" + testenv.Table(t)[2:]})
+		require.NoError(t, err)
+		require.NoError(t, inbox.Migrate(ctx))
+		effects := "effects_" + testenv.Table(t)[2:]
+		_, err = dbB.ExecContext(ctx, "CREATE TABLE "+effects+" (uuid VARCHAR(64) NOT NULL)")
+		require.NoError(t, err)
+		t.Cleanup(func() {
+			_, _ = dbB.ExecContext(context.Background(), "DROP TABLE "+effects)
+			_, _ = dbB.ExecContext(context.Background(), "DROP TABLE "+inbox.Table())
+		})
+
+		broker := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: effectsMessages}, watermill.NopLogger{})
+		t.Cleanup(func() { _ = broker.Close() })
+		var acked atomic.Int64
+		done := make(chan struct{})
+		var closeDone sync.Once
+		const copies = 2 // one per instance
+		countAcks := func(h message.HandlerFunc) message.HandlerFunc {
+			return func(msg *message.Message) ([]*message.Message, error) {
+				out, err := h(msg)
+				if err == nil && acked.Add(1) == copies*effectsMessages {
+					closeDone.Do(func() { close(done) })
+				}
+				return out, err
+			}
+		}
+		var failures atomic.Int64
+		handle := func(msg *message.Message) error {
+			return effectOnce(msg, dbB, effects, &failures)
+		}
+		for range copies {
+			regB, err := outbox.NewRegistry() // B tracks nothing of its own
+			require.NoError(t, err)
+			mw, err := outbox.NewMiddleware(regB, outbox.MiddlewareConfig{Inbox: inbox}, nil)
+			require.NoError(t, err)
+			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+			require.NoError(t, err)
+			router.AddMiddleware(countAcks, mw)
+			router.AddNoPublisherHandler("effects", "effects", broker, handle)
+			runErr := make(chan error, 1)
+			go func() { runErr <- router.Run(context.Background()) }()
+			<-router.Running()
+			t.Cleanup(func() {
+				require.NoError(t, router.Close())
+				require.NoError(t, <-runErr)
+			})
+		}
+
+		pub, err := outbox.NewPublisher(broker, regA)
+		require.NoError(t, err)
+		batch := make([]*message.Message, 0, 500)
+		for i := range effectsMessages {
+			batch = append(batch, message.NewMessage(fmt.Sprintf("effect-%05d", i), []byte("{}")))
+			if len(batch) == cap(batch) {
+				require.NoError(t, pub.Publish("effects", batch...))
+				batch = batch[:0]
+			}
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			t.Fatalf("%d of %d copies acked", acked.Load(), copies*effectsMessages)
+		}
+
+		var n, distinct int
+		require.NoError(t, dbB.GetContext(ctx, &n, "SELECT COUNT(*) FROM "+effects))
+		require.NoError(t, dbB.GetContext(ctx, &distinct, "SELECT COUNT(DISTINCT uuid) FROM "+effects))
+		assert.Equal(t, effectsMessages, n, "effects")
+		assert.Equal(t, effectsMessages, distinct, "distinct effects")
+		assert.Positive(t, failures.Load(), "handlings that failed after their commit")
+		t.Logf("%s: %d effects of %d messages, %d copies acked, %d handlings failed after their commit", b.Name, n, effectsMessages, acked.Load(), failures.Load())
+	})
+}
+
+// effectOnce writes the message's effect and its inbox entry in one
+// transaction; one handling in 20 fails after the commit.
+func effectOnce(msg *message.Message, db *sqlx.DB, effects string, failures *atomic.Int64) error {
+	ctx := msg.Context()
+	tx, err := db.BeginTxx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	switch err := outbox.InboxTx(ctx, tx, msg); {
+	case errors.Is(err, outbox.ErrAlreadyHandled):
+		return nil // another copy did it
+	case err != nil:
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, db.Rebind("INSERT INTO "+effects+" (uuid) VALUES (?)"), msg.UUID); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(msg.UUID))
+	if h.Sum32()%20 == 0 {
+		failures.Add(1)
+		return errors.New("failed after the commit")
+	}
+	return nil
+}
