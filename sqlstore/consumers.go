@@ -237,7 +237,8 @@ func (s *Store) completeDelivery(ctx context.Context, tx executor, d recordstore
 	if _, err := tx.ExecContext(ctx, lock, d.ID); err != nil {
 		return s.fail(op, err)
 	}
-	n, err := s.exec(ctx, tx, op, s.q.completeDelivery, d.ID, d.Consumer, d.ID, d.UUID, d.UUID)
+	args := []any{d.ID, d.Consumer, d.ID, d.UUID, d.UUID}
+	n, err := s.exec(ctx, tx, op, s.q.completeDelivery, args...)
 	if err != nil {
 		return err
 	}
@@ -248,7 +249,7 @@ func (s *Store) completeDelivery(ctx context.Context, tx executor, d recordstore
 		if _, err := s.adopt(ctx, tx, d, op); err != nil {
 			return err
 		}
-		if n, err = s.exec(ctx, tx, op, s.q.completeDelivery, d.ID, d.Consumer); err != nil {
+		if n, err = s.exec(ctx, tx, op, s.q.completeDelivery, args...); err != nil {
 			return err
 		}
 	}
