@@ -34,13 +34,27 @@
 // [Tracked.Consumers]: each consumer checks and completes its own delivery,
 // and the record is complete once all have. Without a declaration a topic has
 // one receiver; a second handler is reported and runs untracked, so it skips
-// nothing. Another service's tracked messages are plain messages here.
+// nothing.
 //
 // Consumers may be added while records are pending: each declared consumer
 // handles every pending record once. A consumer removed, or the old name of
 // a renamed one, is reported at start while it has pending deliveries, and
 // [RetireConsumer] (or outboxctl retire) completes them; see
 // docs/operations.md.
+//
+// # Receivers in other services
+//
+// Receivers in services with databases of their own are declared in
+// [Tracked.RemoteConsumers]. Their middleware, given an inbox
+// ([MiddlewareConfig.Inbox]) and a publisher ([MiddlewareConfig.Confirmations]),
+// skips copies its consumer has handled and confirms each handled message
+// over the broker; [AddConfirmationHandler] completes the sender's delivery
+// from the confirmation, only when it names the record's table, topic, id,
+// message UUID and a declared remote consumer. [InboxTx] commits the inbox
+// entry with the handler's own writes, so that the effect happens once in
+// the receiver's database. For receivers that do not run the outbox,
+// [OnSend] completes a record once the wrapped publisher accepted it. A
+// topic whose records nothing will complete is reported at start.
 //
 // # Bounded delivery
 //

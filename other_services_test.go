@@ -352,3 +352,30 @@ func (p *switchPublisher) Publish(topic string, msgs ...*message.Message) error 
 	}
 	return p.Publisher.Publish(topic, msgs...)
 }
+
+// TestReceiverWithoutAConfirmationPublisherSaysSo: a receiving service whose
+// middleware has no Confirmations publisher handles another service's
+// message that asks for a confirmation, and says once per consumer that its
+// sender will resend it until it confirms.
+func TestReceiverWithoutAConfirmationPublisherSaysSo(t *testing.T) {
+	t.Parallel()
+	b := testenv.Backends()[1]
+	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = broker.Close() })
+	ctx := testCtx(t)
+	a := newPeer(t, b, "A", broker, []outbox.Tracked{{Topic: "orders", RemoteConsumers: []string{"billing"}}}, outbox.MiddlewareConfig{})
+	r := newPeer(t, b, "B", broker, nil, outbox.MiddlewareConfig{})
+	r.handle("billing", "orders", broker, nil)
+	a.start(t)
+	r.start(t)
+	uuids := publishN(t, a.pub, "orders", "order", 3)
+	r.waitRan(t, ctx, "billing", uuids)
+	entries := r.logger.Entries("error")
+	require.Len(t, entries, 1, "one report for the consumer, not one per message")
+	assert.Contains(t, entries[0].Msg, "MiddlewareConfig.Confirmations is not set")
+	pending, err := a.store.PendingAfter(ctx, "orders", 0, 10)
+	require.NoError(t, err)
+	assert.Len(t, pending, 3, "nothing confirmed: the sender's records stay pending")
+	a.stop(t)
+	r.stop(t)
+}

@@ -22,6 +22,20 @@ func TestReadmeAdoptionIsTheCompiledExample(t *testing.T) {
 		"README.md's adoption code must be the adoptOutbox function of example_adoption_test.go")
 }
 
+// TestReadmeTwoServicesAreTheCompiledExample keeps the README's adoption
+// of two services the functions Example_twoServices compiles and runs.
+func TestReadmeTwoServicesAreTheCompiledExample(t *testing.T) {
+	t.Parallel()
+	source, err := os.ReadFile("example_two_services_test.go")
+	require.NoError(t, err)
+	readme, err := os.ReadFile("README.md")
+	require.NoError(t, err)
+	want := between(t, string(source), "// README:begin two-services\n", "// README:end two-services\n")
+	got := between(t, string(readme), "<!-- two-services:begin -->\n```go\n", "```\n<!-- two-services:end -->")
+	require.Equal(t, strings.TrimSpace(want), strings.TrimSpace(got),
+		"README.md's two-service adoption must be the functions of example_two_services_test.go")
+}
+
 // TestReadmeTestCommandIsCIs keeps the README's "Run the tests" command the
 // one .ci/run runs.
 func TestReadmeTestCommandIsCIs(t *testing.T) {
