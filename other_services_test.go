@@ -332,6 +332,10 @@ func TestRemoteConsumerConfig(t *testing.T) {
 			assert.ErrorIs(t, err, outbox.ErrInvalidConfig)
 		})
 	}
+	empty, err := outbox.NewRegistry()
+	require.NoError(t, err)
+	_, err = outbox.NewMiddleware(empty, outbox.MiddlewareConfig{BusinessKey: func(*message.Message) string { return "" }}, nil)
+	assert.ErrorIs(t, err, outbox.ErrInvalidConfig, "a business key without an inbox")
 	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store, Consumers: []string{"ship"}, RemoteConsumers: []string{"billing"}})
 	require.NoError(t, err)
 	assert.Equal(t, []string{"billing"}, reg.RemoteConsumers("orders"))
@@ -378,4 +382,37 @@ func TestReceiverWithoutAConfirmationPublisherSaysSo(t *testing.T) {
 	assert.Len(t, pending, 3, "nothing confirmed: the sender's records stay pending")
 	a.stop(t)
 	r.stop(t)
+}
+
+// TestInboxBusinessKeySkipsAnOperationUnderANewUUID: service A publishes the
+// same order twice under two message UUIDs; service B's inbox, keyed by
+// the order number, runs its handler for the first only, and confirms both.
+func TestInboxBusinessKeySkipsAnOperationUnderANewUUID(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b testenv.Backend) {
+		broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+		t.Cleanup(func() { _ = broker.Close() })
+		ctx := testCtx(t)
+		db := b.Open(t)
+		inbox, err := sqlstore.NewInbox(sqlstore.InboxConfig{Dialect: b.Dialect, DB: db, Table: "inbox_" + testenv.Table(t)[2:]})
+		require.NoError(t, err)
+		require.NoError(t, inbox.Migrate(ctx))
+		t.Cleanup(func() { _, _ = db.ExecContext(context.Background(), "DROP TABLE "+inbox.Table()) })
+
+		a := newPeer(t, b, "A", broker, []outbox.Tracked{{Topic: "orders", RemoteConsumers: []string{"billing"}}}, outbox.MiddlewareConfig{})
+		r := newPeer(t, b, "B", broker, nil, outbox.MiddlewareConfig{Inbox: inbox, Confirmations: broker,
+			BusinessKey: func(msg *message.Message) string { return msg.Metadata.Get("order") }})
+		r.handle("billing", "orders", broker, nil)
+		a.start(t)
+		r.start(t)
+		for _, u := range []string{"charge-1", "charge-1-again"} {
+			msg := message.NewMessage(u, []byte("{}"))
+			msg.Metadata.Set("order", "order-42")
+			require.NoError(t, a.pub.Publish("orders", msg))
+		}
+		a.waitDrained(t, ctx, "orders")
+		assert.Equal(t, map[string]int{"charge-1": 1}, r.ran("billing"), "the second operation skipped by its business key")
+		a.stop(t)
+		r.stop(t)
+	})
 }

@@ -112,6 +112,9 @@ func (c MiddlewareConfig) Validate() error {
 	if c.MaxAttempts < 0 {
 		return fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalidConfig, c.MaxAttempts)
 	}
+	if c.BusinessKey != nil && c.Inbox == nil {
+		return fmt.Errorf("%w: BusinessKey needs an Inbox to deduplicate in", ErrInvalidConfig)
+	}
 	return c.Backoff.Validate()
 }
 
