@@ -117,6 +117,12 @@ type Dialect interface {
 	// duplicate key, which on the record table can only be a saved
 	// Record.Origin.
 	uniqueViolation(err error) bool
+	// answered reports whether err is the database's own answer to the
+	// statement (it refused it), or a failure before anything was sent,
+	// so that the statement surely took no effect. Any other error (a lost
+	// connection, a deadline while the statement or its commit was on its
+	// way) leaves an insert's outcome unknown.
+	answered(err error) bool
 	// convertError turns a driver error into the package's sentinels.
 	convertError(err error) error
 }

@@ -176,6 +176,13 @@ func (postgres) schemaExistsQuery() string {
 	return "SELECT COUNT(*) FROM pg_namespace WHERE nspname = $1"
 }
 
+// answered: a PgError is the server's answer; SafeToRetry is pgx saying
+// that nothing was sent.
+func (postgres) answered(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
+}
+
 func (postgres) convertError(err error) error {
 	var pgErr *pgconn.PgError
 	switch {

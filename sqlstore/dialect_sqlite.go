@@ -159,6 +159,10 @@ func (sqlite) addVersionIdentity(vt string) string {
 // a pool could not be relied on to have it. Table names are not qualified.
 func (sqlite) schemaExistsQuery() string { return "" }
 
+// answered is always true: SQLite runs in the process, and a statement it
+// interrupts, or a commit it could not make, is rolled back.
+func (sqlite) answered(error) bool { return true }
+
 func (sqlite) convertError(err error) error {
 	if err != nil && strings.Contains(err.Error(), "no such table") {
 		return fmt.Errorf("%w: %w", ErrTableMissing, err)

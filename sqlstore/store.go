@@ -216,9 +216,23 @@ func (s *Store) insertNow(ctx context.Context, records []recordstore.Record) err
 		if errors.Is(err, ErrInvalidRecord) || errors.Is(err, ErrRecordTooLarge) {
 			return err
 		}
-		return s.fail("insert", err)
+		return s.failInsert(db, d, err)
 	}
 	return nil
+}
+
+// failInsert is fail for an insert, saying also whether the records may
+// have been saved ([recordstore.ErrOutcomeUnknown]) and, when ctx ended
+// while every connection of the pool was in use, what that usually means.
+func (s *Store) failInsert(db *sqlx.DB, d Dialect, err error) error {
+	te := *s.fail("insert", err).(*TableError) //nolint:errorlint // fail returns a *TableError
+	if st := db.Stats(); errors.Is(err, context.DeadlineExceeded) && st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections {
+		te.Err = fmt.Errorf("%w (all %d connection(s) of the pool were in use: a publish inside a transaction of the same pool, such as a CompleteTx transaction, waits for a connection that transaction holds; publish with outbox.TxPublisher in that transaction, or give the pool more connections)", te.Err, st.MaxOpenConnections)
+	}
+	if !d.answered(err) {
+		te.Err = fmt.Errorf("%w: %w", recordstore.ErrOutcomeUnknown, te.Err)
+	}
+	return &te
 }
 
 // insertWith saves records through db, the pool or a caller's
