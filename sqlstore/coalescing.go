@@ -186,11 +186,14 @@ func (s *Store) readStates(ctx context.Context, db *sqlx.DB, batch []*call[recor
 
 // completeBatch completes the records without consumers of every call with
 // one statement per consumer (a marking table records who completed each;
-// a deleting table needs one statement in all). A record completed by it
-// satisfies the first call for its id. Every other call, for a record with
-// consumers, one that was not pending or the same id again, runs the single
-// path for delivery rows, which completes the consumer's delivery or
-// reports ErrNotPending.
+// a deleting table needs one statement in all), skipping the rows another
+// transaction holds. A record completed by it satisfies the first call for
+// its id. Every other call, for a record with consumers, one that was not
+// pending or held, or the same id again, finishes alone (completeNow, on
+// its own goroutine once the batch is done), which completes the
+// consumer's delivery, waits for the transaction that holds the row, or
+// reports ErrNotPending; so the batch and the calls behind it never wait
+// for another delivery's transaction.
 func (s *Store) completeBatch(ctx context.Context, batch []*call[recordstore.Delivery]) {
 	db, err := s.pool()
 	if err != nil {
@@ -204,7 +207,7 @@ func (s *Store) completeBatch(ctx context.Context, batch []*call[recordstore.Del
 	for _, c := range batch {
 		if declares(c.arg) {
 			// Never completed as a record without consumers (adopt.go).
-			c.err = s.completeDeliveryNow(c.ctx, db, c.arg)
+			c.err = errAlone
 			continue
 		}
 		key := ""
@@ -239,7 +242,7 @@ func (s *Store) completeBatch(ctx context.Context, batch []*call[recordstore.Del
 				delete(completed, c.arg.ID)
 				continue
 			}
-			c.err = s.completeDeliveryNow(c.ctx, db, c.arg)
+			c.err = errAlone
 		}
 	}
 }

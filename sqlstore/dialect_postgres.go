@@ -95,11 +95,13 @@ func (postgres) completeManyQuery(table string, mode Completion, lazy string) st
 	// The ids are joined as rows, not matched with id = ANY($1): with
 	// ANY, the planner may scan the whole pending index (topic, id) for
 	// them, a cost that grows with the backlog; joined, each id is one
-	// primary key lookup.
+	// primary key lookup. A row another transaction holds (a CompleteTx
+	// still open) is skipped, so that the batch never waits for it: its
+	// call completes alone, outside the batch.
 	if mode == Mark {
-		return fmt.Sprintf("UPDATE %s AS r SET processed_at = now(), completed_by = $2 FROM unnest($1::bigint[]) AS u(id)%s WHERE r.id = u.id AND r.processed_at IS NULL AND r.consumers = 0 RETURNING r.id", table, lazyJoin)
+		return fmt.Sprintf("UPDATE %s AS r SET processed_at = now(), completed_by = $2 FROM (SELECT l.id FROM %s AS l JOIN unnest($1::bigint[]) AS u(id) ON l.id = u.id WHERE l.processed_at IS NULL AND l.consumers = 0 FOR UPDATE OF l SKIP LOCKED) AS k%s WHERE r.id = k.id RETURNING r.id", table, table, lazyJoin)
 	}
-	return fmt.Sprintf("DELETE FROM %s AS r USING unnest($1::bigint[]) AS u(id)%s WHERE r.id = u.id AND r.consumers = 0 AND r.abandoned_at IS NULL RETURNING r.id", table, lazyJoin)
+	return fmt.Sprintf("DELETE FROM %s AS r USING (SELECT l.id FROM %s AS l JOIN unnest($1::bigint[]) AS u(id) ON l.id = u.id WHERE l.consumers = 0 AND l.abandoned_at IS NULL FOR UPDATE OF l SKIP LOCKED) AS k%s WHERE r.id = k.id RETURNING r.id", table, table, lazyJoin)
 }
 
 func (postgres) deliveryPairs() string {

@@ -156,7 +156,8 @@ func New(cfg Config) (*Store, error) {
 		s.checks = newCoalescer(co.MaxInFlight, co.MaxBatch, s.checkNow, s.checkBatch)
 	}
 	if !co.DisableComplete && cfg.Dialect.batchComplete(cfg.Completion) {
-		s.completes = newCoalescer(co.MaxInFlight, co.MaxBatch, s.completeNow, s.completeBatch)
+		s.completes = newCoalescer(co.MaxInFlight, co.MaxBatch, s.completeFast, s.completeBatch)
+		s.completes.alone = s.completeNow
 	}
 	if cfg.DB != nil {
 		s.Attach(cfg.DB)
@@ -342,6 +343,32 @@ func (s *Store) completeNow(ctx context.Context, d recordstore.Delivery) error {
 		return nil
 	}
 	return s.completeDeliveryNow(ctx, db, d)
+}
+
+// completeFast is the coalesced path's completion of one delivery, run in
+// a statement slot: it never waits for a row that another transaction
+// holds (a CompleteTx still open), and leaves a consumer's delivery, whose
+// completion locks its record's row, to completeNow outside the slot
+// (errAlone), so that no completion waits for another's transaction.
+func (s *Store) completeFast(ctx context.Context, d recordstore.Delivery) error {
+	if s.q.completeSkipLocked == "" {
+		return s.completeNow(ctx, d)
+	}
+	if declares(d) {
+		return errAlone
+	}
+	db, err := s.pool()
+	if err != nil {
+		return err
+	}
+	n, err := s.exec(ctx, db, "complete", s.q.completeSkipLocked, s.completeArgs(d)...)
+	if err != nil {
+		return err
+	}
+	if n == 1 {
+		return nil
+	}
+	return errAlone
 }
 
 // completeArgs are the arguments of q.complete.
