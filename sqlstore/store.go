@@ -382,6 +382,14 @@ func (s *Store) completeArgs(d recordstore.Delivery) []any {
 // PendingAfter implements [recordstore.Store]. Each record's metadata is a map of
 // its own, which the caller may change.
 func (s *Store) PendingAfter(ctx context.Context, topic string, afterID int64, limit int) ([]recordstore.Record, error) {
+	return s.PendingAfterBytes(ctx, topic, afterID, limit, 0)
+}
+
+// PendingAfterBytes implements [recordstore.ByteBoundedReader]: it stops
+// reading the rows, which database/sql streams, once the page holds
+// maxBytes. The rows not read are still received and discarded by the
+// driver, so a caller should lower limit to what the budget holds.
+func (s *Store) PendingAfterBytes(ctx context.Context, topic string, afterID int64, limit, maxBytes int) ([]recordstore.Record, error) {
 	db, err := s.pool()
 	if err != nil {
 		return nil, err
@@ -390,5 +398,5 @@ func (s *Store) PendingAfter(ctx context.Context, topic string, afterID int64, l
 	if err != nil {
 		return nil, s.fail("read pending", err)
 	}
-	return s.scanPending(rows, topic, min(limit, 1024))
+	return s.scanPending(rows, topic, min(limit, 1024), maxBytes)
 }
