@@ -131,6 +131,15 @@ type Dialect interface {
 // behaviours, and the store finds them by type assertion, so that the other
 // dialects carry no methods that do nothing.
 
+// immediateBeginner is implemented by dialects whose migration must take
+// the write lock when its transaction begins (SQLite): a deferred
+// transaction that read first cannot wait for another writer and fails
+// with SQLITE_BUSY at once, so concurrent Migrates of several pools on one
+// file would fail instead of queueing behind the busy timeout.
+type immediateBeginner interface {
+	beginImmediate() string
+}
+
 // serverProber is implemented by dialects that must look at the server
 // behind a pool before they can insert: the MySQL dialect tells MariaDB from
 // MySQL and checks the connection settings. The store probes once per

@@ -135,6 +135,12 @@ func (sqlite) uniqueViolation(err error) bool {
 
 func (sqlite) migrationLock() string { return "" }
 
+var _ immediateBeginner = sqlite{}
+
+// beginImmediate takes the database's write lock, waiting for it within
+// the busy timeout.
+func (sqlite) beginImmediate() string { return "BEGIN IMMEDIATE" }
+
 func (sqlite) versionTableDDL(vt string) string {
 	return `CREATE TABLE IF NOT EXISTS ` + vt + ` (
     table_name TEXT PRIMARY KEY,

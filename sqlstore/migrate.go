@@ -174,7 +174,7 @@ func (s *Store) migrateTo(ctx context.Context, version int) error {
 
 // migrate runs the migrations the table lacks, in a transaction on conn.
 func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []migration, target int) error {
-	tx, err := conn.BeginTxx(ctx, nil)
+	tx, err := beginMigration(ctx, conn, d)
 	if err != nil {
 		return s.fail("migrate", err)
 	}
@@ -232,6 +232,44 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 		return s.fail("migrate", err)
 	}
 	return nil
+}
+
+// migrationTx is the migration's transaction: database/sql's, or one begun
+// with the dialect's own statement on conn.
+type migrationTx interface {
+	executor
+	Commit() error
+	Rollback() error
+}
+
+func beginMigration(ctx context.Context, conn *sqlx.Conn, d Dialect) (migrationTx, error) {
+	b, ok := d.(immediateBeginner)
+	if !ok {
+		return conn.BeginTxx(ctx, nil)
+	}
+	if _, err := conn.ExecContext(ctx, b.beginImmediate()); err != nil {
+		return nil, err
+	}
+	return &connTx{ctx: ctx, Conn: conn}, nil
+}
+
+// connTx is a transaction begun by a statement on a connection.
+type connTx struct {
+	ctx context.Context
+	*sqlx.Conn
+	done bool
+}
+
+func (t *connTx) Commit() error   { return t.end("COMMIT") }
+func (t *connTx) Rollback() error { return t.end("ROLLBACK") }
+func (t *connTx) end(stmt string) error {
+	if t.done {
+		return sql.ErrTxDone
+	}
+	_, err := t.ExecContext(context.WithoutCancel(t.ctx), stmt)
+	// A COMMIT that failed leaves the transaction open for the Rollback.
+	t.done = err == nil || stmt == "ROLLBACK"
+	return err
 }
 
 // readVersion reads the table's row in the schema version table: version
