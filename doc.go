@@ -12,8 +12,10 @@
 //     record per tracked message on the store's own connection, committed on
 //     its own, stamps the record id, the topic and the table's identity into
 //     the metadata ([MetadataID], [MetadataTopic], [MetadataStore]) and then
-//     calls the wrapped publisher. If the insert fails nothing is sent; if
-//     the send fails the record stays pending.
+//     calls the wrapped publisher. If the insert fails nothing is sent, and
+//     nothing is saved unless the error matches [ErrOutcomeUnknown] (the
+//     connection was lost while the commit was on its way); if the send
+//     fails the record stays pending.
 //  2. The router middleware ([NewMiddleware]) admits a delivered message when
 //     its record is this service's (its table is the store of the topic the
 //     handler subscribed to) and still pending for this consumer, runs the

@@ -39,22 +39,38 @@ var (
 	// is completed as if the handler had succeeded. Build one with [Drop].
 	ErrDropped = errors.New("outbox: message dropped")
 
+	// ErrOutcomeUnknown is matched by an [*InsertError] whose records may
+	// have been saved: the connection was lost, or the insert's deadline
+	// passed, after the statement or its commit was sent. It is the store's
+	// sentinel.
+	ErrOutcomeUnknown = recordstore.ErrOutcomeUnknown
+
 	// ErrTxDone is returned by a [PublishingTx] that was already committed
 	// or rolled back.
 	ErrTxDone = errors.New("outbox: transaction already committed or rolled back")
 )
 
 // InsertError is returned by the publisher decorator when the records of a
-// Publish call could not be saved. Nothing was sent.
+// Publish call could not be saved. Nothing was sent. No record was saved
+// either, unless OutcomeUnknown is set (errors.Is(err, [ErrOutcomeUnknown])
+// matches then): the records may have been saved, and if they were the next
+// replay sends them, so publishing them again may deliver them twice.
 type InsertError struct {
 	Topic string
 	Count int
-	Err   error
+	// OutcomeUnknown is set when the connection was lost, or the insert's
+	// deadline passed, while the statement or its commit was on its way:
+	// the store cannot tell whether the records were saved.
+	OutcomeUnknown bool
+	Err            error
 }
 
 // Error implements error.
 func (e *InsertError) Error() string {
-	return fmt.Sprintf("outbox: saving %d record(s) for topic %q failed, nothing was sent: %v", e.Count, e.Topic, e.Err)
+	if e.OutcomeUnknown {
+		return fmt.Sprintf("outbox: saving %d record(s) for topic %q got no answer, nothing was sent, but the records may have been saved and then the next replay sends them: %v", e.Count, e.Topic, e.Err)
+	}
+	return fmt.Sprintf("outbox: saving %d record(s) for topic %q failed, nothing was saved or sent: %v", e.Count, e.Topic, e.Err)
 }
 
 // Unwrap returns the cause, for errors.Is and errors.As.

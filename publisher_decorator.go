@@ -2,8 +2,10 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -17,11 +19,19 @@ import (
 // For a tracked topic, Publish inserts one record per message in one round
 // trip on the store's own connection, stamps [MetadataID] and [MetadataTopic]
 // into each message, then calls pub. If the insert fails it returns an
-// [*InsertError] and sends nothing. If pub fails it returns a [*SendError]
-// wrapping pub's error; the records stay pending for the next replay. The
-// message UUID, payload and other metadata are not changed.
+// [*InsertError] and sends nothing; no record was saved unless the error
+// matches [ErrOutcomeUnknown] (the connection was lost while the statement
+// or its commit was on its way, and no database can tell then whether it
+// committed). If pub fails it returns a [*SendError] wrapping pub's error;
+// the records stay pending for the next replay. The message UUID, payload
+// and other metadata are not changed.
 //
-// The inserts use each message's context.
+// The insert runs on the first message's context without its
+// cancellation, bounded by 30 seconds, so that a caller giving up never
+// leaves the outcome unknown: when that context ends while the records are
+// being saved, Publish waits for the insert and then returns a
+// [*SendError] wrapping the context's error, without sending; the records
+// are pending and the next replay (or the stale resubmitter) sends them.
 //
 // The messages a router handler of a tracked message returns (published by
 // the router through [PublisherDecorator]) are saved keyed by that delivery
@@ -97,16 +107,27 @@ func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 		return err
 	}
 	ctx := publishContext(msgs)
-	identity, err := t.store.Identity(ctx)
+	saveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), insertTimeout)
+	defer cancel()
+	identity, err := t.store.Identity(saveCtx)
 	if err != nil {
 		return &InsertError{Topic: t.name, Count: len(msgs), Err: err}
 	}
-	if err := t.store.Insert(ctx, records); err != nil {
-		return &InsertError{Topic: t.name, Count: len(msgs), Err: err}
+	if err := t.store.Insert(saveCtx, records); err != nil {
+		return &InsertError{Topic: t.name, Count: len(msgs), Err: err, OutcomeUnknown: errors.Is(err, recordstore.ErrOutcomeUnknown)}
 	}
 	stamp(t, identity, msgs, records)
+	if ctx.Err() != nil {
+		return &SendError{Topic: t.name, IDs: recordIDs(records), Err: fmt.Errorf("the publish's context ended while its records were saved: %w", context.Cause(ctx))}
+	}
 	return sendRecorded(p.pub, p.reg, t, msgs, records)
 }
+
+// insertTimeout bounds a tracked publish's insert, which runs on the
+// message's context without its cancellation: a caller that gives up while
+// the statement or its commit is on its way would otherwise be left not
+// knowing whether the records were saved. A variable for the tests.
+var insertTimeout = 30 * time.Second
 
 // recordsOf builds the records of a tracked publish. A message that already
 // carries outbox keys (published again after a failed send, or forwarded)
@@ -168,17 +189,21 @@ func stampKeys(md message.Metadata, t *tracked, identity string, id int64) {
 // records are completed once the send succeeded.
 func sendRecorded(pub message.Publisher, reg *Registry, t *tracked, msgs []*message.Message, records []recordstore.Record) error {
 	if err := pub.Publish(t.name, msgs...); err != nil {
-		ids := make([]int64, len(records))
-		for i := range records {
-			ids[i] = records[i].ID
-		}
-		return &SendError{Topic: t.name, IDs: ids, Err: err}
+		return &SendError{Topic: t.name, IDs: recordIDs(records), Err: err}
 	}
 	reg.observer().Published(t.name, len(msgs))
 	if t.completedBy == OnSend {
 		completeSent(publishContext(msgs), reg, t, records)
 	}
 	return nil
+}
+
+func recordIDs(records []recordstore.Record) []int64 {
+	ids := make([]int64, len(records))
+	for i := range records {
+		ids[i] = records[i].ID
+	}
+	return ids
 }
 
 // publishContext is the context of the first message; Watermill messages carry

@@ -23,6 +23,11 @@ type StaleResubmitterConfig struct {
 	// BatchSize is how many records one claim takes and one Publish sends.
 	// Defaults to 100.
 	BatchSize int
+	// MaxBatchBytes bounds a claim by the bytes of its payloads and
+	// metadata, as [ReplayConfig.MaxPageBytes] bounds a page of replay: a
+	// claim ends with the record that reaches it. Defaults to
+	// [DefaultMaxPageBytes] (16 MiB).
+	MaxBatchBytes int
 }
 
 func (c *StaleResubmitterConfig) setDefaults() {
@@ -35,12 +40,18 @@ func (c *StaleResubmitterConfig) setDefaults() {
 	if c.BatchSize == 0 {
 		c.BatchSize = 100
 	}
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = DefaultMaxPageBytes
+	}
 }
 
 // Validate reports a configuration error, if any.
 func (c StaleResubmitterConfig) Validate() error {
 	if c.OlderThan < 0 || c.Interval < 0 || c.BatchSize < 1 {
 		return fmt.Errorf("%w: stale resubmit needs a positive OlderThan, Interval and BatchSize (got %v, %v, %d)", ErrInvalidConfig, c.OlderThan, c.Interval, c.BatchSize)
+	}
+	if c.MaxBatchBytes < 1 {
+		return fmt.Errorf("%w: stale resubmit needs a positive MaxBatchBytes (got %d)", ErrInvalidConfig, c.MaxBatchBytes)
 	}
 	return nil
 }
@@ -99,8 +110,9 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 		// before its last, and a round without a cursor would go on for
 		// ever on records that are not being completed.
 		var after int64
+		reads := newPageReads(r.cfg.BatchSize, r.cfg.MaxBatchBytes)
 		for {
-			recs, err := claimer.ClaimStale(ctx, name, after, r.cfg.OlderThan, r.cfg.BatchSize)
+			recs, more, err := reads.stale(ctx, claimer, name, after, r.cfg.OlderThan)
 			if err != nil {
 				return result, &ReplayError{Topic: name, Err: fmt.Errorf("claiming stale records: %w", err)}
 			}
@@ -115,7 +127,7 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 				}
 				result[name] += len(recs)
 			}
-			if claimed < r.cfg.BatchSize {
+			if !more {
 				break
 			}
 		}

@@ -15,11 +15,21 @@ import (
 
 // ReplayConfig configures [Replay] and [ReplayPlugin].
 type ReplayConfig struct {
-	// PageSize is how many pending records are read per query; replay holds
+	// PageSize is the most pending records read per query; replay holds
 	// at most five pages in memory (the one being read, the next one, the
 	// one being sent, and up to two sent and being recorded as sent),
 	// whatever the backlog. Defaults to 500.
 	PageSize int
+
+	// MaxPageBytes bounds a page by the bytes of its payloads and
+	// metadata: a page ends with the record that reaches it, so replay
+	// holds at most five times MaxPageBytes plus five records, whatever
+	// the backlog and its payloads. The bound is exact on a store that
+	// implements [recordstore.ByteBoundedReader] (sqlstore does); with
+	// another store the first page may exceed it, and the following ones
+	// ask for as many records as fitted. Defaults to [DefaultMaxPageBytes]
+	// (16 MiB).
+	MaxPageBytes int
 
 	// AfterRunning makes [ReplayPlugin] replay in the background once the
 	// router is running, instead of inside the last handler's Subscribe
@@ -52,12 +62,18 @@ func (c *ReplayConfig) setDefaults() {
 	if c.PageSize == 0 {
 		c.PageSize = 500
 	}
+	if c.MaxPageBytes == 0 {
+		c.MaxPageBytes = DefaultMaxPageBytes
+	}
 }
 
 // Validate reports a configuration error, if any.
 func (c ReplayConfig) Validate() error {
 	if c.PageSize < 1 {
 		return fmt.Errorf("%w: PageSize %d must be positive", ErrInvalidConfig, c.PageSize)
+	}
+	if c.MaxPageBytes < 1 {
+		return fmt.Errorf("%w: MaxPageBytes %d must be positive", ErrInvalidConfig, c.MaxPageBytes)
 	}
 	if c.ClaimGrace < 0 {
 		return fmt.Errorf("%w: ClaimGrace %v is negative", ErrInvalidConfig, c.ClaimGrace)
@@ -194,8 +210,9 @@ func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 	go func() {
 		defer close(pages)
 		var after int64
+		reads := newPageReads(r.cfg.PageSize, r.cfg.MaxPageBytes)
 		for {
-			recs, err := store.PendingAfter(ctx, name, after, r.cfg.PageSize)
+			recs, more, err := reads.pending(ctx, store, name, after)
 			if err != nil {
 				select {
 				case pages <- page{err: err}:
@@ -211,7 +228,7 @@ func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 			case <-ctx.Done():
 				return
 			}
-			if len(recs) < r.cfg.PageSize {
+			if !more {
 				return
 			}
 			after = recs[len(recs)-1].ID
@@ -404,8 +421,9 @@ func (r *replayer) countSubscription(topic string) {
 func (r *replayer) replayClaimed(ctx context.Context, t *tracked, claimer recordstore.StaleClaimer, identity string) (int, error) {
 	sent := 0
 	var after int64 // the cursor: each record is claimed once, whatever ClaimGrace
+	reads := newPageReads(r.cfg.PageSize, r.cfg.MaxPageBytes)
 	for {
-		recs, err := claimer.ClaimStale(ctx, t.name, after, r.cfg.ClaimGrace, r.cfg.PageSize)
+		recs, more, err := reads.stale(ctx, claimer, t.name, after, r.cfg.ClaimGrace)
 		if err != nil {
 			return sent, &ReplayError{Topic: t.name, Err: fmt.Errorf("claiming pending records: %w", err)}
 		}
@@ -416,7 +434,7 @@ func (r *replayer) replayClaimed(ctx context.Context, t *tracked, claimer record
 			}
 			sent += len(recs)
 		}
-		if len(recs) < r.cfg.PageSize {
+		if !more {
 			return sent, nil
 		}
 	}

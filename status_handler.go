@@ -44,14 +44,22 @@ type StatusReport struct {
 	// Healthy is false when a store could not be read or a name's oldest
 	// pending record is older than MaxPendingAge.
 	Healthy bool `json:"healthy"`
-	// Error is why the stores could not be read, if they could not.
+	// Error says that the stores could not be read, if they could not. It
+	// names no table, database or address, which the handler may not show
+	// to whoever asks: the cause is logged.
 	Error  string        `json:"error,omitempty"`
 	Topics []TopicStatus `json:"topics"`
 }
 
+// statusReadFailed is the report's error when a store could not be read.
+const statusReadFailed = "reading the outbox status failed; the cause is in the service's log"
+
 // NewStatusHandler returns an http.Handler that serves the [StatusReport] of
 // the registry's topics as JSON, with status 200 when healthy and 503 when
-// not, for dashboards and health checks.
+// not, for dashboards and health checks. It serves the topic names and
+// their backlog to whoever can reach it, so mount it behind the service's
+// authentication or on an internal port; a failure to read a store is
+// logged with its cause and answered with a generic error.
 func NewStatusHandler(reg *Registry, cfg StatusHandlerConfig, logger watermill.LoggerAdapter) (http.Handler, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
@@ -79,7 +87,7 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	names, err := ReadStatus(ctx, h.reg, h.cfg.Full)
 	if err != nil {
 		h.logger.Error("Reading the outbox status failed", err, nil)
-		report.Healthy, report.Error = false, err.Error()
+		report.Healthy, report.Error = false, statusReadFailed
 	}
 	for _, st := range names {
 		if st.OldestPending > h.cfg.MaxPendingAge {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -79,8 +80,27 @@ func TestStatusHandler(t *testing.T) {
 			code, body := getStatus(t, h)
 			assert.Equal(t, http.StatusServiceUnavailable, code)
 			assert.False(t, body.Healthy)
-			assert.Contains(t, body.Error, b.topic)
+			assert.NotEmpty(t, body.Error)
 		})
+	})
+
+	t.Run("ErrorKeepsInternalsOut", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testenv.Backends()[0], sqlstore.Mark)
+		unreachable, err := sqlx.Open("pgx", "postgres://postgres@127.0.0.1:1/test?connect_timeout=1")
+		require.NoError(t, err)
+		defer unreachable.Close()
+		b.store.Attach(unreachable)
+		h, err := outbox.NewStatusHandler(b.reg, outbox.StatusHandlerConfig{}, b.logger)
+		require.NoError(t, err)
+		code, body := getStatus(t, h)
+		assert.Equal(t, http.StatusServiceUnavailable, code)
+		assert.NotContains(t, body.Error, b.store.Table(), "no table name")
+		assert.NotContains(t, body.Error, "127.0.0.1", "no database address")
+		assert.Contains(t, body.Error, "log")
+		logged := b.logger.Entries("error")
+		require.Len(t, logged, 1)
+		assert.Contains(t, logged[0].Err.Error(), "127.0.0.1:1", "the cause is logged")
 	})
 
 	t.Run("NamesWithoutRecordsReportZero", func(t *testing.T) {

@@ -43,7 +43,11 @@ import (
 // messages to the router: the record is completed at commit, so a router that
 // then fails to publish the returned messages would not see the message again.
 // If the handler returns an error after CompleteTx, its transaction must have
-// rolled back; a completion that committed stands.
+// rolled back; a completion that committed stands. A handler that rolls its
+// transaction back and returns nil has its message acked and the record
+// left pending (the middleware skips its own completion after CompleteTx):
+// the next replay or the stale resubmitter sends it again. Return an error
+// after a rollback to have the broker redeliver it now.
 func CompleteTx(ctx context.Context, tx Tx, msg *message.Message) error {
 	d, ok := msg.Context().Value(recordKey{}).(*delivery)
 	if !ok {

@@ -125,6 +125,29 @@ func TestCompleteTx(t *testing.T) {
 		})
 	})
 
+	// A handler that rolls back after CompleteTx and returns nil has its
+	// message acked; the middleware skips its own completion, so the
+	// record stays pending and replay sends it again, as documented.
+	t.Run("RollbackThenNilAcksAndLeavesThePendingRecordForReplay", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, testenv.Backends()[1], sqlstore.Mark)
+		msg := b.publishTracked(t, 1)[0]
+		id := idOf(t, msg)
+		_, err := b.middleware(t)(func(m *message.Message) ([]*message.Message, error) {
+			tx, err := b.db.BeginTxx(m.Context(), nil)
+			if err != nil {
+				return nil, err
+			}
+			if err := outbox.CompleteTx(m.Context(), tx, m); err != nil {
+				return nil, err
+			}
+			return nil, tx.Rollback()
+		})(msg)
+		require.NoError(t, err, "acked")
+		assert.NoError(t, b.store.CheckPending(b.ctx(t), b.delivery(id)), "still pending: the next replay sends it")
+		assert.Equal(t, 1, b.pendingCount(t))
+	})
+
 	t.Run("UntrackedMessageIsANoOp", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, testenv.Backends()[0], sqlstore.Mark)

@@ -64,6 +64,12 @@ var (
 	// ErrInvalidConfig is wrapped by every configuration error, of the
 	// outbox and of its stores.
 	ErrInvalidConfig = errors.New("outbox: invalid configuration")
+
+	// ErrOutcomeUnknown is wrapped by an Insert error when the records may
+	// have been saved: the statement, or its commit, was on its way to the
+	// database when the connection was lost or the deadline passed, and no
+	// answer came. An error without it means that nothing was saved.
+	ErrOutcomeUnknown = errors.New("outbox: outcome unknown, the records may have been saved")
 )
 
 // ConsumerConflictError is returned by CheckPending when a record whose

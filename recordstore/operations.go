@@ -57,6 +57,31 @@ type StaleClaimer interface {
 	ClaimStale(ctx context.Context, topic string, afterID int64, olderThan time.Duration, limit int) ([]Record, error)
 }
 
+// ByteBoundedReader is implemented by a [Store] that can end a page of
+// records at a byte budget, so that a backlog of large payloads is read a
+// few records at a time: outbox.Replay and the outbox.StaleResubmitter use
+// it when the store has it.
+type ByteBoundedReader interface {
+	// PendingAfterBytes is PendingAfter that stops after the record that
+	// brings the payload and metadata bytes of the page to maxBytes, or
+	// beyond; it returns at least one record when one is pending. A
+	// maxBytes of 0 sets no budget.
+	PendingAfterBytes(ctx context.Context, topic string, afterID int64, limit, maxBytes int) ([]Record, error)
+	// ClaimStaleBytes is ClaimStale with the budget of PendingAfterBytes;
+	// only the records it returns are claimed.
+	ClaimStaleBytes(ctx context.Context, topic string, afterID int64, olderThan time.Duration, limit, maxBytes int) ([]Record, error)
+}
+
+// Size is the bytes of a record's payload and metadata, which a page's
+// byte budget counts.
+func (r *Record) Size() int {
+	n := len(r.Payload)
+	for k, v := range r.Metadata {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
 // Cleaner is implemented by a [Store] that keeps completed records and can
 // delete them, for the outbox.Cleaner.
 type Cleaner interface {

@@ -111,8 +111,10 @@ type Store interface {
 	// sets each record's ID in place, in order, with one pending delivery
 	// per consumer of records that declare them. A record whose
 	// [Record.Origin] the store already holds is not saved again: it gets
-	// the saved record's ID, UUID, Payload and Metadata instead. On error
-	// no record was saved.
+	// the saved record's ID, UUID, Payload and Metadata instead. On an
+	// error that wraps [ErrOutcomeUnknown] the records may have been saved
+	// (the connection was lost, or ctx ended, while the statement or its
+	// commit was on its way); on any other error no record was saved.
 	Insert(ctx context.Context, records []Record) error
 
 	// CheckPending returns nil when the record is pending for the

@@ -109,7 +109,7 @@ func (s *Store) Requeue(ctx context.Context, id int64) (recordstore.Record, erro
 		if err != nil {
 			return s.fail("resubmit", err)
 		}
-		recs, err := s.scanRecords(rows, "resubmit")
+		recs, err := s.scanRecords(rows, "resubmit", 0)
 		if err != nil {
 			return err
 		}

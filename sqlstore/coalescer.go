@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -32,6 +33,11 @@ type coalescer[T any] struct {
 	// many runs a batch of two calls or more and sets every call's err (and
 	// results). ctx is done only when every call's context is done.
 	many func(ctx context.Context, batch []*call[T])
+	// alone, when set, runs a call that one or many answered with
+	// errAlone: on the caller's goroutine, after its statement's slot was
+	// handed on, so that a call that may wait (for a row another
+	// transaction holds) waits alone and holds up no other call.
+	alone func(ctx context.Context, arg T) error
 
 	mu       sync.Mutex
 	inFlight int
@@ -76,8 +82,11 @@ func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 		c.running++
 		c.changed()
 		c.mu.Unlock()
-		defer c.handOff(1)
-		return c.one(ctx, arg)
+		err := func() error {
+			defer c.handOff(1)
+			return c.one(ctx, arg)
+		}()
+		return c.finish(ctx, arg, err)
 	}
 	cl := &call[T]{ctx: ctx, arg: arg, items: items, wake: make(chan struct{}, 1)}
 	c.queue = append(c.queue, cl)
@@ -93,10 +102,23 @@ func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 		<-cl.wake
 	}
 	if batch := cl.lead; batch != nil {
-		defer c.handOff(len(batch))
-		c.runBatch(batch)
+		func() {
+			defer c.handOff(len(batch))
+			c.runBatch(batch)
+		}()
 	}
-	return cl.err
+	return c.finish(ctx, arg, cl.err)
+}
+
+// errAlone is set by one or many for a call that alone must finish.
+var errAlone = errors.New("sqlstore: the call finishes alone")
+
+// finish runs alone for a call answered with errAlone.
+func (c *coalescer[T]) finish(ctx context.Context, arg T, err error) error {
+	if err == errAlone { //nolint:errorlint // set as it is, never wrapped
+		return c.alone(ctx, arg)
+	}
+	return err
 }
 
 // window is how many calls make one window of fewCallers' count.

@@ -186,11 +186,14 @@ func (s *Store) readStates(ctx context.Context, db *sqlx.DB, batch []*call[recor
 
 // completeBatch completes the records without consumers of every call with
 // one statement per consumer (a marking table records who completed each;
-// a deleting table needs one statement in all). A record completed by it
-// satisfies the first call for its id. Every other call, for a record with
-// consumers, one that was not pending or not for the record's message, or
-// the same id again, runs the single path for delivery rows, which
-// completes the consumer's delivery or reports ErrNotPending.
+// a deleting table needs one statement in all), skipping the rows another
+// transaction holds. A record completed by it satisfies the first call for
+// its id. Every other call, for a record with consumers, one that was not
+// pending, held or not for the record's message, or the same id again,
+// finishes alone (completeNow, on its own goroutine once the batch is
+// done), which completes the consumer's delivery, waits for the
+// transaction that holds the row, or reports ErrNotPending; so the batch
+// and the calls behind it never wait for another delivery's transaction.
 func (s *Store) completeBatch(ctx context.Context, batch []*call[recordstore.Delivery]) {
 	db, err := s.pool()
 	if err != nil {
@@ -204,7 +207,7 @@ func (s *Store) completeBatch(ctx context.Context, batch []*call[recordstore.Del
 	for _, c := range batch {
 		if declares(c.arg) {
 			// Never completed as a record without consumers (adopt.go).
-			c.err = s.completeDeliveryNow(c.ctx, db, c.arg)
+			c.err = errAlone
 			continue
 		}
 		key := ""
@@ -224,9 +227,8 @@ func (s *Store) completeBatch(ctx context.Context, batch []*call[recordstore.Del
 // completeGroup completes the calls of one consumer (of every consumer on
 // a deleting table) for completeBatch. Only the first call for an id goes
 // into the statement, with its message's UUID, so that a completed id is
-// that call's alone. A second call for the id runs the single path: for
-// delivery rows, or, when it names another message than the first and the
-// statement completed nothing, the whole of it.
+// that call's alone. Every call it did not complete finishes alone
+// (errAlone).
 func (s *Store) completeGroup(ctx context.Context, db *sqlx.DB, consumer string, group []*call[recordstore.Delivery]) {
 	first := make(map[int64]*call[recordstore.Delivery], len(group))
 	ids := make([]int64, 0, len(group))
@@ -251,14 +253,9 @@ func (s *Store) completeGroup(ctx context.Context, db *sqlx.DB, consumer string,
 		completed[id] = true
 	}
 	for _, c := range group {
-		f := first[c.arg.ID]
-		switch {
-		case c == f && completed[c.arg.ID]:
-		case c != f && !completed[c.arg.ID] && c.arg.UUID != f.arg.UUID:
-			// The statement tried the id with another message's UUID.
-			c.err = s.completeNow(c.ctx, c.arg)
-		default:
-			c.err = s.completeDeliveryNow(c.ctx, db, c.arg)
+		if c == first[c.arg.ID] && completed[c.arg.ID] {
+			continue
 		}
+		c.err = errAlone
 	}
 }

@@ -126,6 +126,12 @@ type Dialect interface {
 	// statement failing: a combined insert that fails so is retried call by
 	// call, so that only the call whose record was refused fails.
 	recordError(err error) bool
+	// answered reports whether err is the database's own answer to the
+	// statement (it refused it), or a failure before anything was sent,
+	// so that the statement surely took no effect. Any other error (a lost
+	// connection, a deadline while the statement or its commit was on its
+	// way) leaves an insert's outcome unknown.
+	answered(err error) bool
 	// convertError turns a driver error into the package's sentinels.
 	convertError(err error) error
 	// uniqueViolation reports whether err is the database refusing a row
@@ -137,6 +143,15 @@ type Dialect interface {
 // The interfaces below are optional: only the MySQL dialect has these
 // behaviours, and the store finds them by type assertion, so that the other
 // dialects carry no methods that do nothing.
+
+// immediateBeginner is implemented by dialects whose migration must take
+// the write lock when its transaction begins (SQLite): a deferred
+// transaction that read first cannot wait for another writer and fails
+// with SQLITE_BUSY at once, so concurrent Migrates of several pools on one
+// file would fail instead of queueing behind the busy timeout.
+type immediateBeginner interface {
+	beginImmediate() string
+}
 
 // serverProber is implemented by dialects that must look at the server
 // behind a pool before they can insert: the MySQL dialect tells MariaDB from

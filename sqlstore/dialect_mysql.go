@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strconv"
@@ -362,6 +363,14 @@ const (
 	mysqlNoSuchTable       = 1146 // ER_NO_SUCH_TABLE
 	mysqlNetPacketTooLarge = 1153 // ER_NET_PACKET_TOO_LARGE
 )
+
+// answered: a MySQLError is the server's answer; the driver returns
+// driver.ErrBadConn only when it wrote nothing, and ErrPktTooLarge before it
+// writes.
+func (mysql) answered(err error) bool {
+	var myErr *mysqldriver.MySQLError
+	return errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysqldriver.ErrPktTooLarge)
+}
 
 func (mysql) convertError(err error) error {
 	var myErr *mysqldriver.MySQLError

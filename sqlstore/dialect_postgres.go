@@ -96,12 +96,15 @@ func (postgres) completeManyQuery(table string, mode Completion, lazy string) st
 	// ANY, the planner may scan the whole pending index (topic, id) for
 	// them, a cost that grows with the backlog; joined, each id is one
 	// primary key lookup. Each id comes with the UUID of its delivery's
-	// message, the last argument, compared on the row found.
-	const sameMessage = "(u.uuid = '' OR r.uuid = u.uuid)"
+	// message, the last argument, compared on the row found. A row another
+	// transaction holds (a CompleteTx still open) is skipped, so that the
+	// batch never waits for it: its call completes alone, outside the
+	// batch.
+	const sameMessage = "(u.uuid = '' OR l.uuid = u.uuid)"
 	if mode == Mark {
-		return fmt.Sprintf("UPDATE %s AS r SET processed_at = now(), completed_by = $2 FROM unnest($1::bigint[], $3::text[]) AS u(id, uuid)%s WHERE r.id = u.id AND %s AND r.processed_at IS NULL AND r.consumers = 0 RETURNING r.id", table, lazyJoin, sameMessage)
+		return fmt.Sprintf("UPDATE %s AS r SET processed_at = now(), completed_by = $2 FROM (SELECT l.id FROM %s AS l JOIN unnest($1::bigint[], $3::text[]) AS u(id, uuid) ON l.id = u.id WHERE %s AND l.processed_at IS NULL AND l.consumers = 0 FOR UPDATE OF l SKIP LOCKED) AS k%s WHERE r.id = k.id RETURNING r.id", table, table, sameMessage, lazyJoin)
 	}
-	return fmt.Sprintf("DELETE FROM %s AS r USING unnest($1::bigint[], $2::text[]) AS u(id, uuid)%s WHERE r.id = u.id AND %s AND r.consumers = 0 AND r.abandoned_at IS NULL RETURNING r.id", table, lazyJoin, sameMessage)
+	return fmt.Sprintf("DELETE FROM %s AS r USING (SELECT l.id FROM %s AS l JOIN unnest($1::bigint[], $2::text[]) AS u(id, uuid) ON l.id = u.id WHERE %s AND l.consumers = 0 AND l.abandoned_at IS NULL FOR UPDATE OF l SKIP LOCKED) AS k%s WHERE r.id = k.id RETURNING r.id", table, table, sameMessage, lazyJoin)
 }
 
 func (postgres) deliveryPairs() string {
@@ -171,6 +174,13 @@ func (postgres) addVersionIdentity(vt string) string {
 
 func (postgres) schemaExistsQuery() string {
 	return "SELECT COUNT(*) FROM pg_namespace WHERE nspname = $1"
+}
+
+// answered: a PgError is the server's answer; SafeToRetry is pgx saying
+// that nothing was sent.
+func (postgres) answered(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) || pgconn.SafeToRetry(err)
 }
 
 func (postgres) convertError(err error) error {

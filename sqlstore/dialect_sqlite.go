@@ -140,6 +140,12 @@ func (sqlite) recordError(err error) bool {
 
 func (sqlite) migrationLock() string { return "" }
 
+var _ immediateBeginner = sqlite{}
+
+// beginImmediate takes the database's write lock, waiting for it within
+// the busy timeout.
+func (sqlite) beginImmediate() string { return "BEGIN IMMEDIATE" }
+
 func (sqlite) versionTableDDL(vt string) string {
 	return `CREATE TABLE IF NOT EXISTS ` + vt + ` (
     table_name TEXT PRIMARY KEY,
@@ -163,6 +169,10 @@ func (sqlite) addVersionIdentity(vt string) string {
 // database, which lives only as long as the connection that attached it, so
 // a pool could not be relied on to have it. Table names are not qualified.
 func (sqlite) schemaExistsQuery() string { return "" }
+
+// answered is always true: SQLite runs in the process, and a statement it
+// interrupts, or a commit it could not make, is rolled back.
+func (sqlite) answered(error) bool { return true }
 
 func (sqlite) convertError(err error) error {
 	if err != nil && strings.Contains(err.Error(), "no such table") {

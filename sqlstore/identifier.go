@@ -93,6 +93,14 @@ func validateTable(name string) error {
 	if !isIdentifier(name) {
 		return fmt.Errorf("%w: %q must match [A-Za-z_][A-Za-z0-9_]*", ErrInvalidTable, name)
 	}
+	// The names of the store's own tables: the version table, which every
+	// store of a schema shares, and another store's consumers table.
+	if strings.EqualFold(name, VersionTable) {
+		return fmt.Errorf("%w: %q is the name of the stores' schema version table", ErrInvalidTable, name)
+	}
+	if len(name) > len(consumersSuffix) && strings.EqualFold(name[len(name)-len(consumersSuffix):], consumersSuffix) {
+		return fmt.Errorf("%w: %q ends in %q, which names the consumers table of the store of %q", ErrInvalidTable, name, consumersSuffix, name[:len(name)-len(consumersSuffix)])
+	}
 	return nil
 }
 

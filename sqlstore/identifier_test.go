@@ -17,7 +17,7 @@ func TestValidateTable(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "1abc", `a"b`, "a.b", "a b", "ordres_é", "a;drop", "a-b", "a`b", "a'b",
-		"abcdefghijabcdefghijabcdefghijabcdefghijabcdefghij"} {
+		"abcdefghijabcdefghijabcdefghijabcdefghijabcdefghij", VersionTable, "WATERMILL_OUTBOX_SCHEMA", "orders" + consumersSuffix} {
 		err := validateTable(bad)
 		if !errors.Is(err, ErrInvalidTable) {
 			t.Errorf("%q accepted (err %v)", bad, err)
@@ -172,5 +172,21 @@ func TestNewRefusesBadConfigBeforeSQL(t *testing.T) {
 	}
 	if err := s.CheckPending(t.Context(), recordstore.Delivery{ID: 1, Topic: "orders"}); !errors.Is(err, ErrNoDB) {
 		t.Errorf("no db attached: %v", err)
+	}
+}
+
+// TestNewRefusesTheVersionTable: a store on the version table would, on
+// MySQL, have its Migrate alter the table every store of the schema shares.
+func TestNewRefusesTheVersionTable(t *testing.T) {
+	t.Parallel()
+	for _, d := range []Dialect{Postgres(), MySQL(), SQLite()} {
+		for _, table := range []string{VersionTable, "app." + VersionTable, "orders_consumers"} {
+			if d.schemaExistsQuery() == "" && strings.Contains(table, ".") {
+				continue
+			}
+			if _, err := New(Config{Dialect: d, Table: table}); !errors.Is(err, ErrInvalidTable) {
+				t.Errorf("%s: %q accepted (err %v)", d.Name(), table, err)
+			}
+		}
 	}
 }

@@ -2,6 +2,7 @@ package sqlstore
 
 import (
 	"context"
+	"database/sql"
 	"embed"
 	"errors"
 	"fmt"
@@ -197,6 +198,47 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []mi
 		return s.fail("migrate", err)
 	}
 	return nil
+}
+
+// migrationTx is the migration's transaction: database/sql's, or one begun
+// with the dialect's own statement on conn.
+type migrationTx interface {
+	executor
+	Commit() error
+	Rollback() error
+}
+
+// beginTx begins a migration's transaction on conn: with the dialect's own
+// statement where it has one (SQLite's BEGIN IMMEDIATE, which queues for
+// the write lock instead of failing with SQLITE_BUSY when it upgrades).
+func beginTx(ctx context.Context, conn *sqlx.Conn, d Dialect) (migrationTx, error) {
+	b, ok := d.(immediateBeginner)
+	if !ok {
+		return conn.BeginTxx(ctx, nil)
+	}
+	if _, err := conn.ExecContext(ctx, b.beginImmediate()); err != nil {
+		return nil, err
+	}
+	return &connTx{ctx: ctx, Conn: conn}, nil
+}
+
+// connTx is a transaction begun by a statement on a connection.
+type connTx struct {
+	ctx context.Context
+	*sqlx.Conn
+	done bool
+}
+
+func (t *connTx) Commit() error   { return t.end("COMMIT") }
+func (t *connTx) Rollback() error { return t.end("ROLLBACK") }
+func (t *connTx) end(stmt string) error {
+	if t.done {
+		return sql.ErrTxDone
+	}
+	_, err := t.ExecContext(context.WithoutCancel(t.ctx), stmt)
+	// A COMMIT that failed leaves the transaction open for the Rollback.
+	t.done = err == nil || stmt == "ROLLBACK"
+	return err
 }
 
 // Verify checks that the table exists at the schema version and completion

@@ -53,6 +53,11 @@ type queries struct {
 	completeAlone string
 	completeMany  string
 	completeIn    string
+	// completeSkipLocked is completeAlone skipping a row that another
+	// transaction holds (a CompleteTx still open), so that the coalesced
+	// path never waits for one: "" without row locks or a combined
+	// completion.
+	completeSkipLocked string
 	// lockRecord writes the row of a record with consumers without
 	// changing it, so that concurrent completions of its deliveries
 	// serialize on it on every database; completeDelivery completes one
@@ -284,6 +289,10 @@ func (q *queries) buildComplete(f fragments, mode Completion) {
 		complete := "UPDATE %s SET processed_at = %s, completed_by = %s%s WHERE id = %s AND %s AND processed_at IS NULL AND consumers = 0"
 		q.complete = fmt.Sprintf(complete, t, clock, p(1), "", p(2), f.message("uuid", 3))
 		q.completeAlone = fmt.Sprintf(complete, t, clock, p(1), lazyFrom, p(2), f.message("uuid", 3))
+		if skip := f.d.lockRows(true); skip != "" && f.d.batchComplete(mode) {
+			q.completeSkipLocked = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s%s WHERE id = (SELECT id FROM %s WHERE id = %s AND %s AND processed_at IS NULL AND consumers = 0%s)",
+				t, clock, p(1), lazyFrom, t, p(2), f.message("uuid", 3), skip)
+		}
 		q.completeIn = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s WHERE processed_at IS NULL AND consumers = 0 AND id IN (",
 			t, clock, p(1))
 		q.finishRecord = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE id = %s", t, clock, p(1))
@@ -292,6 +301,10 @@ func (q *queries) buildComplete(f fragments, mode Completion) {
 		complete := "DELETE FROM %s%s WHERE id = %s AND %s AND consumers = 0 AND abandoned_at IS NULL"
 		q.complete = fmt.Sprintf(complete, t, "", p(1), f.message("uuid", 2))
 		q.completeAlone = fmt.Sprintf(complete, t, lazyUsing, p(1), f.message("uuid", 2))
+		if skip := f.d.lockRows(true); skip != "" && f.d.batchComplete(mode) {
+			q.completeSkipLocked = fmt.Sprintf("DELETE FROM %s%s WHERE id = (SELECT id FROM %s WHERE id = %s AND %s AND consumers = 0 AND abandoned_at IS NULL%s)",
+				t, lazyUsing, t, p(1), f.message("uuid", 2), skip)
+		}
 		q.completeIn = fmt.Sprintf("DELETE FROM %s WHERE consumers = 0 AND abandoned_at IS NULL AND id IN (", t)
 		q.finishRecord = fmt.Sprintf("DELETE FROM %s WHERE id = %s", t, p(1))
 		q.abandonRecord = fmt.Sprintf("UPDATE %s SET abandoned_at = %s WHERE id = %s", t, clock, p(1))

@@ -49,11 +49,11 @@ func scanIDList(rows rowsScanner, into []int64) ([]int64, error) {
 }
 
 // scanRecords reads id, topic, uuid, payload, metadata rows.
-func (s *Store) scanRecords(rows rowsScanner, op string) ([]recordstore.Record, error) {
+func (s *Store) scanRecords(rows rowsScanner, op string, maxBytes int) ([]recordstore.Record, error) {
 	defer rows.Close()
 	var out []recordstore.Record
 	var md string
-	for rows.Next() {
+	for bytes := 0; (maxBytes == 0 || bytes < maxBytes) && rows.Next(); bytes += out[len(out)-1].Size() {
 		var r recordstore.Record
 		if err := rows.Scan(&r.ID, &r.Topic, &r.UUID, &r.Payload, &md); err != nil {
 			return nil, s.fail(op, err)
@@ -85,11 +85,11 @@ func completeRecord(r *recordstore.Record, md string) error {
 // scanPending reads id, uuid, payload, metadata rows of records of one
 // topic. Each record's metadata is a map of its own, which the caller may
 // change.
-func (s *Store) scanPending(rows rowsScanner, topic string, capacity int) ([]recordstore.Record, error) {
+func (s *Store) scanPending(rows rowsScanner, topic string, capacity, maxBytes int) ([]recordstore.Record, error) {
 	defer rows.Close()
 	out := make([]recordstore.Record, 0, capacity)
 	var md string
-	for rows.Next() {
+	for bytes := 0; (maxBytes == 0 || bytes < maxBytes) && rows.Next(); bytes += out[len(out)-1].Size() {
 		r := recordstore.Record{Topic: topic}
 		if err := rows.Scan(&r.ID, &r.UUID, &r.Payload, &md); err != nil {
 			return nil, s.fail("read pending", err)

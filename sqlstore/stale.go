@@ -20,6 +20,13 @@ var _ recordstore.StaleClaimer = (*Store)(nil)
 // claim the same record. SQLite serializes writers and is meant for a
 // single node.
 func (s *Store) ClaimStale(ctx context.Context, topic string, afterID int64, olderThan time.Duration, limit int) ([]recordstore.Record, error) {
+	return s.ClaimStaleBytes(ctx, topic, afterID, olderThan, limit, 0)
+}
+
+// ClaimStaleBytes implements [recordstore.ByteBoundedReader]: the rows
+// locked but not read for the budget are not stamped, and their locks end
+// with the claim's transaction.
+func (s *Store) ClaimStaleBytes(ctx context.Context, topic string, afterID int64, olderThan time.Duration, limit, maxBytes int) ([]recordstore.Record, error) {
 	if olderThan <= 0 || limit < 1 {
 		return nil, fmt.Errorf("%w: claiming stale records needs a positive age and limit (got %v, %d)", ErrInvalidConfig, olderThan, limit)
 	}
@@ -33,7 +40,7 @@ func (s *Store) ClaimStale(ctx context.Context, topic string, afterID int64, old
 		if err != nil {
 			return s.fail("claim stale", err)
 		}
-		if recs, err = s.scanRecords(rows, "claim stale"); err != nil || len(recs) == 0 {
+		if recs, err = s.scanRecords(rows, "claim stale", maxBytes); err != nil || len(recs) == 0 {
 			return err
 		}
 		args := make([]any, len(recs))

@@ -155,7 +155,8 @@ func New(cfg Config) (*Store, error) {
 		s.checks = newCoalescer(co.MaxInFlight, co.MaxBatch, s.checkNow, s.checkBatch)
 	}
 	if !co.DisableComplete && cfg.Dialect.batchComplete(cfg.Completion) {
-		s.completes = newCoalescer(co.MaxInFlight, co.MaxBatch, s.completeNow, s.completeBatch)
+		s.completes = newCoalescer(co.MaxInFlight, co.MaxBatch, s.completeFast, s.completeBatch)
+		s.completes.alone = s.completeNow
 	}
 	if cfg.DB != nil {
 		s.Attach(cfg.DB)
@@ -204,9 +205,23 @@ func (s *Store) insertNow(ctx context.Context, records []recordstore.Record) err
 		if errors.Is(err, ErrInvalidRecord) || errors.Is(err, ErrRecordTooLarge) {
 			return err
 		}
-		return s.fail("insert", err)
+		return s.failInsert(db, d, err)
 	}
 	return nil
+}
+
+// failInsert is fail for an insert, saying also whether the records may
+// have been saved ([recordstore.ErrOutcomeUnknown]) and, when ctx ended
+// while every connection of the pool was in use, what that usually means.
+func (s *Store) failInsert(db *sqlx.DB, d Dialect, err error) error {
+	te := *s.fail("insert", err).(*TableError) //nolint:errorlint // fail returns a *TableError
+	if st := db.Stats(); errors.Is(err, context.DeadlineExceeded) && st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections {
+		te.Err = fmt.Errorf("%w (all %d connection(s) of the pool were in use: a publish inside a transaction of the same pool, such as a CompleteTx transaction, waits for a connection that transaction holds; publish with outbox.TxPublisher in that transaction, or give the pool more connections)", te.Err, st.MaxOpenConnections)
+	}
+	if !d.answered(err) {
+		te.Err = fmt.Errorf("%w: %w", recordstore.ErrOutcomeUnknown, te.Err)
+	}
+	return &te
 }
 
 // insertWith saves records through db, the pool or a caller's
@@ -321,6 +336,32 @@ func (s *Store) completeNow(ctx context.Context, d recordstore.Delivery) error {
 	return s.completeDeliveryNow(ctx, db, d)
 }
 
+// completeFast is the coalesced path's completion of one delivery, run in
+// a statement slot: it never waits for a row that another transaction
+// holds (a CompleteTx still open), and leaves a consumer's delivery, whose
+// completion locks its record's row, to completeNow outside the slot
+// (errAlone), so that no completion waits for another's transaction.
+func (s *Store) completeFast(ctx context.Context, d recordstore.Delivery) error {
+	if s.q.completeSkipLocked == "" {
+		return s.completeNow(ctx, d)
+	}
+	if declares(d) {
+		return errAlone
+	}
+	db, err := s.pool()
+	if err != nil {
+		return err
+	}
+	n, err := s.exec(ctx, db, "complete", s.q.completeSkipLocked, s.completeArgs(d)...)
+	if err != nil {
+		return err
+	}
+	if n == 1 {
+		return nil
+	}
+	return errAlone
+}
+
 // completeArgs are the arguments of q.complete.
 func (s *Store) completeArgs(d recordstore.Delivery) []any {
 	if s.q.mark {
@@ -332,6 +373,14 @@ func (s *Store) completeArgs(d recordstore.Delivery) []any {
 // PendingAfter implements [recordstore.Store]. Each record's metadata is a map of
 // its own, which the caller may change.
 func (s *Store) PendingAfter(ctx context.Context, topic string, afterID int64, limit int) ([]recordstore.Record, error) {
+	return s.PendingAfterBytes(ctx, topic, afterID, limit, 0)
+}
+
+// PendingAfterBytes implements [recordstore.ByteBoundedReader]: it stops
+// reading the rows, which database/sql streams, once the page holds
+// maxBytes. The rows not read are still received and discarded by the
+// driver, so a caller should lower limit to what the budget holds.
+func (s *Store) PendingAfterBytes(ctx context.Context, topic string, afterID int64, limit, maxBytes int) ([]recordstore.Record, error) {
 	db, err := s.pool()
 	if err != nil {
 		return nil, err
@@ -340,5 +389,5 @@ func (s *Store) PendingAfter(ctx context.Context, topic string, afterID int64, l
 	if err != nil {
 		return nil, s.fail("read pending", err)
 	}
-	return s.scanPending(rows, topic, min(limit, 1024))
+	return s.scanPending(rows, topic, min(limit, 1024), maxBytes)
 }

@@ -67,8 +67,8 @@ func (v *versioned) withMigrationLock(ctx context.Context, db *sqlx.DB, d Dialec
 // beginMigration begins the migration transaction on conn, takes the
 // dialect's in-transaction migration lock and makes sure the schema version
 // table exists. The caller rolls the transaction back unless it commits.
-func (v *versioned) beginMigration(ctx context.Context, conn *sqlx.Conn, d Dialect) (*sqlx.Tx, error) {
-	tx, err := conn.BeginTxx(ctx, nil)
+func (v *versioned) beginMigration(ctx context.Context, conn *sqlx.Conn, d Dialect) (migrationTx, error) {
+	tx, err := beginTx(ctx, conn, d)
 	if err != nil {
 		return nil, v.fail("migrate", err)
 	}

@@ -1,0 +1,79 @@
+package outbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/wmoutbox/outbox/recordstore"
+)
+
+// DefaultMaxPageBytes is the byte budget of one page of replay and of one
+// claim of the stale resubmitter: 16 MiB of payloads and metadata.
+const DefaultMaxPageBytes = 16 << 20
+
+// pageReads sizes the reads of records for a byte budget: a store that
+// implements [recordstore.ByteBoundedReader] ends a page at the budget,
+// and each read asks for about as many records as the last one showed the
+// budget holds, so that the rows a store had to skip stay few. A read under
+// the budget lets the next one ask for twice as many, up to the
+// configured count.
+type pageReads struct {
+	maxRecords, maxBytes int
+	limit                int
+}
+
+func newPageReads(maxRecords, maxBytes int) *pageReads {
+	return &pageReads{maxRecords: maxRecords, maxBytes: maxBytes, limit: maxRecords}
+}
+
+// pending reads the next page of topic's pending records after after, and
+// reports whether more may follow.
+func (p *pageReads) pending(ctx context.Context, store recordstore.Store, topic string, after int64) ([]recordstore.Record, bool, error) {
+	limit := p.limit
+	var recs []recordstore.Record
+	var err error
+	if b, ok := store.(recordstore.ByteBoundedReader); ok {
+		recs, err = b.PendingAfterBytes(ctx, topic, after, limit, p.maxBytes)
+	} else {
+		recs, err = store.PendingAfter(ctx, topic, after, limit)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return recs, p.adapt(recs, limit), nil
+}
+
+// stale claims the next batch of topic's stale records after after, and
+// reports whether more may follow.
+func (p *pageReads) stale(ctx context.Context, claimer recordstore.StaleClaimer, topic string, after int64, olderThan time.Duration) ([]recordstore.Record, bool, error) {
+	limit := p.limit
+	var recs []recordstore.Record
+	var err error
+	if b, ok := claimer.(recordstore.ByteBoundedReader); ok {
+		recs, err = b.ClaimStaleBytes(ctx, topic, after, olderThan, limit, p.maxBytes)
+	} else {
+		recs, err = claimer.ClaimStale(ctx, topic, after, olderThan, limit)
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return recs, p.adapt(recs, limit), nil
+}
+
+// adapt sets the next read's limit from the records of a read that asked
+// for asked, and reports whether more records may follow it.
+func (p *pageReads) adapt(recs []recordstore.Record, asked int) bool {
+	bytes, fit := 0, len(recs)
+	for i := range recs {
+		if bytes += recs[i].Size(); bytes >= p.maxBytes {
+			fit = i + 1
+			break
+		}
+	}
+	if bytes >= p.maxBytes {
+		p.limit = max(1, fit)
+		return true
+	}
+	p.limit = min(p.maxRecords, 2*p.limit)
+	return len(recs) == asked
+}
