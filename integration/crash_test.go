@@ -92,16 +92,11 @@ func crashPostgresRabbitMQ(t *testing.T, kills int, consumers []string) {
 		_ = ch.ExchangeDelete(crashAMQPConfig(crashtest.SingleHandler).Exchange.GenerateName(topic), false, false)
 	})
 
-	seed := *crashSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (replay with -crash.seed=%d)", seed, seed)
 	sum := crashtest.Run(t, crashtest.Config{
 		ChildTest: "TestCrashChildAMQP",
 		Kills:     kills,
 		Batch:     5,
-		Seed:      seed,
+		Seed:      crashRunSeed(t),
 		DB:        db,
 		Table:     table,
 		Consumers: consumers,
@@ -109,4 +104,15 @@ func crashPostgresRabbitMQ(t *testing.T, kills int, consumers []string) {
 	})
 	t.Logf("PostgreSQL+RabbitMQ: %s", sum)
 	crashtest.Check(t, sum)
+}
+
+// crashRunSeed returns the -crash.seed, or one from the clock, and logs it.
+func crashRunSeed(t *testing.T) uint64 {
+	t.Helper()
+	seed := *crashSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (replay with -crash.seed=%d)", seed, seed)
+	return seed
 }

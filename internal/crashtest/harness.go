@@ -10,12 +10,9 @@
 package crashtest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -103,9 +100,13 @@ func (s Summary) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "kills=%d %v records=%d pending=%d", s.totalKills(), s.Kills, s.Records, s.Pending)
 	for _, c := range s.Consumers {
-		fmt.Fprintf(&b, "; %s: handled=%d handlings=%d duplicates=%d lost=%d", c.Consumer, c.Handled, c.Handlings, c.Duplicates, c.Lost)
+		fmt.Fprintf(&b, "; %s", c)
 	}
 	return b.String()
+}
+
+func (c ConsumerSummary) String() string {
+	return fmt.Sprintf("%s: handled=%d handlings=%d duplicates=%d lost=%d", c.Consumer, c.Handled, c.Handlings, c.Duplicates, c.Lost)
 }
 
 func (s Summary) totalKills() int {
@@ -144,10 +145,7 @@ func Run(t *testing.T, cfg Config) Summary {
 }
 
 func childCmd(cfg Config, cycle int, mode Mode, at int) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], "-test.run=^"+cfg.ChildTest+"$", "-test.count=1", "-test.v=false")
-	cmd.Env = append(os.Environ(), cfg.Env...)
-	cmd.Env = append(cmd.Env,
-		EnvChild+"="+cfg.ChildTest,
+	env := append(append([]string(nil), cfg.Env...),
 		envMode+"="+string(mode),
 		fmt.Sprintf("%s=%d", envAt, at),
 		fmt.Sprintf("%s=%d", envCycle, cycle),
@@ -155,25 +153,16 @@ func childCmd(cfg Config, cycle int, mode Mode, at int) *exec.Cmd {
 		envTable+"="+cfg.Table,
 		envConsumers+"="+strings.Join(cfg.Consumers, ","),
 	)
-	return cmd
+	return command(cfg.ChildTest, env...)
 }
 
 // killCycle starts a child and kills it with SIGKILL at its halt line, at its
 // idle line, or after delay in Random mode.
 func killCycle(t *testing.T, cfg Config, cycle int, mode Mode, at int, delay time.Duration) error {
-	cmd := childCmd(cfg, cycle, mode, at)
-	out, err := cmd.StdoutPipe()
+	p, err := startProc(childCmd(cfg, cycle, mode, at))
 	if err != nil {
 		return err
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	lines := make(chan string, 16)
-	go scanLines(out, lines)
-
 	var timer <-chan time.Time
 	if mode == Random {
 		timer = time.After(delay)
@@ -183,10 +172,9 @@ func killCycle(t *testing.T, cfg Config, cycle int, mode Mode, at int, delay tim
 wait:
 	for {
 		select {
-		case line, ok := <-lines:
+		case line, ok := <-p.lines:
 			if !ok {
-				_ = cmd.Wait()
-				return fmt.Errorf("child exited before it was killed: %s", tail(stderr.String()))
+				return p.exited()
 			}
 			if strings.HasPrefix(line, "HALT") || line == "IDLE" {
 				reason = line
@@ -196,17 +184,11 @@ wait:
 			reason = "timer"
 			break wait
 		case <-deadline:
-			reason = "deadline"
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			return fmt.Errorf("child neither halted nor idled within 60s: %s", tail(stderr.String()))
+			return fmt.Errorf("child neither halted nor idled within 60s: %s", p.killedStderr())
 		}
 	}
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL
+	if err := p.kill(); err != nil { // SIGKILL
 		return fmt.Errorf("kill (%s): %w", reason, err)
-	}
-	_ = cmd.Wait()
-	for range lines { // drain the scanner
 	}
 	return nil
 }
@@ -269,21 +251,6 @@ func sumHandlings(cs []ConsumerSummary) int {
 		n += c.Handlings
 	}
 	return n
-}
-
-func scanLines(r io.Reader, lines chan<- string) {
-	defer close(lines)
-	s := bufio.NewScanner(r)
-	for s.Scan() {
-		lines <- s.Text()
-	}
-}
-
-func tail(s string) string {
-	if len(s) > 2000 {
-		return "…" + s[len(s)-2000:]
-	}
-	return s
 }
 
 // Check fails the test unless every committed record was handled by every
