@@ -7,6 +7,12 @@
 // A test binary calls [Run] in the parent test and [Child] from a test that
 // only does something when the [EnvChild] variable is set, so that the test
 // binary re-executed is the service.
+//
+// [RunServices] does the same to two services at once, each a process with
+// a database of its own, that meet only on the broker: [ServiceA] publishes
+// a tracked topic whose remote consumer is [ServiceB]'s handler, which
+// keeps an inbox and confirms over the broker. It checks that every record
+// of A has exactly one effect in B's database and that A's table drains.
 package crashtest
 
 import (
@@ -49,6 +55,9 @@ const (
 	MidHandler Mode = "mid-handler"
 	// BeforeMark halts after the handler succeeded, before the completion.
 	BeforeMark Mode = "before-mark"
+	// AfterCommit halts a handler in another service after its
+	// transaction committed, before the confirmation ([RunServices]).
+	AfterCommit Mode = "after-commit"
 	// Random is killed after a random delay, wherever it is.
 	Random Mode = "random"
 	// Drain replays, handles everything pending and exits cleanly.
@@ -96,6 +105,7 @@ type ConsumerSummary struct {
 	Lost       int // committed records this consumer never handled
 }
 
+// String is the summary line a test logs.
 func (s Summary) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "kills=%d %v records=%d pending=%d", s.totalKills(), s.Kills, s.Records, s.Pending)
@@ -105,6 +115,7 @@ func (s Summary) String() string {
 	return b.String()
 }
 
+// String is the consumer's part of a summary line.
 func (c ConsumerSummary) String() string {
 	return fmt.Sprintf("%s: handled=%d handlings=%d duplicates=%d lost=%d", c.Consumer, c.Handled, c.Handlings, c.Duplicates, c.Lost)
 }
