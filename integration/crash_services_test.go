@@ -5,10 +5,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jmoiron/sqlx"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/wmoutbox/outbox/internal/crashtest"
@@ -21,34 +17,13 @@ var crashServicesKills = flag.Int("crash.services.kills", 24, "kills of the two-
 // envServiceBDSN is the DSN of service B's SQLite file.
 const envServiceBDSN = "OUTBOX_CRASH_B_DSN"
 
-// crashServiceConfig is a child's broker: RabbitMQ with a durable queue per
-// topic and consumer.
-func crashServiceConfig(db *sqlx.DB, dialect sqlstore.Dialect) crashtest.ChildConfig {
-	return crashtest.ChildConfig{
-		DB:      db,
-		Dialect: dialect,
-		Publisher: func() (message.Publisher, func(), error) {
-			// The publisher's queue name is not used: a publisher only
-			// declares the exchange.
-			pub, err := amqp.NewPublisher(crashAMQPConfig(crashtest.ConsumerB), watermill.NopLogger{})
-			if err != nil {
-				return nil, nil, err
-			}
-			return pub, func() { _ = pub.Close() }, nil
-		},
-		Subscriber: func(consumer string) (message.Subscriber, error) {
-			return amqp.NewSubscriber(crashAMQPConfig(consumer), watermill.NopLogger{})
-		},
-	}
-}
-
 // TestCrashChildServiceA is service A of TestCrashTwoServices (PostgreSQL);
 // it does nothing unless started by that test.
 func TestCrashChildServiceA(t *testing.T) {
 	if !crashtest.IsChild(t.Name()) {
 		t.Skip("runs only as a child of TestCrashTwoServices")
 	}
-	crashtest.ServiceA(crashServiceConfig(testenv.Postgres(t), sqlstore.Postgres()))
+	crashtest.ServiceA(crashChildConfig(testenv.Postgres(t), sqlstore.Postgres()))
 }
 
 // TestCrashChildServiceB is service B of TestCrashTwoServices (a SQLite
@@ -59,7 +34,7 @@ func TestCrashChildServiceB(t *testing.T) {
 	}
 	db := testenv.Open(t, "SQLite", "sqlite", os.Getenv(envServiceBDSN))
 	db.SetMaxOpenConns(1)
-	crashtest.ServiceB(crashServiceConfig(db, sqlstore.SQLite()))
+	crashtest.ServiceB(crashChildConfig(db, sqlstore.SQLite()))
 }
 
 // TestCrashTwoServices runs service A (PostgreSQL) and service B (SQLite), a

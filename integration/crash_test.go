@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jmoiron/sqlx"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/wmoutbox/outbox/internal/crashtest"
@@ -35,11 +36,17 @@ func TestCrashChildAMQP(t *testing.T) {
 	if !crashtest.IsChild(t.Name()) {
 		t.Skip("runs only as the child of TestCrashPostgresRabbitMQ")
 	}
-	db := testenv.Postgres(t)
-	crashtest.Child(crashtest.ChildConfig{
+	crashtest.Child(crashChildConfig(testenv.Postgres(t), sqlstore.Postgres()))
+}
+
+// crashChildConfig is a crash child on db with RabbitMQ as its broker.
+func crashChildConfig(db *sqlx.DB, dialect sqlstore.Dialect) crashtest.ChildConfig {
+	return crashtest.ChildConfig{
 		DB:      db,
-		Dialect: sqlstore.Postgres(),
+		Dialect: dialect,
 		Publisher: func() (message.Publisher, func(), error) {
+			// A publisher declares the exchange only: the queue of
+			// the config is not used.
 			pub, err := amqp.NewPublisher(crashAMQPConfig(crashtest.SingleHandler), watermill.NopLogger{})
 			if err != nil {
 				return nil, nil, err
@@ -49,7 +56,7 @@ func TestCrashChildAMQP(t *testing.T) {
 		Subscriber: func(consumer string) (message.Subscriber, error) {
 			return amqp.NewSubscriber(crashAMQPConfig(consumer), watermill.NopLogger{})
 		},
-	})
+	}
 }
 
 // TestCrashPostgresRabbitMQ kills a PostgreSQL + RabbitMQ service with

@@ -104,7 +104,7 @@ func stateFromEnv() *childState {
 func child(cfg ChildConfig) error {
 	st := stateFromEnv()
 	table := os.Getenv(envTable)
-	topic := "crash_" + table
+	topic, _ := Topics(table)
 	var consumers []string
 	if list := os.Getenv(envConsumers); list != "" {
 		consumers = strings.Split(list, ",")
@@ -125,15 +125,10 @@ func child(cfg ChildConfig) error {
 	}
 	defer closePub()
 
-	mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, nil)
+	router, err := newRouter(reg, outbox.MiddlewareConfig{}, nil)
 	if err != nil {
 		return err
 	}
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
-	if err != nil {
-		return err
-	}
-	router.AddMiddleware(mw)
 	router.AddPlugin(outbox.ReplayPlugin(reg, rawPub, outbox.ReplayConfig{}, nil))
 
 	// mine is what each handler has still to handle of this cycle's batch.
@@ -196,6 +191,20 @@ func child(cfg ChildConfig) error {
 	}
 	fmt.Println("IDLE")
 	select {} // wait for the kill
+}
+
+// newRouter returns a router with the outbox middleware of reg.
+func newRouter(reg *outbox.Registry, cfg outbox.MiddlewareConfig, logger watermill.LoggerAdapter) (*message.Router, error) {
+	mw, err := outbox.NewMiddleware(reg, cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		return nil, err
+	}
+	router.AddMiddleware(mw)
+	return router, nil
 }
 
 // runRouter runs the router until ctx is done and returns once it is

@@ -108,7 +108,7 @@ type ConsumerSummary struct {
 // String is the summary line a test logs.
 func (s Summary) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "kills=%d %v records=%d pending=%d", s.totalKills(), s.Kills, s.Records, s.Pending)
+	fmt.Fprintf(&b, "kills=%d %v records=%d pending=%d", total(s.Kills), s.Kills, s.Records, s.Pending)
 	for _, c := range s.Consumers {
 		fmt.Fprintf(&b, "; %s", c)
 	}
@@ -120,9 +120,10 @@ func (c ConsumerSummary) String() string {
 	return fmt.Sprintf("%s: handled=%d handlings=%d duplicates=%d lost=%d", c.Consumer, c.Handled, c.Handlings, c.Duplicates, c.Lost)
 }
 
-func (s Summary) totalKills() int {
+// total adds up kill counts.
+func total[K comparable](kills map[K]int) int {
 	n := 0
-	for _, k := range s.Kills {
+	for _, k := range kills {
 		n += k
 	}
 	return n
@@ -268,12 +269,7 @@ func sumHandlings(cs []ConsumerSummary) int {
 // consumer and none is pending.
 func Check(t *testing.T, s Summary) {
 	t.Helper()
-	if s.Records == 0 {
-		t.Fatal("no record was committed: the run proves nothing")
-	}
-	if s.Pending != 0 {
-		t.Errorf("%d records still pending after the final drain", s.Pending)
-	}
+	checkDrained(t, s.Records, s.Pending)
 	if len(s.Consumers) == 0 {
 		t.Fatal("no consumer was counted")
 	}
@@ -284,5 +280,17 @@ func Check(t *testing.T, s Summary) {
 		if c.Handled != s.Records {
 			t.Errorf("%s: handled %d distinct messages for %d records", c.Consumer, c.Handled, s.Records)
 		}
+	}
+}
+
+// checkDrained fails the test unless records were committed and none is
+// pending.
+func checkDrained(t *testing.T, records, pending int) {
+	t.Helper()
+	if records == 0 {
+		t.Fatal("no record was committed: the run proves nothing")
+	}
+	if pending != 0 {
+		t.Errorf("%d records still pending after the final drain", pending)
 	}
 }

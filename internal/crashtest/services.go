@@ -55,12 +55,8 @@ type ServicesSummary struct {
 
 // String is the summary line a test logs.
 func (s ServicesSummary) String() string {
-	n := 0
-	for _, k := range s.Kills {
-		n += k
-	}
 	return fmt.Sprintf("kills=%d %v records=%d pending=%d (drained in %v); %s; effects of unknown messages=%d",
-		n, s.Kills, s.Records, s.Pending, s.Drain.Round(time.Millisecond), s.B, s.Unknown)
+		total(s.Kills), s.Kills, s.Records, s.Pending, s.Drain.Round(time.Millisecond), s.B, s.Unknown)
 }
 
 // PrepareServices creates A's record table in dbA and B's effect table and
@@ -349,12 +345,7 @@ func (r *servicesRun) count(t *testing.T, sum *ServicesSummary) {
 // pending, B has exactly one effect for each of them and no other.
 func CheckServices(t *testing.T, s ServicesSummary) {
 	t.Helper()
-	if s.Records == 0 {
-		t.Fatal("no record was committed: the run proves nothing")
-	}
-	if s.Pending != 0 {
-		t.Errorf("%d records of A still pending after the final drain", s.Pending)
-	}
+	checkDrained(t, s.Records, s.Pending)
 	if s.B.Lost != 0 {
 		t.Errorf("%d committed records of A have no effect in B", s.B.Lost)
 	}

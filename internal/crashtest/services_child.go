@@ -81,19 +81,14 @@ func serviceA(cfg ChildConfig) error {
 		return fmt.Errorf("subscriber of %s: %w", ConfirmGroup, err)
 	}
 	logger := childLogger()
-	mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, logger)
-	if err != nil {
-		return err
-	}
 	resubmitter, err := outbox.NewStaleResubmitter(reg, rawPub, outbox.StaleResubmitterConfig{OlderThan: staleAfter, Interval: staleAfter / 4}, logger)
 	if err != nil {
 		return err
 	}
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
+	router, err := newRouter(reg, outbox.MiddlewareConfig{}, logger)
 	if err != nil {
 		return err
 	}
-	router.AddMiddleware(mw)
 	router.AddPlugin(outbox.ReplayPlugin(reg, rawPub, outbox.ReplayConfig{}, logger), resubmitter.Plugin())
 	if err := outbox.AddConfirmationHandler(router, reg, confirmations, logger); err != nil {
 		return err
@@ -137,15 +132,10 @@ func serviceB(cfg ChildConfig) error {
 	if err != nil {
 		return fmt.Errorf("subscriber of %s: %w", ConsumerB, err)
 	}
-	mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Inbox: inbox, Confirmations: confirmPub}, childLogger())
+	router, err := newRouter(reg, outbox.MiddlewareConfig{Inbox: inbox, Confirmations: confirmPub}, childLogger())
 	if err != nil {
 		return err
 	}
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
-	if err != nil {
-		return err
-	}
-	router.AddMiddleware(mw)
 	insertEffect := cfg.DB.Rebind("INSERT INTO " + EffectsTable + " (uuid) VALUES (?)")
 	router.AddNoPublisherHandler(ConsumerB, topic, sub, func(msg *message.Message) error {
 		ctx := msg.Context()
