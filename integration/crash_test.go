@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v2/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jmoiron/sqlx"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/wmoutbox/outbox/internal/crashtest"
@@ -35,11 +36,17 @@ func TestCrashChildAMQP(t *testing.T) {
 	if !crashtest.IsChild(t.Name()) {
 		t.Skip("runs only as the child of TestCrashPostgresRabbitMQ")
 	}
-	db := testenv.Postgres(t)
-	crashtest.Child(crashtest.ChildConfig{
+	crashtest.Child(crashChildConfig(testenv.Postgres(t), sqlstore.Postgres()))
+}
+
+// crashChildConfig is a crash child on db with RabbitMQ as its broker.
+func crashChildConfig(db *sqlx.DB, dialect sqlstore.Dialect) crashtest.ChildConfig {
+	return crashtest.ChildConfig{
 		DB:      db,
-		Dialect: sqlstore.Postgres(),
+		Dialect: dialect,
 		Publisher: func() (message.Publisher, func(), error) {
+			// A publisher declares the exchange only: the queue of
+			// the config is not used.
 			pub, err := amqp.NewPublisher(crashAMQPConfig(crashtest.SingleHandler), watermill.NopLogger{})
 			if err != nil {
 				return nil, nil, err
@@ -49,7 +56,7 @@ func TestCrashChildAMQP(t *testing.T) {
 		Subscriber: func(consumer string) (message.Subscriber, error) {
 			return amqp.NewSubscriber(crashAMQPConfig(consumer), watermill.NopLogger{})
 		},
-	})
+	}
 }
 
 // TestCrashPostgresRabbitMQ kills a PostgreSQL + RabbitMQ service with
@@ -92,16 +99,11 @@ func crashPostgresRabbitMQ(t *testing.T, kills int, consumers []string) {
 		_ = ch.ExchangeDelete(crashAMQPConfig(crashtest.SingleHandler).Exchange.GenerateName(topic), false, false)
 	})
 
-	seed := *crashSeed
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
-	t.Logf("seed %d (replay with -crash.seed=%d)", seed, seed)
 	sum := crashtest.Run(t, crashtest.Config{
 		ChildTest: "TestCrashChildAMQP",
 		Kills:     kills,
 		Batch:     5,
-		Seed:      seed,
+		Seed:      crashRunSeed(t),
 		DB:        db,
 		Table:     table,
 		Consumers: consumers,
@@ -109,4 +111,15 @@ func crashPostgresRabbitMQ(t *testing.T, kills int, consumers []string) {
 	})
 	t.Logf("PostgreSQL+RabbitMQ: %s", sum)
 	crashtest.Check(t, sum)
+}
+
+// crashRunSeed returns the -crash.seed, or one from the clock, and logs it.
+func crashRunSeed(t *testing.T) uint64 {
+	t.Helper()
+	seed := *crashSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (replay with -crash.seed=%d)", seed, seed)
+	return seed
 }

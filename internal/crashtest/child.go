@@ -43,6 +43,16 @@ func IsChild(test string) bool { return os.Getenv(EnvChild) == test }
 // Prepare creates the record table and its handled table for a run.
 func Prepare(t *testing.T, db *sqlx.DB, d sqlstore.Dialect, table string) {
 	t.Helper()
+	prepareRecords(t, db, d, table)
+	if _, err := db.Exec("CREATE TABLE " + table + "_handled (uuid VARCHAR(64) NOT NULL, consumer VARCHAR(64) NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS " + table + "_handled") })
+}
+
+// prepareRecords creates the record table, dropped when the test ends.
+func prepareRecords(t *testing.T, db *sqlx.DB, d sqlstore.Dialect, table string) {
+	t.Helper()
 	s, err := sqlstore.New(sqlstore.Config{Dialect: d, Table: table, DB: db})
 	if err != nil {
 		t.Fatal(err)
@@ -50,11 +60,7 @@ func Prepare(t *testing.T, db *sqlx.DB, d sqlstore.Dialect, table string) {
 	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Exec("CREATE TABLE " + table + "_handled (uuid VARCHAR(64) NOT NULL, consumer VARCHAR(64) NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
-		_, _ = db.Exec("DROP TABLE IF EXISTS " + table + "_handled")
 		_, _ = db.Exec("DROP TABLE IF EXISTS " + table + "_consumers")
 		_, _ = db.Exec("DROP TABLE IF EXISTS " + table)
 		_, _ = db.Exec(db.Rebind("DELETE FROM "+sqlstore.VersionTable+" WHERE table_name = ?"), table)
@@ -69,8 +75,11 @@ func halt(point Mode) {
 
 // Child runs the service until it is killed (or, in Drain mode, until
 // nothing is pending). It never returns normally.
-func Child(cfg ChildConfig) {
-	if err := child(cfg); err != nil {
+func Child(cfg ChildConfig) { exit(child(cfg)) }
+
+// exit ends a child: 0 after a clean drain, 3 with the error on stderr.
+func exit(err error) {
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(3)
 	}
@@ -87,11 +96,15 @@ type childState struct {
 	complets atomic.Int64
 }
 
+// stateFromEnv reads the kill point and the batch the parent chose.
+func stateFromEnv() *childState {
+	return &childState{mode: Mode(os.Getenv(envMode)), at: int64(atoi(envAt)), cycle: atoi(envCycle), batch: atoi(envBatch)}
+}
+
 func child(cfg ChildConfig) error {
-	st := &childState{mode: Mode(os.Getenv(envMode)), cycle: atoi(envCycle), batch: atoi(envBatch)}
-	st.at = int64(atoi(envAt))
+	st := stateFromEnv()
 	table := os.Getenv(envTable)
-	topic := "crash_" + table
+	topic, _ := Topics(table)
 	var consumers []string
 	if list := os.Getenv(envConsumers); list != "" {
 		consumers = strings.Split(list, ",")
@@ -112,15 +125,10 @@ func child(cfg ChildConfig) error {
 	}
 	defer closePub()
 
-	mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, nil)
+	router, err := newRouter(reg, outbox.MiddlewareConfig{}, nil)
 	if err != nil {
 		return err
 	}
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
-	if err != nil {
-		return err
-	}
-	router.AddMiddleware(mw)
 	router.AddPlugin(outbox.ReplayPlugin(reg, rawPub, outbox.ReplayConfig{}, nil))
 
 	// mine is what each handler has still to handle of this cycle's batch.
@@ -160,12 +168,9 @@ func child(cfg ChildConfig) error {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	runErr := make(chan error, 1)
-	go func() { runErr <- router.Run(ctx) }()
-	select {
-	case <-router.Running():
-	case err := <-runErr:
-		return fmt.Errorf("router: %w", err)
+	runErr, err := runRouter(ctx, router)
+	if err != nil {
+		return err
 	}
 
 	if st.mode == Drain {
@@ -176,11 +181,8 @@ func child(cfg ChildConfig) error {
 	if err != nil {
 		return err
 	}
-	for i := 0; i < st.batch; i++ {
-		msg := message.NewMessage(uuidOf(st.cycle, i), []byte(strconv.Itoa(i)))
-		if err := pub.Publish(topic, msg); err != nil {
-			return fmt.Errorf("publish %d: %w", i, err)
-		}
+	if err := publishBatch(pub, topic, st); err != nil {
+		return err
 	}
 	select {
 	case <-allMine:
@@ -189,6 +191,44 @@ func child(cfg ChildConfig) error {
 	}
 	fmt.Println("IDLE")
 	select {} // wait for the kill
+}
+
+// newRouter returns a router with the outbox middleware of reg.
+func newRouter(reg *outbox.Registry, cfg outbox.MiddlewareConfig, logger watermill.LoggerAdapter) (*message.Router, error) {
+	mw, err := outbox.NewMiddleware(reg, cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
+	if err != nil {
+		return nil, err
+	}
+	router.AddMiddleware(mw)
+	return router, nil
+}
+
+// runRouter runs the router until ctx is done and returns once it is
+// running; the channel gets Run's result.
+func runRouter(ctx context.Context, router *message.Router) (<-chan error, error) {
+	runErr := make(chan error, 1)
+	go func() { runErr <- router.Run(ctx) }()
+	select {
+	case <-router.Running():
+		return runErr, nil
+	case err := <-runErr:
+		return nil, fmt.Errorf("router: %w", err)
+	}
+}
+
+// publishBatch publishes the cycle's batch of tracked messages.
+func publishBatch(pub message.Publisher, topic string, st *childState) error {
+	for i := 0; i < st.batch; i++ {
+		msg := message.NewMessage(uuidOf(st.cycle, i), []byte(strconv.Itoa(i)))
+		if err := pub.Publish(topic, msg); err != nil {
+			return fmt.Errorf("publish %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 // drainChild waits until nothing is pending. A long soak leaves a deep

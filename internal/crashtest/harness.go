@@ -7,15 +7,18 @@
 // A test binary calls [Run] in the parent test and [Child] from a test that
 // only does something when the [EnvChild] variable is set, so that the test
 // binary re-executed is the service.
+//
+// [RunServices] does the same to two services at once, each a process with
+// a database of its own, that meet only on the broker: [ServiceA] publishes
+// a tracked topic whose remote consumer is [ServiceB]'s handler, which
+// keeps an inbox and confirms over the broker. It checks that every record
+// of A has exactly one effect in B's database and that A's table drains.
 package crashtest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -52,6 +55,9 @@ const (
 	MidHandler Mode = "mid-handler"
 	// BeforeMark halts after the handler succeeded, before the completion.
 	BeforeMark Mode = "before-mark"
+	// AfterCommit halts a handler in another service after its
+	// transaction committed, before the confirmation ([RunServices]).
+	AfterCommit Mode = "after-commit"
 	// Random is killed after a random delay, wherever it is.
 	Random Mode = "random"
 	// Drain replays, handles everything pending and exits cleanly.
@@ -99,18 +105,25 @@ type ConsumerSummary struct {
 	Lost       int // committed records this consumer never handled
 }
 
+// String is the summary line a test logs.
 func (s Summary) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "kills=%d %v records=%d pending=%d", s.totalKills(), s.Kills, s.Records, s.Pending)
+	fmt.Fprintf(&b, "kills=%d %v records=%d pending=%d", total(s.Kills), s.Kills, s.Records, s.Pending)
 	for _, c := range s.Consumers {
-		fmt.Fprintf(&b, "; %s: handled=%d handlings=%d duplicates=%d lost=%d", c.Consumer, c.Handled, c.Handlings, c.Duplicates, c.Lost)
+		fmt.Fprintf(&b, "; %s", c)
 	}
 	return b.String()
 }
 
-func (s Summary) totalKills() int {
+// String is the consumer's part of a summary line.
+func (c ConsumerSummary) String() string {
+	return fmt.Sprintf("%s: handled=%d handlings=%d duplicates=%d lost=%d", c.Consumer, c.Handled, c.Handlings, c.Duplicates, c.Lost)
+}
+
+// total adds up kill counts.
+func total[K comparable](kills map[K]int) int {
 	n := 0
-	for _, k := range s.Kills {
+	for _, k := range kills {
 		n += k
 	}
 	return n
@@ -144,10 +157,7 @@ func Run(t *testing.T, cfg Config) Summary {
 }
 
 func childCmd(cfg Config, cycle int, mode Mode, at int) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], "-test.run=^"+cfg.ChildTest+"$", "-test.count=1", "-test.v=false")
-	cmd.Env = append(os.Environ(), cfg.Env...)
-	cmd.Env = append(cmd.Env,
-		EnvChild+"="+cfg.ChildTest,
+	env := append(append([]string(nil), cfg.Env...),
 		envMode+"="+string(mode),
 		fmt.Sprintf("%s=%d", envAt, at),
 		fmt.Sprintf("%s=%d", envCycle, cycle),
@@ -155,25 +165,16 @@ func childCmd(cfg Config, cycle int, mode Mode, at int) *exec.Cmd {
 		envTable+"="+cfg.Table,
 		envConsumers+"="+strings.Join(cfg.Consumers, ","),
 	)
-	return cmd
+	return command(cfg.ChildTest, env...)
 }
 
 // killCycle starts a child and kills it with SIGKILL at its halt line, at its
 // idle line, or after delay in Random mode.
 func killCycle(t *testing.T, cfg Config, cycle int, mode Mode, at int, delay time.Duration) error {
-	cmd := childCmd(cfg, cycle, mode, at)
-	out, err := cmd.StdoutPipe()
+	p, err := startProc(childCmd(cfg, cycle, mode, at))
 	if err != nil {
 		return err
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	lines := make(chan string, 16)
-	go scanLines(out, lines)
-
 	var timer <-chan time.Time
 	if mode == Random {
 		timer = time.After(delay)
@@ -183,10 +184,9 @@ func killCycle(t *testing.T, cfg Config, cycle int, mode Mode, at int, delay tim
 wait:
 	for {
 		select {
-		case line, ok := <-lines:
+		case line, ok := <-p.lines:
 			if !ok {
-				_ = cmd.Wait()
-				return fmt.Errorf("child exited before it was killed: %s", tail(stderr.String()))
+				return p.exited()
 			}
 			if strings.HasPrefix(line, "HALT") || line == "IDLE" {
 				reason = line
@@ -196,17 +196,11 @@ wait:
 			reason = "timer"
 			break wait
 		case <-deadline:
-			reason = "deadline"
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			return fmt.Errorf("child neither halted nor idled within 60s: %s", tail(stderr.String()))
+			return fmt.Errorf("child neither halted nor idled within 60s: %s", p.killedStderr())
 		}
 	}
-	if err := cmd.Process.Kill(); err != nil { // SIGKILL
+	if err := p.kill(); err != nil { // SIGKILL
 		return fmt.Errorf("kill (%s): %w", reason, err)
-	}
-	_ = cmd.Wait()
-	for range lines { // drain the scanner
 	}
 	return nil
 }
@@ -271,31 +265,11 @@ func sumHandlings(cs []ConsumerSummary) int {
 	return n
 }
 
-func scanLines(r io.Reader, lines chan<- string) {
-	defer close(lines)
-	s := bufio.NewScanner(r)
-	for s.Scan() {
-		lines <- s.Text()
-	}
-}
-
-func tail(s string) string {
-	if len(s) > 2000 {
-		return "…" + s[len(s)-2000:]
-	}
-	return s
-}
-
 // Check fails the test unless every committed record was handled by every
 // consumer and none is pending.
 func Check(t *testing.T, s Summary) {
 	t.Helper()
-	if s.Records == 0 {
-		t.Fatal("no record was committed: the run proves nothing")
-	}
-	if s.Pending != 0 {
-		t.Errorf("%d records still pending after the final drain", s.Pending)
-	}
+	checkDrained(t, s.Records, s.Pending)
 	if len(s.Consumers) == 0 {
 		t.Fatal("no consumer was counted")
 	}
@@ -306,5 +280,17 @@ func Check(t *testing.T, s Summary) {
 		if c.Handled != s.Records {
 			t.Errorf("%s: handled %d distinct messages for %d records", c.Consumer, c.Handled, s.Records)
 		}
+	}
+}
+
+// checkDrained fails the test unless records were committed and none is
+// pending.
+func checkDrained(t *testing.T, records, pending int) {
+	t.Helper()
+	if records == 0 {
+		t.Fatal("no record was committed: the run proves nothing")
+	}
+	if pending != 0 {
+		t.Errorf("%d records still pending after the final drain", pending)
 	}
 }
