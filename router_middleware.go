@@ -62,9 +62,12 @@ type MiddlewareConfig struct {
 	// consumer: a copy that the consumer has already handled is
 	// acknowledged without running the handler, and a handled one is
 	// recorded once its handler has succeeded (or dropped it), or in the
-	// handler's own transaction with [InboxTx]. The sqlstore package's
-	// NewInbox and the outboxtest package's NewInbox provide one. Defaults
-	// to nil: other services' messages run the handler on every copy.
+	// handler's own transaction with [InboxTx]. Two copies handled at the
+	// same moment (the router runs messages concurrently) may both run the
+	// handler unless it records the message with InboxTx first, which
+	// makes the second wait and then skip. The sqlstore package's NewInbox
+	// and the outboxtest package's NewInbox provide one. Defaults to nil:
+	// other services' messages run the handler on every copy.
 	Inbox recordstore.Inbox
 	// BusinessKey, when set with Inbox, names the operation a message of
 	// another service asks for (an order number, say): a message with
