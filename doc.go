@@ -45,7 +45,9 @@
 // # Bounded delivery
 //
 // No message makes a consumer spin and no slow database makes it hang: the
-// check has a deadline ([MiddlewareConfig.FetchTimeout]); a failed attempt
+// check has a deadline ([MiddlewareConfig.FetchTimeout]), and a failed check
+// holds its message for a growing delay before the nack
+// ([MiddlewareConfig.CheckRetryDelay]); a failed attempt
 // makes the delivery due again only after [MiddlewareConfig.Backoff], kept
 // with the record so it survives restarts; a panic counts as a failed
 // attempt; [MiddlewareConfig.MaxAttempts] abandons; a malformed record id is
