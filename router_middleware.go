@@ -3,6 +3,7 @@ package outbox
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -165,6 +166,11 @@ func (c MiddlewareConfig) Validate() error {
 //     handler, after holding the message for
 //     [MiddlewareConfig.CheckRetryDelay], doubled with each consecutive
 //     failed check;
+//   - the record's next attempt is not due yet ([MiddlewareConfig.Backoff]):
+//     holds the message until it is due, or until its context ends, then
+//     nacks it itself (msg.Nack) and returns nil, without running the
+//     handler: a hold is routine, so the router logs no error for it, and a
+//     Retry or PoisonQueue outside does not take it for a failure;
 //   - leased by another delivery (a store with a delivery lease): returns a
 //     [*FetchError] (nack) after LeasedNackDelay, without running the
 //     handler;
@@ -296,6 +302,15 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 	case skip:
 		return nil, nil
 	case refuse:
+		if errors.Is(err, recordstore.ErrNotDue) {
+			// A hold is routine: the middleware nacks the copy itself and
+			// returns nil, so that the router, which logs every handler
+			// error at Error, logs nothing (its Ack after a Nack is a
+			// no-op), and a Retry or PoisonQueue outside does not take the
+			// hold for a failure.
+			msg.Nack()
+			return nil, nil
+		}
 		return nil, err
 	case foreign:
 		return m.receive(h, msg)
