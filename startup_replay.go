@@ -275,6 +275,12 @@ func (r *replayer) sendPages(ctx context.Context, t *tracked, identity string, p
 // a subscriber that locks what the replay writes, would wait for a handler
 // that has not started. For those set ReplayConfig.AfterRunning. A router
 // without handlers replays after it is running and closes itself on failure.
+//
+// A start that fails leaves none of the plugin's goroutines behind. With
+// Watermill 1.5.1 the router itself leaves one (watchAllHandlersStopped)
+// after a Run that failed once a handler had subscribed, which a failed
+// replay is, and its Close then times out: a service exits after a failed
+// start rather than retrying in-process.
 func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger watermill.LoggerAdapter) message.RouterPlugin {
 	return func(router *message.Router) error {
 		r, err := newReplayer(reg, pub, cfg, logger)
@@ -283,9 +289,22 @@ func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger
 		}
 		expected := len(router.Handlers())
 		var gate *subscribeGate
-		if expected == 0 || r.cfg.AfterRunning {
+		switch {
+		case expected == 0:
+			// Nothing subscribes: only a later plugin can fail the start.
 			go r.afterRunning(router)
-		} else {
+		case r.cfg.AfterRunning:
+			// Waits on the subscriptions' context too, so that a start
+			// that fails (a subscription refused) leaves no goroutine
+			// waiting for a router that will never run.
+			err := runWithRouter(func(context.Context) error {
+				r.afterRunning(router)
+				return nil
+			})(router)
+			if err != nil {
+				return err
+			}
+		default:
 			gate = &subscribeGate{expected: expected, replay: func(ctx context.Context) error {
 				r.reportUncompleted(router)
 				_, err := r.run(ctx)
