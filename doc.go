@@ -51,7 +51,11 @@
 // makes the delivery due again only after [MiddlewareConfig.Backoff], kept
 // with the record so it survives restarts; a panic counts as a failed
 // attempt; [MiddlewareConfig.MaxAttempts] abandons; a malformed record id is
-// handled once, untracked, with an error line.
+// handled once, untracked, with an error line. Publish, replay, the stale
+// resubmitter, the cleaner and [ReadStatus] bound each database statement
+// that has no deadline of its own ([DefaultStatementTimeout], and the
+// StatementTimeout of their configurations), so a database that never
+// answers fails them instead of hanging them.
 //
 // # Middleware order
 //

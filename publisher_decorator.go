@@ -21,7 +21,8 @@ import (
 // wrapping pub's error; the records stay pending for the next replay. The
 // message UUID, payload and other metadata are not changed.
 //
-// The inserts use each message's context.
+// The inserts use each message's context; when it has no deadline, the
+// insert is bounded by [DefaultStatementTimeout].
 //
 // The messages a router handler of a tracked message returns (published by
 // the router through [PublisherDecorator]) are saved keyed by that delivery
@@ -96,7 +97,8 @@ func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 	if err != nil {
 		return err
 	}
-	ctx := publishContext(msgs)
+	ctx, cancel := withDefaultDeadline(publishContext(msgs))
+	defer cancel()
 	identity, err := t.store.Identity(ctx)
 	if err != nil {
 		return &InsertError{Topic: t.name, Count: len(msgs), Err: err}

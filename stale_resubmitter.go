@@ -23,6 +23,12 @@ type StaleResubmitterConfig struct {
 	// BatchSize is how many records one claim takes and one Publish sends.
 	// Defaults to 100.
 	BatchSize int
+	// StatementTimeout bounds each database statement of a round (the
+	// table identity read, each claim), so that a database that never
+	// answers fails the round (logged by Run; the next round tries again)
+	// instead of hanging it. Defaults to [DefaultStatementTimeout] (30
+	// seconds).
+	StatementTimeout time.Duration
 }
 
 func (c *StaleResubmitterConfig) setDefaults() {
@@ -35,12 +41,15 @@ func (c *StaleResubmitterConfig) setDefaults() {
 	if c.BatchSize == 0 {
 		c.BatchSize = 100
 	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = DefaultStatementTimeout
+	}
 }
 
 // Validate reports a configuration error, if any.
 func (c StaleResubmitterConfig) Validate() error {
-	if c.OlderThan < 0 || c.Interval < 0 || c.BatchSize < 1 {
-		return fmt.Errorf("%w: stale resubmit needs a positive OlderThan, Interval and BatchSize (got %v, %v, %d)", ErrInvalidConfig, c.OlderThan, c.Interval, c.BatchSize)
+	if c.OlderThan < 0 || c.Interval < 0 || c.BatchSize < 1 || c.StatementTimeout < 0 {
+		return fmt.Errorf("%w: stale resubmit needs a positive OlderThan, Interval, BatchSize and StatementTimeout (got %v, %v, %d, %v)", ErrInvalidConfig, c.OlderThan, c.Interval, c.BatchSize, c.StatementTimeout)
 	}
 	return nil
 }
@@ -90,7 +99,7 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 		if !ok {
 			continue
 		}
-		id, err := identity(ctx, t)
+		id, err := identityWithin(ctx, r.cfg.StatementTimeout, t)
 		if err != nil {
 			return result, err
 		}
@@ -100,7 +109,9 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 		// ever on records that are not being completed.
 		var after int64
 		for {
-			recs, err := claimer.ClaimStale(ctx, name, after, r.cfg.OlderThan, r.cfg.BatchSize)
+			sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+			recs, err := claimer.ClaimStale(sctx, name, after, r.cfg.OlderThan, r.cfg.BatchSize)
+			cancel()
 			if err != nil {
 				return result, &ReplayError{Topic: name, Err: fmt.Errorf("claiming stale records: %w", err)}
 			}

@@ -46,11 +46,22 @@ type ReplayConfig struct {
 	// normally takes. Defaults to 0: every instance replays every pending
 	// record.
 	ClaimGrace time.Duration
+
+	// StatementTimeout bounds each database statement of the replay (the
+	// store checks, the table identity read, each page read or claim, each
+	// send-time stamp), so that a database that accepts connections and
+	// never answers makes the replay fail with a [*ReplayError] (or a
+	// [*VerifyError]), aborting the start, instead of hanging it. Defaults
+	// to [DefaultStatementTimeout] (30 seconds).
+	StatementTimeout time.Duration
 }
 
 func (c *ReplayConfig) setDefaults() {
 	if c.PageSize == 0 {
 		c.PageSize = 500
+	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = DefaultStatementTimeout
 	}
 }
 
@@ -61,6 +72,9 @@ func (c ReplayConfig) Validate() error {
 	}
 	if c.ClaimGrace < 0 {
 		return fmt.Errorf("%w: ClaimGrace %v is negative", ErrInvalidConfig, c.ClaimGrace)
+	}
+	if c.StatementTimeout < 0 {
+		return fmt.Errorf("%w: StatementTimeout %v is negative", ErrInvalidConfig, c.StatementTimeout)
 	}
 	return nil
 }
@@ -155,7 +169,10 @@ func (r *replayer) verify(ctx context.Context) error {
 		if !ok {
 			continue
 		}
-		if err := v.Verify(ctx); err != nil {
+		vctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+		err := v.Verify(vctx)
+		cancel()
+		if err != nil {
 			return &VerifyError{Topic: t.name, Err: err}
 		}
 	}
@@ -181,7 +198,7 @@ type page struct {
 // memory stays at five pages whatever the backlog (see PageSize).
 func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 	name, store := t.name, t.store
-	id, err := identity(ctx, t)
+	id, err := identityWithin(ctx, r.cfg.StatementTimeout, t)
 	if err != nil {
 		return 0, err
 	}
@@ -195,7 +212,9 @@ func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 		defer close(pages)
 		var after int64
 		for {
-			recs, err := store.PendingAfter(ctx, name, after, r.cfg.PageSize)
+			rctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+			recs, err := store.PendingAfter(rctx, name, after, r.cfg.PageSize)
+			cancel()
 			if err != nil {
 				select {
 				case pages <- page{err: err}:
@@ -391,6 +410,8 @@ func (r *replayer) stampSent(ctx context.Context, name string, store recordstore
 	for i, rec := range recs {
 		ids[i] = rec.ID
 	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
 	if err := st.StampSent(ctx, ids); err != nil {
 		r.logger.Error("Recording the replay's send time failed; the stale resubmitter may resend these records sooner", err,
 			watermill.LogFields{"topic": name, "first_id": ids[0], "last_id": ids[len(ids)-1]})
@@ -424,7 +445,9 @@ func (r *replayer) replayClaimed(ctx context.Context, t *tracked, claimer record
 	sent := 0
 	var after int64 // the cursor: each record is claimed once, whatever ClaimGrace
 	for {
-		recs, err := claimer.ClaimStale(ctx, t.name, after, r.cfg.ClaimGrace, r.cfg.PageSize)
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+		recs, err := claimer.ClaimStale(cctx, t.name, after, r.cfg.ClaimGrace, r.cfg.PageSize)
+		cancel()
 		if err != nil {
 			return sent, &ReplayError{Topic: t.name, Err: fmt.Errorf("claiming pending records: %w", err)}
 		}
