@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/internal/faultproxy"
 	"github.com/wmoutbox/outbox/internal/testenv"
 	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
@@ -39,19 +40,7 @@ func TestRefusedChecksBackOff(t *testing.T) {
 		}
 		t.Run(backend.Name, func(t *testing.T) {
 			t.Parallel()
-			direct, viaProxy, proxy := proxied(t, backend)
-			b := setup(t, backend, sqlstore.Mark)
-			b.db = direct
-			msgs := b.publishTracked(t, inFlight)
-
-			// The service's store reads and writes through the proxy; its
-			// table identity is read while the database answers.
-			store, err := sqlstore.New(sqlstore.Config{Dialect: backend.Dialect, Table: b.store.Table(), Completion: sqlstore.Mark, DB: viaProxy})
-			require.NoError(t, err)
-			_, err = store.Identity(b.ctx(t))
-			require.NoError(t, err)
-			b.reg, err = outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store})
-			require.NoError(t, err)
+			b, proxy, msgs := proxiedBundle(t, backend, inFlight)
 			mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{}, b.logger)
 			require.NoError(t, err)
 			handled := newHandledSet(inFlight)
@@ -87,6 +76,24 @@ func TestRefusedChecksBackOff(t *testing.T) {
 			assert.Zero(t, b.pendingCount(t), "every record completed")
 		})
 	}
+}
+
+// proxiedBundle sets up a bundle with n tracked messages whose records are
+// pending, and a registry whose store reads and writes through a fault
+// proxy; the store's table identity is read while the database answers.
+func proxiedBundle(t *testing.T, backend testenv.Backend, n int) (*bundle, *faultproxy.Proxy, []*message.Message) {
+	t.Helper()
+	direct, viaProxy, proxy := proxied(t, backend)
+	b := setup(t, backend, sqlstore.Mark)
+	b.db = direct
+	msgs := b.publishTracked(t, n)
+	store, err := sqlstore.New(sqlstore.Config{Dialect: backend.Dialect, Table: b.store.Table(), Completion: sqlstore.Mark, DB: viaProxy})
+	require.NoError(t, err)
+	_, err = store.Identity(b.ctx(t))
+	require.NoError(t, err)
+	b.reg, err = outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store})
+	require.NoError(t, err)
+	return b, proxy, msgs
 }
 
 // failingInbox is an inbox whose database is gone: every read fails at

@@ -15,7 +15,6 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
-	"github.com/wmoutbox/outbox/sqlstore"
 )
 
 // TestSilentDatabaseDeadlines puts the service's store behind a fault proxy
@@ -96,17 +95,7 @@ func TestSilentDatabaseDeadlines(t *testing.T) {
 			for _, c := range calls {
 				t.Run(c.name, func(t *testing.T) {
 					t.Parallel()
-					direct, viaProxy, proxy := proxied(t, backend)
-					b := setup(t, backend, sqlstore.Mark)
-					b.db = direct
-					b.publishTracked(t, 3)
-					store, err := sqlstore.New(sqlstore.Config{Dialect: backend.Dialect, Table: b.store.Table(), Completion: sqlstore.Mark, DB: viaProxy})
-					require.NoError(t, err)
-					_, err = store.Identity(b.ctx(t))
-					require.NoError(t, err, "the identity is read while the database answers")
-					b.reg, err = outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store})
-					require.NoError(t, err)
-
+					b, proxy, _ := proxiedBundle(t, backend, 3)
 					proxy.Silence()
 					defer proxy.Restore()
 					done := make(chan error, 1)
