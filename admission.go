@@ -54,6 +54,7 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 	defer cancel()
 	identity, err := t.store.Identity(fetchCtx)
 	if err != nil {
+		m.hold(ctx, m.checks.failed())
 		return nil, refuse, &FetchError{Topic: topic, ID: id, Err: fmt.Errorf("reading the table identity: %w", err)}
 	}
 	if msg.Metadata[MetadataStore] != identity {
@@ -125,6 +126,19 @@ func verdictOf(o CheckOutcome) verdict {
 // check reads the record's state for the delivery's consumer within
 // fetchCtx; a copy it holds waits on ctx, the message's own.
 func (m *middleware) check(ctx, fetchCtx context.Context, a *admission) (CheckOutcome, error) {
+	o, err := m.checkRecord(ctx, fetchCtx, a)
+	var fetchErr *FetchError
+	if errors.As(err, &fetchErr) && !errors.Is(err, recordstore.ErrLeased) {
+		// The database did not answer: hold before the nack.
+		m.hold(ctx, m.checks.failed())
+	} else {
+		m.checks.answered()
+	}
+	return o, err
+}
+
+// checkRecord reads the record's state, as check does.
+func (m *middleware) checkRecord(ctx, fetchCtx context.Context, a *admission) (CheckOutcome, error) {
 	err := m.checkPending(fetchCtx, a)
 	var conflict *recordstore.ConsumerConflictError
 	var notDue *recordstore.NotDueError

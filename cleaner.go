@@ -21,6 +21,11 @@ type CleanerConfig struct {
 	// BatchSize is how many records one DELETE removes at most, so that no
 	// statement holds locks for long. Defaults to 1000.
 	BatchSize int
+	// StatementTimeout bounds each DELETE, so that a database that never
+	// answers fails the cleanup (logged by Run; the next one tries again)
+	// instead of hanging it. Defaults to [DefaultStatementTimeout] (30
+	// seconds).
+	StatementTimeout time.Duration
 }
 
 func (c *CleanerConfig) setDefaults() {
@@ -33,12 +38,18 @@ func (c *CleanerConfig) setDefaults() {
 	if c.BatchSize == 0 {
 		c.BatchSize = 1000
 	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = DefaultStatementTimeout
+	}
 }
 
 // Validate reports a configuration error, if any.
 func (c CleanerConfig) Validate() error {
 	if c.OlderThan < 0 || c.Interval < 0 || c.BatchSize < 1 {
 		return fmt.Errorf("%w: cleanup needs a non-negative OlderThan and a positive Interval and BatchSize (got %v, %v, %d)", ErrInvalidConfig, c.OlderThan, c.Interval, c.BatchSize)
+	}
+	if c.StatementTimeout < 0 {
+		return fmt.Errorf("%w: cleanup StatementTimeout %v is negative", ErrInvalidConfig, c.StatementTimeout)
 	}
 	return nil
 }
@@ -80,7 +91,9 @@ func (c *Cleaner) CleanOnce(ctx context.Context) (int, error) {
 	total := 0
 	for _, s := range c.stores {
 		for {
-			n, err := s.(recordstore.Cleaner).Clean(ctx, c.cfg.OlderThan, c.cfg.BatchSize)
+			sctx, cancel := context.WithTimeout(ctx, c.cfg.StatementTimeout)
+			n, err := s.(recordstore.Cleaner).Clean(sctx, c.cfg.OlderThan, c.cfg.BatchSize)
+			cancel()
 			total += n
 			if err != nil {
 				return total, fmt.Errorf("outbox: cleanup: %w", err)

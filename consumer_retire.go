@@ -60,7 +60,9 @@ func (r *replayer) reportUndeclared(ctx context.Context) {
 		if !ok {
 			continue
 		}
-		statuses, err := sr.PendingStatus(ctx)
+		sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+		statuses, err := sr.PendingStatus(sctx)
+		cancel()
 		if err != nil {
 			r.logger.Error("Reading the pending deliveries failed; consumers no longer declared are not reported", err, watermill.LogFields{"topic": first.name})
 			continue

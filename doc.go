@@ -61,11 +61,17 @@
 // # Bounded delivery
 //
 // No message makes a consumer spin and no slow database makes it hang: the
-// check has a deadline ([MiddlewareConfig.FetchTimeout]); a failed attempt
+// check has a deadline ([MiddlewareConfig.FetchTimeout]), and a failed check
+// holds its message for a growing delay before the nack
+// ([MiddlewareConfig.CheckRetryDelay]); a failed attempt
 // makes the delivery due again only after [MiddlewareConfig.Backoff], kept
 // with the record so it survives restarts; a panic counts as a failed
 // attempt; [MiddlewareConfig.MaxAttempts] abandons; a malformed record id is
-// handled once, untracked, with an error line.
+// handled once, untracked, with an error line. Publish, replay, the stale
+// resubmitter, the cleaner and [ReadStatus] bound each database statement
+// that has no deadline of its own ([DefaultStatementTimeout], and the
+// StatementTimeout of their configurations), so a database that never
+// answers fails them instead of hanging them.
 //
 // # Middleware order
 //

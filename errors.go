@@ -95,10 +95,11 @@ func (e *SendError) Unwrap() error { return e.Err }
 
 // FetchError is returned by the middleware when the record of a delivered
 // message could not be checked: the check failed or ran out of
-// [MiddlewareConfig.FetchTimeout], another delivery holds the record's lease
-// (Err wraps [recordstore.ErrLeased]), or its next attempt is not due yet
-// (Err wraps a [*recordstore.NotDueError]). The handler was not run and the
-// message is nacked so that the broker redelivers it.
+// [MiddlewareConfig.FetchTimeout], or another delivery holds the record's
+// lease (Err wraps [recordstore.ErrLeased]). The handler was not run and the
+// message is nacked so that the broker redelivers it. A copy whose next
+// attempt is not due yet is no error: the middleware holds it, nacks it
+// itself and returns nil.
 type FetchError struct {
 	Topic string
 	ID    int64

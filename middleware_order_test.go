@@ -103,7 +103,9 @@ var (
 // fails, one that always panics, one that drops, one that succeeds, and a
 // message whose outbox_id is malformed. Each ends within a bounded number
 // of runs, with the record completed, abandoned or (where the order gives
-// the message away) still pending. docs/how-it-works.md lists the rows.
+// the message away) still pending; a copy held for the backoff is logged
+// as an error in no order, is not retried by Retry and is not diverted by a
+// PoisonQueue. docs/how-it-works.md lists the rows.
 //
 // Middlewares are listed outermost first: Watermill applies the first
 // added middleware outermost.
@@ -323,6 +325,9 @@ func TestMiddlewareOrders(t *testing.T) {
 					t.Logf("handler runs %d, deliveries %d, error lines %d, poisoned %d", got, deliveries, len(lines), len(poisoned))
 					assert.LessOrEqual(t, deliveries, 20, "deliveries: nothing spins")
 					assert.LessOrEqual(t, len(lines), 30, "error lines: nothing spins")
+					for _, e := range lines {
+						assert.NotErrorIs(t, e.Err, recordstore.ErrNotDue, "a copy held for the backoff is not an error: %s", e.Msg)
+					}
 					if sc.name == "MalformedID" {
 						require.Len(t, lines, 1, "one Error line for a malformed id")
 						assert.ErrorIs(t, lines[0].Err, outbox.ErrInvalidMetadata)

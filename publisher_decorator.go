@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -127,7 +126,7 @@ func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 // message's context without its cancellation: a caller that gives up while
 // the statement or its commit is on its way would otherwise be left not
 // knowing whether the records were saved. A variable for the tests.
-var insertTimeout = 30 * time.Second
+var insertTimeout = DefaultStatementTimeout
 
 // recordsOf builds the records of a tracked publish. A message that already
 // carries outbox keys (published again after a failed send, or forwarded)

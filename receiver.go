@@ -52,8 +52,10 @@ func (m *middleware) receive(h message.HandlerFunc, msg *message.Message) ([]*me
 		handled, err := m.cfg.Inbox.Handled(checkCtx, e)
 		cancel()
 		if err != nil {
+			m.hold(ctx, m.inbox.failed())
 			return nil, &FetchError{Topic: topic, ID: c.ID, Err: fmt.Errorf("reading the inbox: %w", err)}
 		}
+		m.inbox.answered()
 		if handled {
 			m.logger.Debug("Message already handled by this consumer (inbox), acking copy without handling", fields)
 			m.reg.observer().DuplicateSkipped(topic, consumer)

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -59,6 +60,13 @@ func undecorated(pub message.Publisher) message.Publisher {
 
 // identity reads the table identity that resent messages carry, once per
 // run of a sender: a failure is a read failure, before anything is sent.
+// identityWithin is identity within timeout d.
+func identityWithin(ctx context.Context, d time.Duration, t *tracked) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return identity(ctx, t)
+}
+
 func identity(ctx context.Context, t *tracked) (string, error) {
 	id, err := t.store.Identity(ctx)
 	if err != nil {

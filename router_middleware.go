@@ -3,6 +3,7 @@ package outbox
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,24 @@ type MiddlewareConfig struct {
 	// cancellation, so that a router shutting down still completes the
 	// records of handlers that finished. Defaults to 10 seconds.
 	CompleteTimeout time.Duration
+	// CheckRetryDelay is how long the middleware holds a message whose
+	// check failed (the database refused the connection, or gave an error)
+	// before it nacks it; each further consecutive failed check of the
+	// middleware, whichever message it was for, doubles the delay up to
+	// CheckRetryMaxDelay, and the first check that the database answers
+	// resets it. A refused connection fails in microseconds: without the
+	// hold, a broker that redelivers at once would make every message in
+	// flight spin against the database and the router's error log. So,
+	// while the database is unreachable, each message in flight is checked,
+	// and its nack logged, at most once per CheckRetryDelay (20 times a
+	// second with the default), and after the first failures at most once
+	// per CheckRetryMaxDelay. The inbox check of other services' messages
+	// ([MiddlewareConfig.Inbox]) is spaced the same way, with a count of its
+	// own. Defaults to 50 milliseconds.
+	CheckRetryDelay time.Duration
+	// CheckRetryMaxDelay caps the delay of CheckRetryDelay. Defaults to 5
+	// seconds.
+	CheckRetryMaxDelay time.Duration
 
 	// LeasedNackDelay is how long the middleware holds a copy whose record
 	// another delivery has leased (a store with a delivery lease, see
@@ -98,6 +117,12 @@ func (c *MiddlewareConfig) setDefaults() {
 	if c.LeasedNackDelay == 0 {
 		c.LeasedNackDelay = 50 * time.Millisecond
 	}
+	if c.CheckRetryDelay == 0 {
+		c.CheckRetryDelay = 50 * time.Millisecond
+	}
+	if c.CheckRetryMaxDelay == 0 {
+		c.CheckRetryMaxDelay = max(5*time.Second, c.CheckRetryDelay)
+	}
 	c.Backoff.setDefaults()
 }
 
@@ -111,6 +136,9 @@ func (c MiddlewareConfig) Validate() error {
 	}
 	if c.LeasedNackDelay < 0 {
 		return fmt.Errorf("%w: LeasedNackDelay %v is negative", ErrInvalidConfig, c.LeasedNackDelay)
+	}
+	if c.CheckRetryDelay < 0 || c.CheckRetryMaxDelay < c.CheckRetryDelay {
+		return fmt.Errorf("%w: CheckRetryDelay %v must not be negative nor above CheckRetryMaxDelay %v", ErrInvalidConfig, c.CheckRetryDelay, c.CheckRetryMaxDelay)
 	}
 	if c.MaxAttempts < 0 {
 		return fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalidConfig, c.MaxAttempts)
@@ -145,7 +173,14 @@ func (c MiddlewareConfig) Validate() error {
 //     without running the handler, touching no record, logs an error and
 //     reports [Observer.Mismatched];
 //   - the check failed: returns a [*FetchError] (nack) without running the
-//     handler;
+//     handler, after holding the message for
+//     [MiddlewareConfig.CheckRetryDelay], doubled with each consecutive
+//     failed check;
+//   - the record's next attempt is not due yet ([MiddlewareConfig.Backoff]):
+//     holds the message until it is due, or until its context ends, then
+//     nacks it itself (msg.Nack) and returns nil, without running the
+//     handler: a hold is routine, so the router logs no error for it, and a
+//     Retry or PoisonQueue outside does not take it for a failure;
 //   - leased by another delivery (a store with a delivery lease): returns a
 //     [*FetchError] (nack) after LeasedNackDelay, without running the
 //     handler;
@@ -192,7 +227,9 @@ func (c MiddlewareConfig) Validate() error {
 // and nacked; a panic in the handler counts as a failed attempt (and goes
 // on up to a Recoverer, or abandons after MaxAttempts); a malformed
 // [MetadataID] is logged as an error and the handler runs once, untracked;
-// the check has a deadline ([MiddlewareConfig.FetchTimeout]).
+// the check has a deadline ([MiddlewareConfig.FetchTimeout]), and a check
+// that fails (a database that refuses connections) holds its message for a
+// growing delay before the nack ([MiddlewareConfig.CheckRetryDelay]).
 //
 // A failed completion is logged; the handler's outcome stands and the record
 // stays pending for the next replay.
@@ -215,7 +252,9 @@ func NewMiddleware(reg *Registry, cfg MiddlewareConfig, logger watermill.LoggerA
 	if cfg.Confirmations != nil {
 		cfg.Confirmations = undecorated(cfg.Confirmations)
 	}
-	m := &middleware{reg: reg, cfg: cfg, logger: logger, leasePrefix: newLeasePrefix()}
+	m := &middleware{reg: reg, cfg: cfg, logger: logger, leasePrefix: newLeasePrefix(),
+		checks: failedChecks{delay: cfg.CheckRetryDelay, max: cfg.CheckRetryMaxDelay},
+		inbox:  failedChecks{delay: cfg.CheckRetryDelay, max: cfg.CheckRetryMaxDelay}}
 	return m.wrap, nil
 }
 
@@ -227,6 +266,9 @@ type middleware struct {
 	// across processes.
 	leasePrefix string
 	leaseSeq    atomic.Uint64
+	// checks and inbox space the record checks and the inbox checks while
+	// they fail.
+	checks, inbox failedChecks
 	// unconfirmed logs, once per consumer, a message that asks for a
 	// confirmation this middleware cannot publish.
 	unconfirmed sync.Map
@@ -270,6 +312,15 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 	case skip:
 		return nil, nil
 	case refuse:
+		if errors.Is(err, recordstore.ErrNotDue) {
+			// A hold is routine: the middleware nacks the copy itself and
+			// returns nil, so that the router, which logs every handler
+			// error at Error, logs nothing (its Ack after a Nack is a
+			// no-op), and a Retry or PoisonQueue outside does not take the
+			// hold for a failure.
+			msg.Nack()
+			return nil, nil
+		}
 		return nil, err
 	case foreign:
 		return m.receive(h, msg)

@@ -28,6 +28,12 @@ type StaleResubmitterConfig struct {
 	// claim ends with the record that reaches it. Defaults to
 	// [DefaultMaxPageBytes] (16 MiB).
 	MaxBatchBytes int
+	// StatementTimeout bounds each database statement of a round (the
+	// table identity read, each claim), so that a database that never
+	// answers fails the round (logged by Run; the next round tries again)
+	// instead of hanging it. Defaults to [DefaultStatementTimeout] (30
+	// seconds).
+	StatementTimeout time.Duration
 }
 
 func (c *StaleResubmitterConfig) setDefaults() {
@@ -43,12 +49,15 @@ func (c *StaleResubmitterConfig) setDefaults() {
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = DefaultMaxPageBytes
 	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = DefaultStatementTimeout
+	}
 }
 
 // Validate reports a configuration error, if any.
 func (c StaleResubmitterConfig) Validate() error {
-	if c.OlderThan < 0 || c.Interval < 0 || c.BatchSize < 1 {
-		return fmt.Errorf("%w: stale resubmit needs a positive OlderThan, Interval and BatchSize (got %v, %v, %d)", ErrInvalidConfig, c.OlderThan, c.Interval, c.BatchSize)
+	if c.OlderThan < 0 || c.Interval < 0 || c.BatchSize < 1 || c.StatementTimeout < 0 {
+		return fmt.Errorf("%w: stale resubmit needs a positive OlderThan, Interval, BatchSize and StatementTimeout (got %v, %v, %d, %v)", ErrInvalidConfig, c.OlderThan, c.Interval, c.BatchSize, c.StatementTimeout)
 	}
 	if c.MaxBatchBytes < 1 {
 		return fmt.Errorf("%w: stale resubmit needs a positive MaxBatchBytes (got %d)", ErrInvalidConfig, c.MaxBatchBytes)
@@ -101,7 +110,7 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 		if !ok {
 			continue
 		}
-		id, err := identity(ctx, t)
+		id, err := identityWithin(ctx, r.cfg.StatementTimeout, t)
 		if err != nil {
 			return result, err
 		}
@@ -112,7 +121,9 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 		var after int64
 		reads := newPageReads(r.cfg.BatchSize, r.cfg.MaxBatchBytes)
 		for {
-			recs, more, err := reads.stale(ctx, claimer, name, after, r.cfg.OlderThan)
+			sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+			recs, more, err := reads.stale(sctx, claimer, name, after, r.cfg.OlderThan)
+			cancel()
 			if err != nil {
 				return result, &ReplayError{Topic: name, Err: fmt.Errorf("claiming stale records: %w", err)}
 			}

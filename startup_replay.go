@@ -56,6 +56,14 @@ type ReplayConfig struct {
 	// normally takes. Defaults to 0: every instance replays every pending
 	// record.
 	ClaimGrace time.Duration
+
+	// StatementTimeout bounds each database statement of the replay (the
+	// store checks, the table identity read, each page read or claim, each
+	// send-time stamp), so that a database that accepts connections and
+	// never answers makes the replay fail with a [*ReplayError] (or a
+	// [*VerifyError]), aborting the start, instead of hanging it. Defaults
+	// to [DefaultStatementTimeout] (30 seconds).
+	StatementTimeout time.Duration
 }
 
 func (c *ReplayConfig) setDefaults() {
@@ -64,6 +72,9 @@ func (c *ReplayConfig) setDefaults() {
 	}
 	if c.MaxPageBytes == 0 {
 		c.MaxPageBytes = DefaultMaxPageBytes
+	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = DefaultStatementTimeout
 	}
 }
 
@@ -77,6 +88,9 @@ func (c ReplayConfig) Validate() error {
 	}
 	if c.ClaimGrace < 0 {
 		return fmt.Errorf("%w: ClaimGrace %v is negative", ErrInvalidConfig, c.ClaimGrace)
+	}
+	if c.StatementTimeout < 0 {
+		return fmt.Errorf("%w: StatementTimeout %v is negative", ErrInvalidConfig, c.StatementTimeout)
 	}
 	return nil
 }
@@ -171,7 +185,10 @@ func (r *replayer) verify(ctx context.Context) error {
 		if !ok {
 			continue
 		}
-		if err := v.Verify(ctx); err != nil {
+		vctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+		err := v.Verify(vctx)
+		cancel()
+		if err != nil {
 			return &VerifyError{Topic: t.name, Err: err}
 		}
 	}
@@ -197,7 +214,7 @@ type page struct {
 // memory stays at five pages whatever the backlog (see PageSize).
 func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 	name, store := t.name, t.store
-	id, err := identity(ctx, t)
+	id, err := identityWithin(ctx, r.cfg.StatementTimeout, t)
 	if err != nil {
 		return 0, err
 	}
@@ -212,7 +229,9 @@ func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 		var after int64
 		reads := newPageReads(r.cfg.PageSize, r.cfg.MaxPageBytes)
 		for {
-			recs, more, err := reads.pending(ctx, store, name, after)
+			rctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+			recs, more, err := reads.pending(rctx, store, name, after)
+			cancel()
 			if err != nil {
 				select {
 				case pages <- page{err: err}:
@@ -292,6 +311,12 @@ func (r *replayer) sendPages(ctx context.Context, t *tracked, identity string, p
 // a subscriber that locks what the replay writes, would wait for a handler
 // that has not started. For those set ReplayConfig.AfterRunning. A router
 // without handlers replays after it is running and closes itself on failure.
+//
+// A start that fails leaves none of the plugin's goroutines behind. With
+// Watermill 1.5.1 the router itself leaves one (watchAllHandlersStopped)
+// after a Run that failed once a handler had subscribed, which a failed
+// replay is, and its Close then times out: a service exits after a failed
+// start rather than retrying in-process.
 func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger watermill.LoggerAdapter) message.RouterPlugin {
 	return func(router *message.Router) error {
 		r, err := newReplayer(reg, pub, cfg, logger)
@@ -300,9 +325,22 @@ func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger
 		}
 		expected := len(router.Handlers())
 		var gate *subscribeGate
-		if expected == 0 || r.cfg.AfterRunning {
+		switch {
+		case expected == 0:
+			// Nothing subscribes: only a later plugin can fail the start.
 			go r.afterRunning(router)
-		} else {
+		case r.cfg.AfterRunning:
+			// Waits on the subscriptions' context too, so that a start
+			// that fails (a subscription refused) leaves no goroutine
+			// waiting for a router that will never run.
+			err := runWithRouter(func(context.Context) error {
+				r.afterRunning(router)
+				return nil
+			})(router)
+			if err != nil {
+				return err
+			}
+		default:
 			gate = &subscribeGate{expected: expected, replay: func(ctx context.Context) error {
 				r.reportUncompleted(router)
 				_, err := r.run(ctx)
@@ -389,6 +427,8 @@ func (r *replayer) stampSent(ctx context.Context, name string, store recordstore
 	for i, rec := range recs {
 		ids[i] = rec.ID
 	}
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+	defer cancel()
 	if err := st.StampSent(ctx, ids); err != nil {
 		r.logger.Error("Recording the replay's send time failed; the stale resubmitter may resend these records sooner", err,
 			watermill.LogFields{"topic": name, "first_id": ids[0], "last_id": ids[len(ids)-1]})
@@ -423,7 +463,9 @@ func (r *replayer) replayClaimed(ctx context.Context, t *tracked, claimer record
 	var after int64 // the cursor: each record is claimed once, whatever ClaimGrace
 	reads := newPageReads(r.cfg.PageSize, r.cfg.MaxPageBytes)
 	for {
-		recs, more, err := reads.stale(ctx, claimer, t.name, after, r.cfg.ClaimGrace)
+		cctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+		recs, more, err := reads.stale(cctx, claimer, t.name, after, r.cfg.ClaimGrace)
+		cancel()
 		if err != nil {
 			return sent, &ReplayError{Topic: t.name, Err: fmt.Errorf("claiming pending records: %w", err)}
 		}

@@ -11,7 +11,9 @@ import (
 // the stores that implement [recordstore.StatusReader]; a name whose store does not is
 // left out, and a name without records reports zeros. With full false it
 // reads only pending records (Abandoned and Completed stay zero), which is
-// cheap enough for frequent health checks and metric scrapes.
+// cheap enough for frequent health checks and metric scrapes. On a ctx
+// without a deadline each store's read is bounded by
+// [DefaultStatementTimeout].
 func ReadStatus(ctx context.Context, reg *Registry, full bool) ([]TopicStatus, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
@@ -25,11 +27,13 @@ func ReadStatus(ctx context.Context, reg *Registry, full bool) ([]TopicStatus, e
 		}
 		var sts []TopicStatus
 		var err error
+		sctx, cancel := withDefaultDeadline(ctx)
 		if full {
-			sts, err = sr.Status(ctx)
+			sts, err = sr.Status(sctx)
 		} else {
-			sts, err = sr.PendingStatus(ctx)
+			sts, err = sr.PendingStatus(sctx)
 		}
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("outbox: reading the status of %q: %w", name, err)
 		}

@@ -1,0 +1,125 @@
+package outbox_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// TestFailedStartsLeakNoGoroutine starts, nine times, a router on
+// GoChannel, on SQLite, with ReplayPlugin, the stale resubmitter's and the
+// cleaner's plugins, whose start fails, and closes the GoChannel after each
+// failed Run as a service does: the goroutines that the outbox started end.
+// Watermill 1.5.1's router leaves one goroutine of its own behind per Run
+// that fails after its first subscription (watchAllHandlersStopped waits for
+// a handler that never started); the test counts those apart and checks
+// there is no more than one per start. It is not parallel: the count is the
+// process's.
+func TestFailedStartsLeakNoGoroutine(t *testing.T) {
+	const tries = 9
+	b := setup(t, testenv.Backends()[1], sqlstore.Mark)
+	crashBeforeConsumption(t, b, 3)
+	mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{}, nil)
+	require.NoError(t, err)
+	broken := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	require.NoError(t, broken.Close())
+	resubmitter, err := outbox.NewStaleResubmitter(b.reg, broken, outbox.StaleResubmitterConfig{}, nil)
+	require.NoError(t, err)
+	cleaner, err := outbox.NewCleaner(b.reg, outbox.CleanerConfig{}, nil)
+	require.NoError(t, err)
+
+	for _, sc := range []struct {
+		name string
+		// replay configures the replay; sub is the handlers' subscriber.
+		replay outbox.ReplayConfig
+		sub    func(gc *gochannel.GoChannel) message.Subscriber
+	}{
+		// The replay's publisher is closed: the replay fails once the
+		// subscriptions are open, inside the last one.
+		{name: "ReplayFailsAfterTheSubscriptionsOpened", sub: func(gc *gochannel.GoChannel) message.Subscriber { return gc }},
+		// The replay waits for the router to run, which it never does: a
+		// subscription fails.
+		{name: "AfterRunningAndASubscriptionFails", replay: outbox.ReplayConfig{AfterRunning: true},
+			sub: func(gc *gochannel.GoChannel) message.Subscriber { return refusingSubscriber{gc} }},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			start := func() {
+				gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+				defer func() { require.NoError(t, gc.Close()) }()
+				router, err := message.NewRouter(message.RouterConfig{CloseTimeout: guard}, nil)
+				require.NoError(t, err)
+				router.AddMiddleware(mw)
+				router.AddPlugin(outbox.ReplayPlugin(b.reg, broken, sc.replay, nil), resubmitter.Plugin(), cleaner.Plugin())
+				router.AddNoPublisherHandler("consume", b.topic, gc, func(*message.Message) error { return nil })
+				router.AddNoPublisherHandler("audit", "other_"+b.topic, sc.sub(gc), func(*message.Message) error { return nil })
+				require.Error(t, router.Run(context.Background()))
+			}
+			start() // anything started once per process is started now
+			before, watchers := settledGoroutines(0)
+			for range tries {
+				start()
+			}
+			after, router := settledGoroutines(before)
+			t.Logf("%d goroutines before %d failed starts, %d after, and %d more of the router's own", before, tries, after, router-watchers)
+			assert.LessOrEqual(t, after, before, "the outbox's goroutines end with a failed start:\n%s", goroutineDump())
+			assert.LessOrEqual(t, router-watchers, tries, "Watermill's router leaves at most one per failed Run")
+		})
+	}
+}
+
+// refusingSubscriber fails to subscribe.
+type refusingSubscriber struct{ message.Subscriber }
+
+func (refusingSubscriber) Subscribe(context.Context, string) (<-chan *message.Message, error) {
+	return nil, errors.New("broker refused the subscription")
+}
+
+// routerWatcher is the frame of the goroutine that Watermill's router
+// leaves behind after a Run that failed once a handler had subscribed.
+const routerWatcher = "watermill/message.(*Router).watchAllHandlersStopped"
+
+// settledGoroutines waits, up to the guard, for the count of goroutines
+// (the router's watchers apart, which it returns too) to come down to want,
+// or with want 0 to stop changing. Goroutines that end send no signal, so
+// it polls.
+func settledGoroutines(want int) (others, watchers int) {
+	deadline := time.Now().Add(guard)
+	last := -1
+	for {
+		others, watchers = countGoroutines()
+		if want > 0 && others <= want || want == 0 && others == last || !time.Now().Before(deadline) {
+			return others, watchers
+		}
+		last = others
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func countGoroutines() (others, watchers int) {
+	for _, g := range strings.Split(goroutineDump(), "\n\n") {
+		if strings.Contains(g, routerWatcher) {
+			watchers++
+		} else {
+			others++
+		}
+	}
+	return others, watchers
+}
+
+func goroutineDump() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
+}
