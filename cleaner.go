@@ -26,6 +26,16 @@ type CleanerConfig struct {
 	// instead of hanging it. Defaults to [DefaultStatementTimeout] (30
 	// seconds).
 	StatementTimeout time.Duration
+	// Inboxes are inboxes of this service ([MiddlewareConfig.Inbox]) to
+	// clean too: their entries older than InboxOlderThan are deleted in the
+	// same rounds and batches. Defaults to none.
+	Inboxes []recordstore.Inbox
+	// InboxOlderThan is how long an inbox entry is kept, by the database
+	// clock. A copy of a message that arrives after its entry was deleted
+	// runs the handler again, so keep entries longer than the senders'
+	// longest resend interval: their stale resubmitter's OlderThan, and the
+	// longest a sender may stay down and then replay. Defaults to 7 days.
+	InboxOlderThan time.Duration
 }
 
 func (c *CleanerConfig) setDefaults() {
@@ -41,6 +51,9 @@ func (c *CleanerConfig) setDefaults() {
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = DefaultStatementTimeout
 	}
+	if c.InboxOlderThan == 0 {
+		c.InboxOlderThan = 7 * 24 * time.Hour
+	}
 }
 
 // Validate reports a configuration error, if any.
@@ -51,17 +64,34 @@ func (c CleanerConfig) Validate() error {
 	if c.StatementTimeout < 0 {
 		return fmt.Errorf("%w: cleanup StatementTimeout %v is negative", ErrInvalidConfig, c.StatementTimeout)
 	}
+	if c.InboxOlderThan < 0 {
+		return fmt.Errorf("%w: cleanup InboxOlderThan %v is negative", ErrInvalidConfig, c.InboxOlderThan)
+	}
+	for i, in := range c.Inboxes {
+		if in == nil {
+			return fmt.Errorf("%w: cleanup inbox #%d is nil", ErrInvalidConfig, i)
+		}
+	}
 	return nil
 }
 
 // Cleaner deletes completed records older than [CleanerConfig.OlderThan]
-// from every store of the registry that implements [recordstore.Cleaner], in bounded
-// batches. Abandoned and pending records are kept. Several instances may run
-// one: each batch is a single short DELETE.
+// from every store of the registry that implements [recordstore.Cleaner], and
+// the entries of [CleanerConfig.Inboxes] older than
+// [CleanerConfig.InboxOlderThan], in bounded batches. Abandoned and pending
+// records are kept. Several instances may run one: each batch is a single
+// short DELETE.
 type Cleaner struct {
-	stores []recordstore.Store
-	cfg    CleanerConfig
-	logger watermill.LoggerAdapter
+	targets []cleanTarget
+	cfg     CleanerConfig
+	logger  watermill.LoggerAdapter
+}
+
+// cleanTarget is one table the cleaner deletes from, and the age it keeps.
+type cleanTarget struct {
+	clean     func(ctx context.Context, olderThan time.Duration, limit int) (int, error)
+	olderThan time.Duration
+	what      string
 }
 
 // NewCleaner returns a cleaner of the registry's stores.
@@ -78,33 +108,38 @@ func NewCleaner(reg *Registry, cfg CleanerConfig, logger watermill.LoggerAdapter
 	}
 	c := &Cleaner{cfg: cfg, logger: logger}
 	for _, t := range reg.stores() {
-		if _, ok := t.store.(recordstore.Cleaner); ok {
-			c.stores = append(c.stores, t.store)
+		if cl, ok := t.store.(recordstore.Cleaner); ok {
+			c.targets = append(c.targets, cleanTarget{clean: cl.Clean, olderThan: cfg.OlderThan, what: "completed records"})
 		}
+	}
+	for _, in := range cfg.Inboxes {
+		c.targets = append(c.targets, cleanTarget{clean: in.Clean, olderThan: cfg.InboxOlderThan, what: "inbox entries"})
 	}
 	return c, nil
 }
 
-// CleanOnce purges every store until a batch comes back short, and returns
-// how many records it deleted.
+// CleanOnce purges every store and inbox until a batch comes back short,
+// and returns how many records and entries it deleted.
 func (c *Cleaner) CleanOnce(ctx context.Context) (int, error) {
 	total := 0
-	for _, s := range c.stores {
+	for _, t := range c.targets {
+		deleted := 0
 		for {
 			sctx, cancel := context.WithTimeout(ctx, c.cfg.StatementTimeout)
-			n, err := s.(recordstore.Cleaner).Clean(sctx, c.cfg.OlderThan, c.cfg.BatchSize)
+			n, err := t.clean(sctx, t.olderThan, c.cfg.BatchSize)
 			cancel()
-			total += n
+			deleted += n
 			if err != nil {
-				return total, fmt.Errorf("outbox: cleanup: %w", err)
+				return total + deleted, fmt.Errorf("outbox: cleanup of %s: %w", t.what, err)
 			}
 			if n < c.cfg.BatchSize {
 				break
 			}
 		}
-	}
-	if total > 0 {
-		c.logger.Info("Deleted completed records", watermill.LogFields{"deleted": total})
+		if deleted > 0 {
+			c.logger.Info("Deleted old "+t.what, watermill.LogFields{"deleted": deleted})
+		}
+		total += deleted
 	}
 	return total, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -151,4 +152,44 @@ func effectOnce(msg *message.Message, db *sqlx.DB, effects string, failures *ato
 		return errors.New("failed after the commit")
 	}
 	return nil
+}
+
+// TestCleanerCleansInboxes: a receiving service's cleaner deletes its inbox
+// entries older than InboxOlderThan, and keeps the younger ones, whose
+// copies are still skipped.
+func TestCleanerCleansInboxes(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b testenv.Backend) {
+		ctx := testCtx(t)
+		db := b.Open(t)
+		inbox, err := sqlstore.NewInbox(sqlstore.InboxConfig{Dialect: b.Dialect, DB: db, Table: "inbox_" + testenv.Table(t)[2:]})
+		require.NoError(t, err)
+		require.NoError(t, inbox.Migrate(ctx))
+		t.Cleanup(func() { _, _ = db.ExecContext(context.Background(), "DROP TABLE "+inbox.Table()) })
+		for i := range 5 {
+			require.NoError(t, inbox.MarkHandled(ctx, recordstore.InboxEntry{Consumer: "billing", MessageUUID: fmt.Sprintf("old-%d", i)}))
+		}
+		require.NoError(t, inbox.MarkHandled(ctx, recordstore.InboxEntry{Consumer: "billing", MessageUUID: "young"}))
+		_, err = db.ExecContext(ctx, db.Rebind("UPDATE "+inbox.Table()+" SET handled_at = ? WHERE message_uuid <> ?"), "2000-01-01 00:00:00", "young")
+		require.NoError(t, err)
+
+		empty, err := outbox.NewRegistry()
+		require.NoError(t, err)
+		cleaner, err := outbox.NewCleaner(empty, outbox.CleanerConfig{Inboxes: []recordstore.Inbox{inbox}, InboxOlderThan: 24 * time.Hour, BatchSize: 2}, nil)
+		require.NoError(t, err)
+		n, err := cleaner.CleanOnce(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 5, n, "the old entries, in batches of 2")
+		for i := range 5 {
+			handled, err := inbox.Handled(ctx, recordstore.InboxEntry{Consumer: "billing", MessageUUID: fmt.Sprintf("old-%d", i)})
+			require.NoError(t, err)
+			assert.False(t, handled)
+		}
+		handled, err := inbox.Handled(ctx, recordstore.InboxEntry{Consumer: "billing", MessageUUID: "young"})
+		require.NoError(t, err)
+		assert.True(t, handled, "a young entry is kept")
+
+		_, err = outbox.NewCleaner(empty, outbox.CleanerConfig{Inboxes: []recordstore.Inbox{nil}}, nil)
+		assert.ErrorIs(t, err, outbox.ErrInvalidConfig)
+	})
 }
