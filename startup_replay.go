@@ -137,6 +137,7 @@ type replayer struct {
 	out    *resender
 	cfg    ReplayConfig
 	logger watermill.LoggerAdapter
+	shared sharedSubscribers
 }
 
 func newReplayer(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger watermill.LoggerAdapter) (*replayer, error) {
@@ -406,6 +407,9 @@ func (s *replayingSubscriber) Subscribe(ctx context.Context, topic string) (<-ch
 		return nil, err
 	}
 	s.r.countSubscription(topic)
+	if t := s.r.reg.lookup(topic); t != nil {
+		s.r.shared.subscribed(t, s.Subscriber, s.r.logger)
+	}
 	if s.gate == nil {
 		return ch, nil
 	}
