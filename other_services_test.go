@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -434,4 +436,34 @@ func TestInboxBusinessKeySkipsAnOperationUnderANewUUID(t *testing.T) {
 		a.stop(t)
 		r.stop(t)
 	})
+}
+
+// TestInboxRefusesAnEntryTheMessageRunsOnce: another service's message
+// whose UUID is too long for an inbox key (a sender that does not use
+// Watermill's UUIDs) is handled once and acked, with the reason logged,
+// rather than nacked for ever.
+func TestInboxRefusesAnEntryTheMessageRunsOnce(t *testing.T) {
+	t.Parallel()
+	b := testenv.Backends()[1]
+	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = broker.Close() })
+	ctx := testCtx(t)
+	db := b.Open(t)
+	inbox, err := sqlstore.NewInbox(sqlstore.InboxConfig{Dialect: b.Dialect, DB: db})
+	require.NoError(t, err)
+	require.NoError(t, inbox.Migrate(ctx))
+	a := newPeer(t, b, "A", broker, []outbox.Tracked{{Topic: "orders", RemoteConsumers: []string{"billing"}}}, outbox.MiddlewareConfig{})
+	r := newPeer(t, b, "B", broker, nil, outbox.MiddlewareConfig{Inbox: inbox, Confirmations: broker})
+	r.handle("billing", "orders", broker, nil)
+	a.start(t)
+	r.start(t)
+	long := strings.Repeat("u", sqlstore.MaxInboxField+1)
+	require.NoError(t, a.pub.Publish("orders", message.NewMessage(long, []byte("{}"))))
+	a.waitDrained(t, ctx, "orders")
+	assert.Equal(t, map[string]int{long: 1}, r.ran("billing"))
+	errs := r.logger.Entries("error")
+	require.Len(t, errs, 1)
+	assert.ErrorIs(t, errs[0].Err, recordstore.ErrInvalidEntry)
+	a.stop(t)
+	r.stop(t)
 }

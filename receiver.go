@@ -51,6 +51,13 @@ func (m *middleware) receive(h message.HandlerFunc, msg *message.Message) ([]*me
 		checkCtx, cancel := context.WithTimeout(ctx, m.cfg.FetchTimeout)
 		handled, err := m.cfg.Inbox.Handled(checkCtx, e)
 		cancel()
+		if errors.Is(err, recordstore.ErrInvalidEntry) {
+			// No redelivery makes the entry valid (an empty or oversized
+			// UUID, consumer or business key): handled, unrecorded.
+			m.logger.Error("Another service's message cannot be kept in the inbox; handling it without deduplication", err, fields)
+			m.reg.observer().NotOwned(topic, consumer)
+			return m.runReceived(h, msg, nil, c, confirm, fields)
+		}
 		if err != nil {
 			m.hold(ctx, m.inbox.failed())
 			return nil, &FetchError{Topic: topic, ID: c.ID, Err: fmt.Errorf("reading the inbox: %w", err)}
@@ -65,9 +72,18 @@ func (m *middleware) receive(h message.HandlerFunc, msg *message.Message) ([]*me
 			return nil, nil
 		}
 		r = &receipt{inbox: m.cfg.Inbox, entry: e}
-		msg.SetContext(context.WithValue(ctx, receiptKey{}, r))
 	}
 	m.reg.observer().NotOwned(topic, consumer)
+	return m.runReceived(h, msg, r, c, confirm, fields)
+}
+
+// runReceived runs the handler of another service's message, then records
+// it in the inbox (r, nil without one) and confirms it when asked.
+func (m *middleware) runReceived(h message.HandlerFunc, msg *message.Message, r *receipt, c confirmation, confirm bool, fields watermill.LogFields) ([]*message.Message, error) {
+	ctx := msg.Context()
+	if r != nil {
+		msg.SetContext(context.WithValue(ctx, receiptKey{}, r))
+	}
 	produced, herr := h(msg)
 	msg.SetContext(ctx)
 	if herr != nil && !IsDrop(herr) {
