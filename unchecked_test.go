@@ -2,6 +2,11 @@ package outbox_test
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +17,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/outboxtest"
 	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
@@ -199,4 +205,42 @@ func TestUncheckedRecords(t *testing.T) {
 			assert.Nil(t, st.Consumers)
 		})
 	})
+}
+
+// TestStatusHandlerServesTheDocumentedJSON: docs/operations.md shows what
+// the status handler serves for orders, received by "ship" here and by
+// "billing" in a service that never confirmed; the handler serves exactly
+// that, on an in-memory store whose clock the test sets.
+func TestStatusHandlerServesTheDocumentedJSON(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("docs/operations.md")
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(doc), "## HTTP status")
+	require.True(t, ok)
+	_, block, ok := strings.Cut(section, "```json\n")
+	require.True(t, ok)
+	want, _, ok := strings.Cut(block, "\n```")
+	require.True(t, ok)
+
+	var mu sync.Mutex
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	set := func(t time.Time) { mu.Lock(); now = t; mu.Unlock() }
+	store := outboxtest.NewStore(outboxtest.StoreConfig{Now: clock})
+	reg, err := outbox.NewTrackingRegistry(outbox.Tracked{Topic: "orders", Store: store, Consumers: []string{"ship"}, RemoteConsumers: []string{"billing"}})
+	require.NoError(t, err)
+	ctx := testCtx(t)
+	require.NoError(t, store.SawReceiver(ctx, "orders", "ship"))
+	set(now.Add(40400 * time.Millisecond))
+	recs := []recordstore.Record{{Topic: "orders", UUID: "a", Consumers: []string{"ship", "billing"}}, {Topic: "orders", UUID: "b", Consumers: []string{"ship", "billing"}}}
+	require.NoError(t, store.Insert(ctx, recs))
+	require.NoError(t, store.Complete(ctx, recordstore.Delivery{ID: recs[0].ID, Topic: "orders", Consumer: "ship"}))
+	set(now.Add(800 * time.Millisecond))
+
+	h, err := outbox.NewStatusHandler(reg, outbox.StatusHandlerConfig{}, nil)
+	require.NoError(t, err)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/outbox/status", nil))
+	assert.Equal(t, http.StatusOK, rec.Code, "unchecked records younger than MaxPendingAge keep the status healthy")
+	assert.Equal(t, want, strings.TrimSpace(rec.Body.String()))
 }
