@@ -39,15 +39,21 @@ func pendingStatus(t *testing.T, sr recordstore.StatusReader) map[string]records
 	return out
 }
 
+// receiverStore is a fresh store in the mode as a ReceiverRecorder and a
+// StatusReader, skipping the test when it is not both.
+func (s *contract) receiverStore(t *testing.T, mode Completion) (recordstore.Store, recordstore.ReceiverRecorder, recordstore.StatusReader) {
+	t.Helper()
+	store := s.store(t, mode)
+	return store, need[recordstore.ReceiverRecorder](t, store), need[recordstore.StatusReader](t, store)
+}
+
 // testReceivers: the receivers a store has seen, and the pending records
 // that wait for one never seen ([recordstore.ReceiverRecorder]).
 func (s *contract) testReceivers(t *testing.T) {
 	t.Run("OneReceiverNeverSeen", func(t *testing.T) {
 		t.Parallel()
 		s.forEachMode(t, func(t *testing.T, mode Completion) {
-			store := s.store(t, mode)
-			rr := need[recordstore.ReceiverRecorder](t, store)
-			sr := need[recordstore.StatusReader](t, store)
+			store, rr, sr := s.receiverStore(t, mode)
 			insert(t, store, records("orders", 2))
 			orders := pendingStatus(t, sr)["orders"]
 			assert.Equal(t, int64(2), orders.Unchecked, "no receiver of the topic was ever seen: every pending record is unchecked")
@@ -67,9 +73,7 @@ func (s *contract) testReceivers(t *testing.T) {
 	t.Run("ReceiversArePerTopic", func(t *testing.T) {
 		t.Parallel()
 		s.forEachMode(t, func(t *testing.T, mode Completion) {
-			store := s.store(t, mode)
-			rr := need[recordstore.ReceiverRecorder](t, store)
-			sr := need[recordstore.StatusReader](t, store)
+			store, rr, sr := s.receiverStore(t, mode)
 			insert(t, store, records("orders", 1))
 			require.NoError(t, rr.SawReceiver(ctx(t), "refunds", consumer))
 			got := pendingStatus(t, sr)
@@ -82,9 +86,7 @@ func (s *contract) testReceivers(t *testing.T) {
 	t.Run("DeclaredConsumerNeverSeen", func(t *testing.T) {
 		t.Parallel()
 		s.forEachMode(t, func(t *testing.T, mode Completion) {
-			store := s.store(t, mode)
-			rr := need[recordstore.ReceiverRecorder](t, store)
-			sr := need[recordstore.StatusReader](t, store)
+			store, rr, sr := s.receiverStore(t, mode)
 			recs := insert(t, store, withConsumers(3, twoConsumers...))
 			require.NoError(t, rr.SawReceiver(ctx(t), "orders", "billing"))
 			require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[0].ID, "billing")))
@@ -112,9 +114,7 @@ func (s *contract) testReceivers(t *testing.T) {
 	t.Run("TwoConsumersNeverSeen", func(t *testing.T) {
 		t.Parallel()
 		s.forEachMode(t, func(t *testing.T, mode Completion) {
-			store := s.store(t, mode)
-			rr := need[recordstore.ReceiverRecorder](t, store)
-			sr := need[recordstore.StatusReader](t, store)
+			store, rr, sr := s.receiverStore(t, mode)
 			recs := insert(t, store, withConsumers(3, "audit", "billing", "shipping"))
 			require.NoError(t, rr.SawReceiver(ctx(t), "orders", "audit"))
 			for _, r := range recs {
