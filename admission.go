@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -24,6 +25,9 @@ type admission struct {
 	// checked), put back with the other outbox keys after a failure.
 	identity string
 	fields   watermill.LogFields
+	// seen is the receiver's throttle of the records it saw
+	// (receivers_seen.go).
+	seen *atomic.Int64
 }
 
 // admit decides whether the message is this consumer's to handle and
@@ -82,18 +86,24 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 	a := &admission{t: t, idText: idText, identity: identity,
 		d: recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Declared: t.deliveries, UUID: msg.UUID,
 			Lease: m.leasePrefix + strconv.FormatUint(m.leaseSeq.Add(1), 36)},
-		fields: watermill.LogFields{"message_uuid": msg.UUID, "topic": name, "outbox_id": id, "consumer": consumer}}
+		fields: watermill.LogFields{"message_uuid": msg.UUID, "topic": name, "outbox_id": id, "consumer": consumer},
+		seen:   t.seenSlot(consumer)}
+	var o CheckOutcome
 	if tr := m.reg.tracer(); tr != nil {
-		return m.tracedCheck(tr, msg, fetchCtx, a)
+		o, err = m.tracedCheck(tr, msg, fetchCtx, a)
+	} else {
+		o, err = m.check(ctx, fetchCtx, a)
 	}
-	o, err := m.check(ctx, fetchCtx, a)
+	if foundRecord(o, err) {
+		m.reg.sawReceiver(t, a.seen, consumer, m.logger)
+	}
 	return a, verdictOf(o), err
 }
 
 // tracedCheck checks the record as admit does, in the delivery's and the
 // check's contexts the tracer gives, under the same deadline. The message
 // carries the delivery's context from then on.
-func (m *middleware) tracedCheck(tr Tracer, msg *message.Message, fetchCtx context.Context, a *admission) (*admission, verdict, error) {
+func (m *middleware) tracedCheck(tr Tracer, msg *message.Message, fetchCtx context.Context, a *admission) (CheckOutcome, error) {
 	ref := RecordRef{Topic: a.t.name, ID: a.d.ID, Consumer: a.d.Consumer}
 	ctx := tr.TraceDelivery(msg.Context(), msg, ref)
 	msg.SetContext(ctx)
@@ -107,7 +117,7 @@ func (m *middleware) tracedCheck(tr Tracer, msg *message.Message, fetchCtx conte
 	if end != nil {
 		end(o, err)
 	}
-	return a, verdictOf(o), err
+	return o, err
 }
 
 // verdictOf is what the middleware does after the check.

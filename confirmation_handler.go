@@ -60,7 +60,9 @@ func (c ConfirmationHandlerConfig) Validate() error {
 // confirmation) completes nothing, is counted ([ConfirmationObserver]) and
 // logged, and is acknowledged. A confirmation of a delivery already
 // complete is a duplicate and is acknowledged. A database error nacks it,
-// so that it comes back.
+// so that it comes back. A confirmation that matched a delivery (completed
+// it, or a duplicate) records its remote consumer as seen, as the
+// middleware records a local one ([recordstore.ReceiverRecorder]).
 //
 // [AddConfirmationHandler] adds it to a router; use this one to add it
 // yourself (with the subscriber's own middleware, say).
@@ -149,16 +151,24 @@ func (c *confirmer) handle(msg *message.Message) error {
 	case err == nil:
 		c.reg.observer().Handled(t.name, conf.Consumer)
 		c.logger.Trace("Remote consumer confirmed its delivery", fields)
+		c.sawConsumer(t, conf.Consumer)
 		return nil
 	case errors.Is(err, recordstore.ErrNotPending):
 		c.reg.observer().DuplicateSkipped(t.name, conf.Consumer)
 		c.logger.Debug("Confirmation of a delivery already complete", fields)
+		c.sawConsumer(t, conf.Consumer)
 		return nil
 	case errors.Is(err, recordstore.ErrMessageMismatch), errors.Is(err, recordstore.ErrUnknownRecord), errors.Is(err, recordstore.ErrNoDelivery):
 		c.reject(msg, conf, err.Error())
 		return nil
 	}
 	return fmt.Errorf("outbox: completing record %d of %q for remote consumer %q: %w", d.ID, d.Topic, d.Consumer, err)
+}
+
+// sawConsumer records the remote consumer of a confirmation that matched
+// one of its deliveries as seen: its service runs and confirms.
+func (c *confirmer) sawConsumer(t *tracked, consumer string) {
+	c.reg.sawReceiver(t, t.seenSlot(consumer), consumer, c.logger)
 }
 
 func (c *confirmer) fields(msg *message.Message, conf confirmation) watermill.LogFields {

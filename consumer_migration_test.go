@@ -201,7 +201,7 @@ func TestAddingConsumersToAPendingBacklog(t *testing.T) {
 				require.Len(t, status, 1)
 				assert.Equal(t, []recordstore.ConsumerStatus{
 					{Consumer: "email", Completed: n}, {Consumer: "stats", Completed: n},
-				}, status[0].Consumers, "each record has a completed delivery per declared consumer")
+				}, withoutReceivers(status[0].Consumers), "each record has a completed delivery per declared consumer")
 			})
 		})
 	}

@@ -61,12 +61,24 @@ func (c *confirmTally) ConfirmationRejected(string, string) { c.rejected.Add(1) 
 
 func newPeer(t *testing.T, b testenv.Backend, name string, broker *gochannel.GoChannel, tracked []outbox.Tracked, cfg outbox.MiddlewareConfig) *peer {
 	t.Helper()
+	return newPeerWith(t, b, name, broker, tracked, cfg, nil)
+}
+
+// newPeerWith is newPeer whose tracked topics save into wrap(store) rather
+// than into the store itself, when wrap is not nil.
+func newPeerWith(t *testing.T, b testenv.Backend, name string, broker *gochannel.GoChannel, tracked []outbox.Tracked, cfg outbox.MiddlewareConfig,
+	wrap func(*sqlstore.Store) recordstore.Store) *peer {
+	t.Helper()
 	p := &peer{name: name, logger: &testenv.CaptureLogger{}, runs: map[string]map[string]int{}, each: make(chan struct{}, 1),
 		obs: &confirmTally{tally: newTally(), handled: make(chan struct{}, 1)}, runErr: make(chan error, 1)}
 	db := b.Open(t)
 	p.store = testenv.NewStore(t, b, db, sqlstore.Mark)
+	var store recordstore.Store = p.store
+	if wrap != nil {
+		store = wrap(p.store)
+	}
 	for i := range tracked {
-		tracked[i].Store = p.store
+		tracked[i].Store = store
 	}
 	var err error
 	p.reg, err = outbox.NewRegistry(tracked...)
@@ -112,7 +124,11 @@ func (p *peer) handle(consumer, topic string, sub message.Subscriber, fn func(*m
 func (p *peer) start(t *testing.T) {
 	t.Helper()
 	go func() { p.runErr <- p.router.Run(context.Background()) }()
-	<-p.router.Running()
+	select {
+	case <-p.router.Running():
+	case err := <-p.runErr:
+		t.Fatalf("router of %s stopped before running: %v", p.name, err)
+	}
 	t.Cleanup(func() { _ = p.router.Close() })
 }
 

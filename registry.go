@@ -114,6 +114,11 @@ type tracked struct {
 	subscriptions atomic.Int32
 	// subscribed is set when a router's handler subscribes to the topic.
 	subscribed atomic.Bool
+	// seen holds, per delivery (in the order of deliveries), when this
+	// process last recorded the receiver seen; seenOne the same for the
+	// receiver of a topic without declared consumers (receivers_seen.go).
+	seen    []atomic.Int64
+	seenOne atomic.Int64
 }
 
 func (t *tracked) declares(consumer string) bool { return slices.Contains(t.consumers, consumer) }
@@ -214,6 +219,7 @@ func buildEntries(list []Tracked) (map[string]*tracked, error) {
 		}
 		if len(all) > 0 {
 			e.deliveries = all
+			e.seen = make([]atomic.Int64, len(all))
 		}
 		byName[t.Topic] = e
 	}

@@ -220,6 +220,16 @@ func (c MiddlewareConfig) Validate() error {
 // the fix, and runs untracked, so that it never skips a message the first
 // one completed.
 //
+// # Receivers seen
+//
+// On a store that implements [recordstore.ReceiverRecorder], a check that
+// answered for the record (pending, already completed, not due, leased,
+// unknown, another message's) records the consumer as seen, at most once a
+// minute per topic, consumer and process, in a goroutine off the handler's
+// path; a failed write is logged at Debug. The status then tells the
+// records that wait for a receiver never seen ([TopicStatus.Unchecked]).
+// It costs one atomic load per tracked delivery in the common case.
+//
 // # Bounded
 //
 // No message makes the consumer spin: a failed handler makes the delivery

@@ -42,7 +42,10 @@ func (c StatusHandlerConfig) Validate() error {
 // StatusReport is what the status handler serves.
 type StatusReport struct {
 	// Healthy is false when a store could not be read or a name's oldest
-	// pending record is older than MaxPendingAge.
+	// pending record is older than MaxPendingAge. A topic whose records
+	// wait for a receiver never seen ([TopicStatus.Unchecked] > 0) becomes
+	// unhealthy by the same rule once they are older than MaxPendingAge,
+	// and not before: a receiver just deployed has not checked yet.
 	Healthy bool `json:"healthy"`
 	// Error says that the stores could not be read, if they could not. It
 	// names no table, database or address, which the handler may not show

@@ -58,7 +58,11 @@ type Collector struct {
 	// declared consumer.
 	consumerPending *prometheus.Desc
 	consumerOldest  *prometheus.Desc
-	scrapeE         *prometheus.Desc
+	// unchecked and consumerUnchecked are the pending records that wait
+	// for a receiver never seen (outbox.TopicStatus.Unchecked).
+	unchecked         *prometheus.Desc
+	consumerUnchecked *prometheus.Desc
+	scrapeE           *prometheus.Desc
 }
 
 var (
@@ -104,6 +108,8 @@ func NewCollector(reg *outbox.Registry, cfg Config, logger watermill.LoggerAdapt
 	c.oldest = prometheus.NewDesc(fq("oldest_pending_age_seconds"), "Age of the oldest pending record by the database clock; 0 when none is pending.", []string{nameLabel}, nil)
 	c.consumerPending = prometheus.NewDesc(fq("consumer_pending_records"), "Records a declared consumer has still to complete.", perConsumer, nil)
 	c.consumerOldest = prometheus.NewDesc(fq("consumer_oldest_pending_age_seconds"), "Age of the oldest record a declared consumer has still to complete; 0 when none.", perConsumer, nil)
+	c.unchecked = prometheus.NewDesc(fq("unchecked_records"), "Pending records that wait for a receiver never seen checking the topic's records: a remote consumer that never confirmed, a declared consumer never deployed.", []string{nameLabel}, nil)
+	c.consumerUnchecked = prometheus.NewDesc(fq("consumer_unchecked_records"), "Records a declared consumer has still to complete while it was never seen checking one; 0 once it was.", perConsumer, nil)
 	c.scrapeE = prometheus.NewDesc(fq("status_read_errors"), "1 when the last scrape could not read the backlog.", nil, nil)
 	return c, nil
 }
@@ -117,6 +123,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.oldest
 	ch <- c.consumerPending
 	ch <- c.consumerOldest
+	ch <- c.unchecked
+	ch <- c.consumerUnchecked
 	ch <- c.scrapeE
 }
 
@@ -138,9 +146,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range sts {
 		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(st.Pending), st.Topic)
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, st.OldestPending.Seconds(), st.Topic)
+		ch <- prometheus.MustNewConstMetric(c.unchecked, prometheus.GaugeValue, float64(st.Unchecked), st.Topic)
 		for _, cs := range st.Consumers {
 			ch <- prometheus.MustNewConstMetric(c.consumerPending, prometheus.GaugeValue, float64(cs.Pending), st.Topic, cs.Consumer)
 			ch <- prometheus.MustNewConstMetric(c.consumerOldest, prometheus.GaugeValue, cs.OldestPending.Seconds(), st.Topic, cs.Consumer)
+			ch <- prometheus.MustNewConstMetric(c.consumerUnchecked, prometheus.GaugeValue, float64(cs.Unchecked), st.Topic, cs.Consumer)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
 	"github.com/wmoutbox/outbox/outboxmetrics"
+	"github.com/wmoutbox/outbox/outboxtest"
 	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
@@ -109,10 +110,58 @@ func TestCollectorCountsTheFlowAndReadsTheBacklog(t *testing.T) {
 				"app_outbox_records_replayed_total{orders}":      1,
 				"app_outbox_pending_records{orders}":             1,
 				"app_outbox_oldest_pending_age_seconds{orders}":  got["app_outbox_oldest_pending_age_seconds{orders}"],
-				"app_outbox_status_read_errors":                  0,
+				// The receiver's check is recorded off the handler's path:
+				// 1 or 0 here (TestCollectorReportsUncheckedRecords).
+				"app_outbox_unchecked_records{orders}": got["app_outbox_unchecked_records{orders}"],
+				"app_outbox_status_read_errors":        0,
 			}, got)
 			age := got["app_outbox_oldest_pending_age_seconds{orders}"]
 			assert.True(t, age >= 0 && age < time.Hour.Seconds(), "oldest pending age %v s by the database clock", age)
+		})
+	}
+}
+
+// TestCollectorReportsUncheckedRecords: a topic received by "ship" and by
+// "billing", a remote consumer whose service never confirms. Its records
+// are unchecked until billing is seen (as its first matching confirmation
+// records it), on every store.
+func TestCollectorReportsUncheckedRecords(t *testing.T) {
+	t.Parallel()
+	stores := map[string]func(t *testing.T) recordstore.Store{
+		"InMemory": func(*testing.T) recordstore.Store { return outboxtest.NewStore(outboxtest.StoreConfig{}) },
+	}
+	for _, backend := range testenv.Backends() {
+		stores[backend.Name] = func(t *testing.T) recordstore.Store {
+			return testenv.NewStore(t, backend, backend.Open(t), sqlstore.Mark)
+		}
+	}
+	for name, newStore := range stores {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			store := newStore(t)
+			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store, Consumers: []string{"ship"}, RemoteConsumers: []string{"billing"}})
+			require.NoError(t, err)
+			c, err := outboxmetrics.NewCollector(reg, outboxmetrics.Config{}, nil)
+			require.NoError(t, err)
+			deliveries := []string{"ship", "billing"}
+			recs := []recordstore.Record{{Topic: "orders", UUID: "a", Consumers: deliveries}, {Topic: "orders", UUID: "b", Consumers: deliveries}}
+			require.NoError(t, store.Insert(ctx, recs))
+			rr := store.(recordstore.ReceiverRecorder)
+			require.NoError(t, rr.SawReceiver(ctx, "orders", "ship"))
+			for _, r := range recs {
+				require.NoError(t, store.Complete(ctx, recordstore.Delivery{ID: r.ID, Topic: "orders", Consumer: "ship"}))
+			}
+
+			got := gather(t, c)
+			assert.Equal(t, 2.0, got["outbox_unchecked_records{orders}"], "both records wait for billing, never seen")
+			assert.Equal(t, 2.0, got["outbox_consumer_unchecked_records{billing}{orders}"])
+
+			require.NoError(t, rr.SawReceiver(ctx, "orders", "billing"))
+			got = gather(t, c)
+			assert.Equal(t, 2.0, got["outbox_pending_records{orders}"])
+			assert.Zero(t, got["outbox_unchecked_records{orders}"], "billing was seen")
+			assert.Zero(t, got["outbox_consumer_unchecked_records{billing}{orders}"])
 		})
 	}
 }

@@ -81,7 +81,10 @@ type Metrics struct {
 
 	pending, consumerPending, readErrors metric.Int64ObservableGauge
 	oldest, consumerOldest               metric.Float64ObservableGauge
-	registration                         metric.Registration
+	// unchecked and consumerUnchecked are the pending records that wait
+	// for a receiver never seen (outbox.TopicStatus.Unchecked).
+	unchecked, consumerUnchecked metric.Int64ObservableGauge
+	registration                 metric.Registration
 
 	// opts caches the attribute option of each topic and consumer, so that
 	// a count builds no attribute set.
@@ -136,12 +139,14 @@ func NewMetrics(reg *outbox.Registry, cfg MetricsConfig, logger watermill.Logger
 	m.oldest = floatGauge("oldest_pending_age", "Age of the oldest pending record by the database clock; 0 when none is pending.")
 	m.consumerPending = intGauge("consumer_pending_records", "{record}", "Records a declared consumer has still to complete.")
 	m.consumerOldest = floatGauge("consumer_oldest_pending_age", "Age of the oldest record a declared consumer has still to complete; 0 when none.")
+	m.unchecked = intGauge("unchecked_records", "{record}", "Pending records that wait for a receiver never seen checking the topic's records: a remote consumer that never confirmed, a declared consumer never deployed.")
+	m.consumerUnchecked = intGauge("consumer_unchecked_records", "{record}", "Records a declared consumer has still to complete while it was never seen checking one; 0 once it was.")
 	// No unit: an exporter to Prometheus would turn "1" into a "_ratio" suffix.
 	m.readErrors = intGauge("status_read_errors", "", "1 when the last collection could not read the backlog.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("outboxotel: creating the instruments: %w", err)
 	}
-	r, err := meter.RegisterCallback(m.observeBacklog, m.pending, m.oldest, m.consumerPending, m.consumerOldest, m.readErrors)
+	r, err := meter.RegisterCallback(m.observeBacklog, m.pending, m.oldest, m.consumerPending, m.consumerOldest, m.unchecked, m.consumerUnchecked, m.readErrors)
 	if err != nil {
 		return nil, fmt.Errorf("outboxotel: registering the backlog callback: %w", err)
 	}
@@ -181,10 +186,12 @@ func (m *Metrics) observeBacklog(ctx context.Context, o metric.Observer) error {
 		topic := m.opt(st.Topic, "", false)
 		o.ObserveInt64(m.pending, int64(st.Pending), topic)
 		o.ObserveFloat64(m.oldest, st.OldestPending.Seconds(), topic)
+		o.ObserveInt64(m.unchecked, st.Unchecked, topic)
 		for _, cs := range st.Consumers {
 			consumer := m.opt(st.Topic, cs.Consumer, true)
 			o.ObserveInt64(m.consumerPending, int64(cs.Pending), consumer)
 			o.ObserveFloat64(m.consumerOldest, cs.OldestPending.Seconds(), consumer)
+			o.ObserveInt64(m.consumerUnchecked, cs.Unchecked, consumer)
 		}
 	}
 	return nil

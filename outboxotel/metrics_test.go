@@ -124,8 +124,35 @@ func TestMetricsCountTheFlowAndReadTheBacklog(t *testing.T) {
 		"app.outbox.records_replayed{orders}":      1,
 		"app.outbox.pending_records{orders}":       1,
 		"app.outbox.oldest_pending_age{orders}":    age,
-		"app.outbox.status_read_errors{}":          0,
+		// The receiver's check is recorded off the handler's path: 1 or
+		// 0 here (TestMetricsReportUncheckedRecords).
+		"app.outbox.unchecked_records{orders}": got["app.outbox.unchecked_records{orders}"],
+		"app.outbox.status_read_errors{}":      0,
 	}, got)
+}
+
+// TestMetricsReportUncheckedRecords: a topic declares the consumers "email"
+// and "stats"; stats was never deployed. Its records are unchecked until
+// stats is seen.
+func TestMetricsReportUncheckedRecords(t *testing.T) {
+	t.Parallel()
+	b := setup(t, nil, "email", "stats")
+	_, reader := newMetrics(t, b.reg, outboxotel.MetricsConfig{})
+	ctx := testContext(t)
+	recs := []recordstore.Record{{Topic: topic, UUID: "a", Consumers: b.reg.Consumers(topic)}, {Topic: topic, UUID: "b", Consumers: b.reg.Consumers(topic)}}
+	require.NoError(t, b.store.Insert(ctx, recs))
+	require.NoError(t, b.store.SawReceiver(ctx, topic, "email"))
+	require.NoError(t, b.store.Complete(ctx, recordstore.Delivery{ID: recs[0].ID, Topic: topic, Consumer: "email"}))
+
+	got := collect(t, reader)
+	assert.Equal(t, 2.0, got["outbox.unchecked_records{orders}"], "both records wait for stats, never seen")
+	assert.Equal(t, 2.0, got["outbox.consumer_unchecked_records{stats}{orders}"])
+	assert.Equal(t, 0.0, got["outbox.consumer_unchecked_records{email}{orders}"])
+
+	require.NoError(t, b.store.SawReceiver(ctx, topic, "stats"))
+	got = collect(t, reader)
+	assert.Equal(t, 0.0, got["outbox.unchecked_records{orders}"])
+	assert.Equal(t, 0.0, got["outbox.consumer_unchecked_records{stats}{orders}"])
 }
 
 func TestMetricsBreakTheBacklogDownPerConsumer(t *testing.T) {

@@ -266,9 +266,25 @@ func (s *Store) status(ctx context.Context, full bool) ([]recordstore.TopicStatu
 			}
 		}
 	}
+	for _, id := range s.order {
+		if r := s.byID[id]; r.pending() && s.unchecked(r) {
+			topics[r.rec.Topic].Unchecked++
+		}
+	}
+	for topic := range s.seen {
+		if topics[topic] == nil {
+			topics[topic] = &recordstore.TopicStatus{Topic: topic}
+		}
+	}
 	out := make([]recordstore.TopicStatus, 0, len(topics))
 	for _, t := range topics {
+		t.Seen, t.SinceSeen = s.topicSeen(t.Topic, now)
 		for _, cs := range consumers[t.Topic] {
+			if at, ok := s.seen[t.Topic][cs.Consumer]; ok {
+				cs.Seen, cs.SinceSeen = true, now.Sub(at)
+			} else {
+				cs.Unchecked = cs.Pending
+			}
 			t.Consumers = append(t.Consumers, *cs)
 		}
 		slices.SortFunc(t.Consumers, func(a, b recordstore.ConsumerStatus) int { return cmp.Compare(a.Consumer, b.Consumer) })
@@ -276,6 +292,50 @@ func (s *Store) status(ctx context.Context, full bool) ([]recordstore.TopicStatu
 	}
 	slices.SortFunc(out, func(a, b recordstore.TopicStatus) int { return cmp.Compare(a.Topic, b.Topic) })
 	return out, nil
+}
+
+// SawReceiver implements [recordstore.ReceiverRecorder]: it keeps when the
+// receiver was last seen, by the store's clock.
+func (s *Store) SawReceiver(ctx context.Context, topic, consumer string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen[topic] == nil {
+		s.seen[topic] = map[string]time.Time{}
+	}
+	s.seen[topic][consumer] = s.now()
+	return nil
+}
+
+// unchecked reports whether a pending record waits for a receiver never
+// seen (see [recordstore.TopicStatus.Unchecked]).
+func (s *Store) unchecked(r *record) bool {
+	if len(r.deliveries) == 0 {
+		return len(s.seen[r.rec.Topic]) == 0
+	}
+	for c, dl := range r.deliveries {
+		if _, ok := s.seen[r.rec.Topic][c]; !ok && dl.pending() {
+			return true
+		}
+	}
+	return false
+}
+
+// topicSeen reports whether a receiver of topic was seen, and how long ago
+// the latest was.
+func (s *Store) topicSeen(topic string, now time.Time) (bool, time.Duration) {
+	var latest time.Time
+	for _, at := range s.seen[topic] {
+		if at.After(latest) {
+			latest = at
+		}
+	}
+	if latest.IsZero() {
+		return false, 0
+	}
+	return true, now.Sub(latest)
 }
 
 // Retire implements [recordstore.ConsumerRetirer]: it completes the

@@ -53,6 +53,8 @@ type Store struct {
 	all    []*record         // every record ever saved, in id order
 	// byOrigin holds the records of byID saved with an Origin.
 	byOrigin map[string]*record
+	// seen is when each receiver of each topic was last seen.
+	seen map[string]map[string]time.Time
 }
 
 // record is one saved record and its bookkeeping.
@@ -97,16 +99,17 @@ func (r *record) savedFor(d recordstore.Delivery) bool { return d.UUID == "" || 
 func (r *record) pending() bool { return r.completed.IsZero() && r.abandoned.IsZero() }
 
 var (
-	_ recordstore.Store           = (*Store)(nil)
-	_ recordstore.Verifier        = (*Store)(nil)
-	_ recordstore.Releaser        = (*Store)(nil)
-	_ recordstore.FailureRecorder = (*Store)(nil)
-	_ recordstore.Requeuer        = (*Store)(nil)
-	_ recordstore.StaleClaimer    = (*Store)(nil)
-	_ recordstore.Cleaner         = (*Store)(nil)
-	_ recordstore.StatusReader    = (*Store)(nil)
-	_ recordstore.SendStamper     = (*Store)(nil)
-	_ recordstore.ConsumerRetirer = (*Store)(nil)
+	_ recordstore.Store            = (*Store)(nil)
+	_ recordstore.Verifier         = (*Store)(nil)
+	_ recordstore.Releaser         = (*Store)(nil)
+	_ recordstore.FailureRecorder  = (*Store)(nil)
+	_ recordstore.Requeuer         = (*Store)(nil)
+	_ recordstore.StaleClaimer     = (*Store)(nil)
+	_ recordstore.Cleaner          = (*Store)(nil)
+	_ recordstore.StatusReader     = (*Store)(nil)
+	_ recordstore.SendStamper      = (*Store)(nil)
+	_ recordstore.ConsumerRetirer  = (*Store)(nil)
+	_ recordstore.ReceiverRecorder = (*Store)(nil)
 )
 
 // NewStore returns an empty in-memory store with an identity of its own.
@@ -117,7 +120,8 @@ func NewStore(cfg StoreConfig) *Store {
 	}
 	var b [16]byte
 	_, _ = rand.Read(b[:])
-	return &Store{cfg: cfg, identity: hex.EncodeToString(b[:]), byID: map[int64]*record{}, byOrigin: map[string]*record{}}
+	return &Store{cfg: cfg, identity: hex.EncodeToString(b[:]), byID: map[int64]*record{}, byOrigin: map[string]*record{},
+		seen: map[string]map[string]time.Time{}}
 }
 
 func (s *Store) now() time.Time { return s.cfg.Now() }

@@ -119,6 +119,20 @@ type TopicStatus struct {
 	// Both are zero in the result of PendingStatus.
 	Abandoned int64
 	Completed int64
+	// Unchecked is how many of the pending records wait for a receiver
+	// that was never seen ([ReceiverRecorder]): a record saved without
+	// consumers when no receiver of the topic was ever seen, a record
+	// saved with consumers when one of its pending deliveries is of a
+	// consumer never seen. Nothing completes such a record until that
+	// receiver runs; zero on a store that does not implement
+	// [ReceiverRecorder].
+	Unchecked int64
+	// Seen reports whether a receiver of the topic was ever seen, and
+	// SinceSeen how long ago the most recent one was, by the database
+	// clock (zero when never). The outbox records a receiver at most once
+	// a minute per process, so SinceSeen runs up to a minute late.
+	Seen      bool
+	SinceSeen time.Duration
 	// Consumers breaks the counts down per declared consumer, for names
 	// whose records declare consumers, in consumer order; nil otherwise.
 	Consumers []ConsumerStatus
@@ -127,13 +141,33 @@ type TopicStatus struct {
 // ConsumerStatus is the state of one consumer's deliveries of one tracked
 // name: Pending counts the records this consumer has still to complete,
 // OldestPending the age of the oldest of them. Abandoned and Completed
-// are zero in the result of PendingStatus.
+// are zero in the result of PendingStatus. Unchecked is Pending when the
+// consumer was never seen ([ReceiverRecorder]) and zero once it was; Seen
+// and SinceSeen are the consumer's own, as in [TopicStatus].
 type ConsumerStatus struct {
 	Consumer      string
 	Pending       int64
 	OldestPending time.Duration
 	Abandoned     int64
 	Completed     int64
+	Unchecked     int64
+	Seen          bool
+	SinceSeen     time.Duration
+}
+
+// ReceiverRecorder is implemented by a [Store] that remembers which
+// receivers of each topic it has seen, so that its [StatusReader] reports
+// the records that wait for a receiver never seen ([TopicStatus.Unchecked]):
+// a remote consumer whose service never confirms, a declared consumer never
+// deployed. A store that implements it reports Unchecked, Seen and
+// SinceSeen in its status; one that does not leaves them zero.
+type ReceiverRecorder interface {
+	// SawReceiver records that consumer (a handler name; "" outside a
+	// router) checked a record of topic, or confirmed one, now by the
+	// database clock: it keeps when the pair was first and last seen. The
+	// outbox calls it at most once a minute per pair and process, off the
+	// handler's path.
+	SawReceiver(ctx context.Context, topic, consumer string) error
 }
 
 // StatusReader is implemented by a [Store] that can report its backlog, for
@@ -159,7 +193,8 @@ type SendStamper interface {
 }
 
 // MarshalJSON writes the status with snake_case keys and ages in seconds, as
-// dashboards read it.
+// dashboards read it; last_seen_seconds_ago is null when no receiver was
+// ever seen.
 func (s TopicStatus) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Topic         string           `json:"topic"`
@@ -167,17 +202,30 @@ func (s TopicStatus) MarshalJSON() ([]byte, error) {
 		OldestPending float64          `json:"oldest_pending_seconds"`
 		Abandoned     int64            `json:"abandoned"`
 		Completed     int64            `json:"completed"`
+		Unchecked     int64            `json:"unchecked"`
+		LastSeen      *float64         `json:"last_seen_seconds_ago"`
 		Consumers     []ConsumerStatus `json:"consumers,omitempty"`
-	}{s.Topic, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Consumers})
+	}{s.Topic, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked, secondsAgo(s.Seen, s.SinceSeen), s.Consumers})
 }
 
 // MarshalJSON writes the status with snake_case keys and ages in seconds.
 func (s ConsumerStatus) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Consumer      string  `json:"consumer"`
-		Pending       int64   `json:"pending"`
-		OldestPending float64 `json:"oldest_pending_seconds"`
-		Abandoned     int64   `json:"abandoned"`
-		Completed     int64   `json:"completed"`
-	}{s.Consumer, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed})
+		Consumer      string   `json:"consumer"`
+		Pending       int64    `json:"pending"`
+		OldestPending float64  `json:"oldest_pending_seconds"`
+		Abandoned     int64    `json:"abandoned"`
+		Completed     int64    `json:"completed"`
+		Unchecked     int64    `json:"unchecked"`
+		LastSeen      *float64 `json:"last_seen_seconds_ago"`
+	}{s.Consumer, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked, secondsAgo(s.Seen, s.SinceSeen)})
+}
+
+// secondsAgo is a last-seen age in seconds, nil when never seen.
+func secondsAgo(seen bool, since time.Duration) *float64 {
+	if !seen {
+		return nil
+	}
+	s := since.Seconds()
+	return &s
 }

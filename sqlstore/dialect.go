@@ -92,6 +92,10 @@ type Dialect interface {
 	// an error that uniqueViolation recognizes and that leaves the
 	// transaction usable too.
 	skipDuplicates() string
+	// upsert ends an INSERT so that a row whose key columns (conflict, a
+	// column list) match a row of the table updates that row with set
+	// instead.
+	upsert(conflict, set string) string
 	// deleteOldest deletes at most limit (a placeholder) rows of the
 	// quoted table that match cond, those first whose order column is
 	// lowest.
@@ -187,6 +191,11 @@ func insertSingle(ctx context.Context, db executor, st *insertStatements, r *rec
 		return db.QueryRowContext(ctx, st.one, r.Topic, r.UUID, payloadOf(r.Payload), metadata, originArg(r.Origin)).Scan(&r.ID)
 	}
 	return db.QueryRowContext(ctx, st.one, r.Topic, r.UUID, payloadOf(r.Payload), metadata).Scan(&r.ID)
+}
+
+// onConflictUpdate is the upsert of the dialects with INSERT … ON CONFLICT.
+func onConflictUpdate(conflict, set string) string {
+	return " ON CONFLICT (" + conflict + ") DO UPDATE SET " + set
 }
 
 // originArg is a record's origin as a statement argument: NULL for none,

@@ -484,6 +484,10 @@ func (mysql) insertsAloneBelow() int { return 0 }
 // affected when the DSN sets clientFoundRows.
 func (mysql) skipDuplicates() string { return "" }
 
+// upsert: ON DUPLICATE KEY UPDATE acts on a conflict with any unique key,
+// which is the one named on the tables it is used on (their primary key).
+func (mysql) upsert(_, set string) string { return " ON DUPLICATE KEY UPDATE " + set }
+
 // deleteOldest: MySQL's single-table DELETE has ORDER BY and LIMIT (and
 // refuses a LIMIT in an IN subquery of its own table).
 func (mysql) deleteOldest(table, cond, order, limit string) string {

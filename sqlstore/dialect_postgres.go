@@ -227,6 +227,8 @@ func (postgres) insertsAloneBelow() int { return 4 }
 // INSERT's unique violation would abort the caller's transaction instead.
 func (postgres) skipDuplicates() string { return " ON CONFLICT DO NOTHING" }
 
+func (postgres) upsert(conflict, set string) string { return onConflictUpdate(conflict, set) }
+
 // deleteOldest picks the rows in a subquery, since PostgreSQL's DELETE has
 // no LIMIT, skipping those another delete holds, and deletes them by ctid:
 // matched by key instead, the plan hash-joined the picked rows with a scan

@@ -213,6 +213,8 @@ func (sqlite) insertsAloneBelow() int { return 0 }
 // another transaction to wait for: the writer waits for the write lock.
 func (sqlite) skipDuplicates() string { return " ON CONFLICT DO NOTHING" }
 
+func (sqlite) upsert(conflict, set string) string { return onConflictUpdate(conflict, set) }
+
 // deleteOldest picks the rows by rowid, since the driver's SQLite is built
 // without DELETE … LIMIT.
 func (sqlite) deleteOldest(table, cond, order, limit string) string {

@@ -10,20 +10,28 @@ import (
 const maxIdentifier = 63
 
 // maxTableName leaves room, within maxIdentifier, for the longest name the
-// store derives from the table: its index names (<table>_abandoned) and its
-// consumers table (<table>_consumers).
+// store derives from the table: its index names (<table>_abandoned), its
+// consumers table (<table>_consumers) and its receivers table
+// (<table>_receivers).
 const maxTableName = 48
 
 // derivedSuffixes are appended to the table name to name the other objects
 // of its schema: indexes, the consumers table and its own index and key,
-// and the keys and index of an inbox table.
-var derivedSuffixes = []string{"_pending", "_abandoned", "_processed", "_origin", consumersSuffix, "_c_pending", "_c_pkey", "_id_seq", "_pkey", "_bkey", "_handled"}
+// the receivers table and its key, and the keys and index of an inbox
+// table.
+var derivedSuffixes = []string{"_pending", "_abandoned", "_processed", "_origin", consumersSuffix, "_c_pending", "_c_pkey", receiversSuffix, "_r_pkey", "_id_seq", "_pkey", "_bkey", "_handled"}
 
 // consumersSuffix names the table of per-consumer deliveries.
 const consumersSuffix = "_consumers"
 
 // consumersTable is the name of the deliveries table of a record table.
 func consumersTable(table string) string { return table + consumersSuffix }
+
+// receiversSuffix names the table of the receivers seen per topic.
+const receiversSuffix = "_receivers"
+
+// receiversTable is the name of the receivers table of a record table.
+func receiversTable(table string) string { return table + receiversSuffix }
 
 // tableName is a validated table name: a plain identifier, or one qualified
 // by a schema (schema.table). The objects the store derives from the table

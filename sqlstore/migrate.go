@@ -107,6 +107,15 @@ func (t templateData) ConsumersIndex(suffix string) string {
 	return t.d.quote(t.table.name + "_c_" + suffix)
 }
 
+// ReceiversTable is the table of the receivers seen per topic.
+func (t templateData) ReceiversTable() string { return t.table.in(t.d, receiversTable(t.table.name)) }
+
+// ReceiversIndex names a key of the receivers table, kept short as
+// ConsumersIndex is.
+func (t templateData) ReceiversIndex(suffix string) string {
+	return t.d.quote(t.table.name + "_r_" + suffix)
+}
+
 // statements splits a rendered migration at semicolons that end a line.
 func statements(sqlText string) []string {
 	var out []string

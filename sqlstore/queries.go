@@ -112,6 +112,12 @@ type queries struct {
 	consumerPendingStatus  string
 	consumerStatus         string
 	listDeliveriesByRecord string // prefix ending in "record_id IN "
+	// sawReceiver records a receiver seen, receivers reads them all,
+	// unchecked counts the pending records that wait for one never seen
+	// (receivers.go).
+	sawReceiver string
+	receivers   string
+	unchecked   string
 
 	// list reads the records of a state (no Completed on a deleting
 	// table), get one record, both with the columns scanInfos reads.
@@ -160,6 +166,7 @@ type fragments struct {
 	d     Dialect
 	table tableName
 	t, tc string // the quoted record and consumers tables
+	tr    string // the quoted receivers table
 	clock string
 	mark  bool
 	// pending selects a pending record: neither completed (on a marking
@@ -203,7 +210,8 @@ func (f fragments) wait(col string) string {
 // buildQueries builds every statement of a store once, when the store is
 // made, so that its methods only execute them.
 func buildQueries(d Dialect, table tableName, mode Completion, durable bool) *queries {
-	f := fragments{d: d, table: table, t: table.quoted(d), tc: table.in(d, consumersTable(table.name)), clock: d.clock(), mark: mode == Mark, pending: "abandoned_at IS NULL"}
+	f := fragments{d: d, table: table, t: table.quoted(d), tc: table.in(d, consumersTable(table.name)),
+		tr: table.in(d, receiversTable(table.name)), clock: d.clock(), mark: mode == Mark, pending: "abandoned_at IS NULL"}
 	if !durable {
 		f.lazy = d.lazyCommit()
 	}
@@ -219,6 +227,7 @@ func buildQueries(d Dialect, table tableName, mode Completion, durable bool) *qu
 	q.buildFailure(f)
 	q.buildResend(f)
 	q.buildStatus(f)
+	q.buildReceivers(f)
 	q.buildAdmin(f)
 	q.buildSchema(f)
 	return q

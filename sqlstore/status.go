@@ -13,7 +13,8 @@ import (
 var _ recordstore.StatusReader = (*Store)(nil)
 
 // PendingStatus implements [recordstore.StatusReader]. It reads the pending
-// records, and the pending deliveries, only, through the pending indexes.
+// records, and the pending deliveries, only, through the pending indexes,
+// and the receivers table, a row per topic and consumer seen.
 func (s *Store) PendingStatus(ctx context.Context) ([]recordstore.TopicStatus, error) {
 	return s.readStatus(ctx, s.q.pendingStatus, s.q.consumerPendingStatus, false)
 }
@@ -42,7 +43,7 @@ func (s *Store) readStatus(ctx context.Context, names, consumers string, full bo
 	for i := range out {
 		out[i].Consumers = byName[out[i].Topic]
 	}
-	return out, nil
+	return s.addReceivers(ctx, db, out)
 }
 
 func (s *Store) readNames(ctx context.Context, db executor, q string, full bool) ([]recordstore.TopicStatus, error) {

@@ -57,31 +57,56 @@ type statusJSON struct {
 }
 
 // topicJSON is the status of a topic; consumers appear for records saved
-// with consumers.
+// with consumers. Unchecked and LastSeenSecsAgo are as in the status
+// handler's JSON: last_seen_seconds_ago is null when no receiver was ever
+// seen.
 type topicJSON struct {
-	Topic         string         `json:"topic"`
-	Pending       int64          `json:"pending"`
-	OldestPending float64        `json:"oldest_pending_seconds"`
-	Abandoned     int64          `json:"abandoned"`
-	Completed     int64          `json:"completed"`
-	Consumers     []consumerJSON `json:"consumers,omitempty"`
+	Topic           string         `json:"topic"`
+	Pending         int64          `json:"pending"`
+	OldestPending   float64        `json:"oldest_pending_seconds"`
+	Abandoned       int64          `json:"abandoned"`
+	Completed       int64          `json:"completed"`
+	Unchecked       int64          `json:"unchecked"`
+	LastSeenSecsAgo *float64       `json:"last_seen_seconds_ago"`
+	Consumers       []consumerJSON `json:"consumers,omitempty"`
 }
 
 type consumerJSON struct {
-	Consumer      string  `json:"consumer"`
-	Pending       int64   `json:"pending"`
-	OldestPending float64 `json:"oldest_pending_seconds"`
-	Abandoned     int64   `json:"abandoned"`
-	Completed     int64   `json:"completed"`
+	Consumer        string   `json:"consumer"`
+	Pending         int64    `json:"pending"`
+	OldestPending   float64  `json:"oldest_pending_seconds"`
+	Abandoned       int64    `json:"abandoned"`
+	Completed       int64    `json:"completed"`
+	Unchecked       int64    `json:"unchecked"`
+	LastSeenSecsAgo *float64 `json:"last_seen_seconds_ago"`
 }
 
 func toTopicJSON(st outbox.TopicStatus) topicJSON {
-	j := topicJSON{Topic: st.Topic, Pending: st.Pending, OldestPending: st.OldestPending.Seconds(), Abandoned: st.Abandoned, Completed: st.Completed}
+	j := topicJSON{Topic: st.Topic, Pending: st.Pending, OldestPending: st.OldestPending.Seconds(), Abandoned: st.Abandoned, Completed: st.Completed,
+		Unchecked: st.Unchecked, LastSeenSecsAgo: secondsAgo(st.Seen, st.SinceSeen)}
 	for _, cs := range st.Consumers {
 		j.Consumers = append(j.Consumers, consumerJSON{Consumer: cs.Consumer, Pending: cs.Pending, OldestPending: cs.OldestPending.Seconds(),
-			Abandoned: cs.Abandoned, Completed: cs.Completed})
+			Abandoned: cs.Abandoned, Completed: cs.Completed, Unchecked: cs.Unchecked, LastSeenSecsAgo: secondsAgo(cs.Seen, cs.SinceSeen)})
 	}
 	return j
+}
+
+// secondsAgo is a last-seen age in seconds, nil when never seen.
+func secondsAgo(seen bool, since time.Duration) *float64 {
+	if !seen {
+		return nil
+	}
+	s := since.Seconds()
+	return &s
+}
+
+// lastSeen is the LAST SEEN column of a topic: when a receiver of it was
+// last seen checking its records.
+func lastSeen(st outbox.TopicStatus) string {
+	if !st.Seen {
+		return "never"
+	}
+	return age(st.SinceSeen) + " ago"
 }
 
 func toJSON(r sqlstore.RecordInfo, full bool) recordJSON {

@@ -200,6 +200,7 @@ func DropTable(tb testing.TB, db *sqlx.DB, d sqlstore.Dialect, table string) {
 	defer cancel()
 	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table) // table names here are generated identifiers
 	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table+"_consumers")
+	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table+"_receivers")
 	versions, key := VersionRow(table)
 	_, _ = db.ExecContext(ctx, db.Rebind("DELETE FROM "+versions+" WHERE table_name = ?"), key)
 }

@@ -424,8 +424,8 @@ func (s *contract) testConsumerStatus(t *testing.T) {
 		assert.Equal(t, "orders", orders.Topic)
 		assert.Equal(t, int64(2), orders.Pending, "a record is pending while one of its deliveries is")
 		require.Len(t, orders.Consumers, 2)
-		assert.Equal(t, recordstore.ConsumerStatus{Consumer: "billing", Pending: 1, OldestPending: orders.Consumers[0].OldestPending, Completed: billingCompleted}, orders.Consumers[0])
-		assert.Equal(t, recordstore.ConsumerStatus{Consumer: "shipping", Pending: 1, OldestPending: orders.Consumers[1].OldestPending, Abandoned: 1, Completed: shippingCompleted}, orders.Consumers[1])
+		assert.Equal(t, recordstore.ConsumerStatus{Consumer: "billing", Pending: 1, OldestPending: orders.Consumers[0].OldestPending, Completed: billingCompleted, Unchecked: unchecked(store, 1)}, orders.Consumers[0])
+		assert.Equal(t, recordstore.ConsumerStatus{Consumer: "shipping", Pending: 1, OldestPending: orders.Consumers[1].OldestPending, Abandoned: 1, Completed: shippingCompleted, Unchecked: unchecked(store, 1)}, orders.Consumers[1])
 		assert.Greater(t, orders.Consumers[0].OldestPending, 20*365*24*time.Hour, "billing's oldest pending record is the backdated one")
 		assert.Less(t, orders.Consumers[1].OldestPending, time.Hour, "shipping's backdated delivery is abandoned")
 		assert.Nil(t, full[1].Consumers, "a name without consumers has no breakdown")
@@ -434,8 +434,8 @@ func (s *contract) testConsumerStatus(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, pending, 2)
 		require.Len(t, pending[0].Consumers, 2)
-		assert.Equal(t, recordstore.ConsumerStatus{Consumer: "billing", Pending: 1, OldestPending: orders.Consumers[0].OldestPending}, withoutAge(pending[0].Consumers[0], orders.Consumers[0].OldestPending))
-		assert.Equal(t, recordstore.ConsumerStatus{Consumer: "shipping", Pending: 1, OldestPending: orders.Consumers[1].OldestPending}, withoutAge(pending[0].Consumers[1], orders.Consumers[1].OldestPending))
+		assert.Equal(t, recordstore.ConsumerStatus{Consumer: "billing", Pending: 1, OldestPending: orders.Consumers[0].OldestPending, Unchecked: unchecked(store, 1)}, withoutAge(pending[0].Consumers[0], orders.Consumers[0].OldestPending))
+		assert.Equal(t, recordstore.ConsumerStatus{Consumer: "shipping", Pending: 1, OldestPending: orders.Consumers[1].OldestPending, Unchecked: unchecked(store, 1)}, withoutAge(pending[0].Consumers[1], orders.Consumers[1].OldestPending))
 	})
 }
 

@@ -166,6 +166,7 @@ func RunContract(t *testing.T, c Contract) {
 	t.Run("ConsumerStatus", s.testConsumerStatus)
 	t.Run("DeclaredConsumers", s.testDeclaredConsumers)
 	t.Run("Retire", s.testRetire)
+	t.Run("Receivers", s.testReceivers)
 }
 
 type contract struct {
