@@ -107,6 +107,13 @@ const dueBefore = "2000-01-02"
 // List returns up to limit records in the state whose id is greater than
 // afterID, ordered by id.
 func (s *Store) List(ctx context.Context, st State, afterID int64, limit int) ([]RecordInfo, error) {
+	return s.ListBytes(ctx, st, afterID, limit, 0)
+}
+
+// ListBytes is List that also stops at the record whose payload and
+// metadata bring the page to maxBytes (0: no bound), so that a page of
+// large payloads holds about maxBytes rather than limit payloads.
+func (s *Store) ListBytes(ctx context.Context, st State, afterID int64, limit, maxBytes int) ([]RecordInfo, error) {
 	query, err := s.listQuery(st)
 	if err != nil {
 		return nil, err
@@ -122,7 +129,7 @@ func (s *Store) List(ctx context.Context, st State, afterID int64, limit int) ([
 	if err != nil {
 		return nil, s.fail("list", err)
 	}
-	infos, err := s.scanInfos(rows)
+	infos, err := s.scanInfos(rows, maxBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +146,7 @@ func (s *Store) Get(ctx context.Context, id int64) (RecordInfo, error) {
 	if err != nil {
 		return RecordInfo{}, s.fail("get", err)
 	}
-	infos, err := s.scanInfos(rows)
+	infos, err := s.scanInfos(rows, 0)
 	if err != nil {
 		return RecordInfo{}, err
 	}

@@ -105,11 +105,12 @@ func (s *Store) scanPending(rows rowsScanner, topic string, capacity, maxBytes i
 	return out, nil
 }
 
-// scanInfos reads the rows of q.list and q.get, the columns of buildAdmin.
-func (s *Store) scanInfos(rows rowsScanner) ([]RecordInfo, error) {
+// scanInfos reads the rows of q.list and q.get, the columns of buildAdmin,
+// until their payloads and metadata reach maxBytes (0: no bound).
+func (s *Store) scanInfos(rows rowsScanner, maxBytes int) ([]RecordInfo, error) {
 	defer rows.Close()
 	var out []RecordInfo
-	for rows.Next() {
+	for bytes := 0; (maxBytes == 0 || bytes < maxBytes) && rows.Next(); bytes += out[len(out)-1].Size() {
 		var r RecordInfo
 		var md, state string
 		var age, sent int64

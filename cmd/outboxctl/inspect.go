@@ -28,13 +28,26 @@ func (c *cli) status(ctx context.Context, s *sqlstore.Store) error {
 	})
 }
 
+// listBytes bounds what one page of list holds in payloads and metadata.
+const listBytes = 16 << 20
+
+func pageBytes(infos []sqlstore.RecordInfo) int {
+	n := 0
+	for i := range infos {
+		n += infos[i].Size()
+	}
+	return n
+}
+
 func (c *cli) list(ctx context.Context, s *sqlstore.Store) error {
-	infos, err := s.List(ctx, sqlstore.State(c.state), c.after, c.limit+1) // one more tells whether there are more
+	// One more tells whether there are more; a page of large payloads
+	// stops at listBytes, and then there may be more too.
+	infos, err := s.ListBytes(ctx, sqlstore.State(c.state), c.after, c.limit+1, listBytes)
 	if err != nil {
 		return err
 	}
-	more := len(infos) > c.limit
-	if more {
+	more := len(infos) > c.limit || pageBytes(infos) >= listBytes
+	if len(infos) > c.limit {
 		infos = infos[:c.limit]
 	}
 	var next int64
