@@ -10,9 +10,11 @@ import (
 
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
-	"age":  age,
-	"pct":  pct,
-	"list": func(topic, consumer, state string) string { return recordsQuery(sqlstore.RecordFilter{Topic: topic, Consumer: consumer, State: sqlstore.State(state)}, 0) },
+	"age": age,
+	"pct": pct,
+	"list": func(topic, consumer, state string) template.URL {
+		return recordsURL(sqlstore.RecordFilter{Topic: topic, Consumer: consumer, State: sqlstore.State(state)}, 0)
+	},
 }
 
 // age writes a duration as an operator reads it: 0s, 42s, 5m10s, 3h02m,

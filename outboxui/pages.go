@@ -2,6 +2,7 @@ package outboxui
 
 import (
 	"cmp"
+	"html/template"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -98,8 +99,8 @@ type recordsData struct {
 	Filter  sqlstore.RecordFilter
 	After   int64
 	Records []sqlstore.RecordInfo
-	// Next is the query of the next page, "" on the last.
-	Next string
+	// Next is the address of the next page, "" on the last.
+	Next template.URL
 }
 
 func (h *Handler) records(w http.ResponseWriter, r *http.Request) {
@@ -122,13 +123,15 @@ func (h *Handler) records(w http.ResponseWriter, r *http.Request) {
 	}
 	d := recordsData{Filter: f, After: after, Records: recs}
 	if len(recs) == h.cfg.PageSize {
-		d.Next = recordsQuery(f, recs[len(recs)-1].ID)
+		d.Next = recordsURL(f, recs[len(recs)-1].ID)
 	}
 	h.render(w, http.StatusOK, "records", page{Title: f.Topic + " · " + string(f.State), Data: d})
 }
 
-// recordsQuery is the query of a page of the records list.
-func recordsQuery(f sqlstore.RecordFilter, after int64) string {
+// recordsURL is the relative address of a page of the records list, which
+// the templates take as it is (html/template would escape a query's "&"
+// and "=" put in an href).
+func recordsURL(f sqlstore.RecordFilter, after int64) template.URL {
 	v := url.Values{"topic": {f.Topic}, "state": {string(f.State)}}
 	if f.Consumer != "" {
 		v.Set("consumer", f.Consumer)
@@ -136,7 +139,7 @@ func recordsQuery(f sqlstore.RecordFilter, after int64) string {
 	if after > 0 {
 		v.Set("after", strconv.FormatInt(after, 10))
 	}
-	return v.Encode()
+	return template.URL("records?" + v.Encode()) //nolint:gosec // built by url.Values from the request's own filter
 }
 
 func optionalID(s string) (int64, error) {
