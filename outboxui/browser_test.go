@@ -179,4 +179,3 @@ func recordState(t *testing.T, d *seeded, id int64) sqlstore.State {
 	require.NoError(t, err)
 	return r.State
 }
-

@@ -16,6 +16,8 @@ type chart struct {
 	// under it.
 	Points, Area string
 	Max, Now     int64
+	// ViewBox leaves room for the axis labels around the plot.
+	ViewBox string
 	// Ticks label the time axis.
 	Ticks []tick
 	Empty bool
@@ -29,6 +31,7 @@ type tick struct {
 // backlogChart is the overview's chart of the total backlog.
 func backlogChart(values []int64) chart {
 	c := draw(values, 720, 160)
+	c.ViewBox = fmt.Sprintf("-40 -10 %d %d", c.Width+50, c.Height+30)
 	steps := len(values) - 1
 	for m := 0; steps > 0 && m <= steps; m += 15 {
 		ago := time.Duration(steps-m) * sqlstore.ActivityStep

@@ -2,9 +2,9 @@ package outboxui
 
 import (
 	"cmp"
-	"html/template"
 	"encoding/hex"
 	"fmt"
+	"html/template"
 	"net/http"
 	"net/url"
 	"slices"

@@ -85,7 +85,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	flags := map[string][]string{
 		"status": nil, "list": {"-state", "-after", "-limit"}, "show": nil,
 		"replay": {"-dry-run", "-batch"}, "requeue": nil, "purge": {"-older-than", "-batch"},
-		"retire": {"-topic", "-consumer"},
+		"retire": {"-topic", "-consumer"}, "serve": {"-addr", "-actions"},
 	}
 	require.Len(t, commands, len(flags))
 	for _, cmd := range commands {
