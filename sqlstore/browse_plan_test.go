@@ -31,7 +31,7 @@ FROM generate_series(1, 50000) AS i`)
 	pending, abandoned, consumer := sqlstore.BrowseStatements(s)
 	for _, c := range []struct {
 		name, query, index string
-		args           []any
+		args               []any
 	}{
 		{"Pending", pending, "_pending", []any{"orders", 0, 50}},
 		{"Abandoned", abandoned, "_abandoned", []any{"orders", 0, 50}},
