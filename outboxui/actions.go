@@ -1,6 +1,7 @@
 package outboxui
 
 import (
+	"context"
 	"crypto/subtle"
 	"errors"
 	"net/http"
@@ -70,45 +71,52 @@ func recordPage(id int64, done string) string {
 	return "record?" + url.Values{"id": {strconv.FormatInt(id, 10)}, "done": {done}}.Encode()
 }
 
-func (h *Handler) requeue(w http.ResponseWriter, r *http.Request, fields watermill.LogFields) {
-	id, ok := h.formID(w, r)
-	if !ok {
-		return
-	}
-	fields["record_id"] = id
-	ctx, cancel := h.ctx(r)
-	defer cancel()
-	if err := h.store.RequeueLater(ctx, id); err != nil {
-		if errors.Is(err, recordstore.ErrNotAbandoned) {
-			h.message(w, http.StatusConflict, "Not abandoned", "The record is not abandoned (any more): nothing was changed.")
+// conflict is the error of a record action on a record that is not in the
+// state it needs: shown, not logged as a failure.
+type conflict struct{ heading, text string }
+
+func (c *conflict) Error() string { return c.text }
+
+// recordAction is an action on the record of the form's id: act changes it
+// and returns nil, a *conflict, or another error; done names the notice
+// of the record's page and the log line.
+func (h *Handler) recordAction(done string, act func(ctx context.Context, id int64) error) func(http.ResponseWriter, *http.Request, watermill.LogFields) {
+	return func(w http.ResponseWriter, r *http.Request, fields watermill.LogFields) {
+		id, ok := h.formID(w, r)
+		if !ok {
 			return
 		}
-		h.fail(w, r, err)
-		return
+		fields["record_id"] = id
+		ctx, cancel := h.ctx(r)
+		defer cancel()
+		var c *conflict
+		switch err := act(ctx, id); {
+		case errors.As(err, &c):
+			h.message(w, http.StatusConflict, c.heading, c.text)
+			return
+		case err != nil:
+			h.fail(w, r, err)
+			return
+		}
+		h.logger.Info("outboxui: record "+done, fields)
+		seeOther(w, recordPage(id, done))
 	}
-	h.logger.Info("outboxui: record requeued", fields)
-	seeOther(w, recordPage(id, "requeued"))
 }
 
-func (h *Handler) makeDue(w http.ResponseWriter, r *http.Request, fields watermill.LogFields) {
-	id, ok := h.formID(w, r)
-	if !ok {
-		return
+func (h *Handler) requeue(ctx context.Context, id int64) error {
+	err := h.store.RequeueLater(ctx, id)
+	if errors.Is(err, recordstore.ErrNotAbandoned) {
+		return &conflict{"Not abandoned", "The record is not abandoned (any more): nothing was changed."}
 	}
-	fields["record_id"] = id
-	ctx, cancel := h.ctx(r)
-	defer cancel()
+	return err
+}
+
+func (h *Handler) makeDue(ctx context.Context, id int64) error {
 	pending, err := h.store.MakeRecordDue(ctx, id)
-	if err != nil {
-		h.fail(w, r, err)
-		return
+	if err == nil && !pending {
+		return &conflict{"Not pending", "The record is not pending (any more): nothing was changed."}
 	}
-	if !pending {
-		h.message(w, http.StatusConflict, "Not pending", "The record is not pending (any more): nothing was changed.")
-		return
-	}
-	h.logger.Info("outboxui: record made due", fields)
-	seeOther(w, recordPage(id, "due"))
+	return err
 }
 
 func (h *Handler) retire(w http.ResponseWriter, r *http.Request, fields watermill.LogFields) {

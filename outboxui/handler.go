@@ -65,8 +65,8 @@ func New(store *sqlstore.Store, cfg Config, logger watermill.LoggerAdapter) (*Ha
 	h.mux.HandleFunc("GET /records", h.records)
 	h.mux.HandleFunc("GET /record", h.record)
 	h.mux.HandleFunc("GET /style.css", h.style)
-	h.mux.HandleFunc("POST /requeue", h.action(h.requeue))
-	h.mux.HandleFunc("POST /due", h.action(h.makeDue))
+	h.mux.HandleFunc("POST /requeue", h.action(h.recordAction("requeued", h.requeue)))
+	h.mux.HandleFunc("POST /due", h.action(h.recordAction("due", h.makeDue)))
 	h.mux.HandleFunc("POST /retire", h.action(h.retire))
 	return h, nil
 }
