@@ -69,3 +69,10 @@ func WatchChecks(s *Store) *QueueWatch {
 	}
 	return watch(s.checks)
 }
+
+// BrowseStatements returns the statements of Browse: one topic's pending
+// and abandoned pages, and a consumer's pending page.
+func BrowseStatements(s *Store) (pending, abandoned, consumer string) {
+	b := &s.q.browse
+	return b.byTopic[Pending], b.byTopic[Abandoned], b.byConsumer
+}

@@ -130,6 +130,9 @@ type queries struct {
 	makeDueStamp  string
 	requeueLater  string
 
+	// browse holds the dashboard's statements (browse.go, activity.go).
+	browse browseQueries
+
 	versionQueries
 }
 
@@ -229,6 +232,7 @@ func buildQueries(d Dialect, table tableName, mode Completion, durable bool) *qu
 	q.buildStatus(f)
 	q.buildReceivers(f)
 	q.buildAdmin(f)
+	q.buildBrowse(f)
 	q.buildSchema(f)
 	return q
 }
@@ -402,16 +406,21 @@ FROM %s c JOIN %s r ON r.id = c.record_id GROUP BY r.topic, c.consumer`,
 		cPending, d.ageMicros("MIN(CASE WHEN "+cPending+" THEN r.created_at END)"), tc, t)
 }
 
-// buildAdmin builds the statements of the operator's methods: List, Get,
-// MakeDue and RequeueLater.
-func (q *queries) buildAdmin(f fragments) {
-	t, tc, p, d := f.t, f.tc, f.p, f.d
+// adminColumns are the columns of a record that scanInfos reads.
+func (f fragments) adminColumns() string {
 	state := "CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' ELSE 'pending' END"
 	if f.mark {
 		state = "CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' WHEN processed_at IS NOT NULL THEN 'completed' ELSE 'pending' END"
 	}
-	columns := fmt.Sprintf("id, topic, uuid, payload, metadata, %s, attempts, COALESCE(last_error, ''), %s, %s, %s",
-		state, d.ageMicros("created_at"), d.ageMicros("COALESCE(last_sent_at, created_at)"), sendKind())
+	return fmt.Sprintf("id, topic, uuid, payload, metadata, %s, attempts, COALESCE(last_error, ''), %s, %s, %s",
+		state, f.d.ageMicros("created_at"), f.d.ageMicros("COALESCE(last_sent_at, created_at)"), sendKind())
+}
+
+// buildAdmin builds the statements of the operator's methods: List, Get,
+// MakeDue and RequeueLater.
+func (q *queries) buildAdmin(f fragments) {
+	t, tc, p, d := f.t, f.tc, f.p, f.d
+	columns := f.adminColumns()
 	conds := map[State]string{Pending: f.pending, Abandoned: "abandoned_at IS NOT NULL"}
 	if f.mark {
 		conds[Completed] = "processed_at IS NOT NULL AND abandoned_at IS NULL"

@@ -43,6 +43,8 @@ type cli struct {
 	olderThan time.Duration
 	topic     string
 	consumer  string
+	addr      string
+	actions   bool
 
 	cmd         *command
 	args        []string

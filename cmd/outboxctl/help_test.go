@@ -19,6 +19,7 @@ Commands:
   requeue   make abandoned records pending again, due at once
   purge     delete completed records older than AGE
   retire    complete the pending deliveries of a consumer no longer declared
+  serve     serve the dashboard of the table over HTTP
 
 Global flags, before or after the command:
   -dialect dialect
@@ -38,6 +39,7 @@ Examples:
   outboxctl requeue 118 119
   outboxctl purge -older-than 720h
   outboxctl retire -topic orders -consumer stats
+  outboxctl -dsn postgres://localhost/app serve -addr 127.0.0.1:8080
 
 Run 'outboxctl help COMMAND' for a command's flags.
 `
@@ -85,7 +87,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	flags := map[string][]string{
 		"status": nil, "list": {"-state", "-after", "-limit"}, "show": nil,
 		"replay": {"-dry-run", "-batch"}, "requeue": nil, "purge": {"-older-than", "-batch"},
-		"retire": {"-topic", "-consumer"},
+		"retire": {"-topic", "-consumer"}, "serve": {"-addr", "-actions"},
 	}
 	require.Len(t, commands, len(flags))
 	for _, cmd := range commands {

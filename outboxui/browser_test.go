@@ -1,0 +1,181 @@
+package outboxui_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox/outboxui"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// browser starts a headless Chromium (Debian's package) with a fresh
+// profile and returns a tab's context. Without chromium the test skips,
+// naming it, except in CI (CI=true), where it fails: .ci/run installs it.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	path, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("chromium is not installed (apt-get install -y chromium): %v", err)
+		}
+		t.Skipf("chromium is not installed (apt-get install -y chromium): %v", err)
+	}
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(path),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1200, 900),
+	)
+	ctx, cancelTab := chromedp.NewContext(alloc)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelTimeout(); cancelTab(); cancelAlloc() })
+	require.NoError(t, chromedp.Do(ctx), "start chromium")
+	return ctx
+}
+
+// cell is the text of a cell of the overview's row.
+func cell(row, class string) string { return row + " td." + class }
+
+func topicRow(topic string) string { return fmt.Sprintf(`#topics tr.topic[data-topic=%q]`, topic) }
+
+func consumerRow(topic, consumer string) string {
+	return fmt.Sprintf(`#topics tr.consumer[data-topic=%q][data-consumer=%q]`, topic, consumer)
+}
+
+// texts reads the text of each selected element.
+func texts(t *testing.T, ctx context.Context, sel ...string) []string {
+	t.Helper()
+	out := make([]string, len(sel))
+	for i, q := range sel {
+		var err error
+		out[i], err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(q)))
+		require.NoError(t, err, q)
+	}
+	return out
+}
+
+// visit loads a page and waits for an element of it.
+func visit(t *testing.T, ctx context.Context, url, sel string) {
+	t.Helper()
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(sel))))
+}
+
+// click clicks an element and waits for an element of the page it leads
+// to.
+func click(t *testing.T, ctx context.Context, sel, then string) {
+	t.Helper()
+	step, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := chromedp.Do(step, chromedp.Click(chromedp.CSS(sel))); err != nil {
+		t.Fatalf("click %s: %v", sel, err)
+	}
+	step2, cancel2 := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel2()
+	if err := chromedp.Do(step2, chromedp.WaitVisible(chromedp.CSS(then))); err != nil {
+		loc, _ := chromedp.Run(ctx, chromedp.Location())
+		html, _ := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("main")))
+		t.Fatalf("after click %s, wait %s: %v at %s\n%s", sel, then, err, loc, html)
+	}
+}
+
+func eval(t *testing.T, ctx context.Context, js string) {
+	t.Helper()
+	_, err := chromedp.Run(ctx, chromedp.Evaluate[any](js))
+	require.NoError(t, err)
+}
+
+// TestBrowserOverviewRecordRequeue loads the overview of a store with
+// records in every state in Chromium, follows the abandoned record from
+// the overview to its page, requeues it and checks the page's new state.
+func TestBrowserOverviewRecordRequeue(t *testing.T) {
+	for _, name := range []string{"SQLite", "Postgres"} {
+		t.Run(name, func(t *testing.T) {
+			d := seed(t, backend(t, name), outboxui.Config{Actions: true})
+			ctx := browser(t)
+			base := d.server.URL + "/outbox/"
+
+			visit(t, ctx, base, "#topics")
+			got := texts(t, ctx,
+				cell(topicRow("orders"), "pending"), cell(topicRow("orders"), "abandoned"), cell(topicRow("orders"), "completed"),
+				cell(topicRow("payments"), "pending"), cell(topicRow("payments"), "abandoned"),
+				cell(consumerRow("payments", "ship"), "pending"), cell(consumerRow("payments", "ship"), "abandoned"),
+				cell(consumerRow("payments", "stats"), "pending"), cell(consumerRow("payments", "stats"), "abandoned"),
+			)
+			assert.Equal(t, []string{"1", "1", "1", "1", "1", "1", "1", "1", "0"}, got)
+			if path := os.Getenv("OUTBOXUI_SCREENSHOT"); path != "" && name == "Postgres" {
+				png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+				require.NoError(t, err)
+				require.NoError(t, os.WriteFile(path, png, 0o644))
+			}
+
+			// Follow the abandoned record: the topic's abandoned list, then
+			// the record's page.
+			id := strconv.FormatInt(d.abandoned, 10)
+			click(t, ctx, cell(topicRow("orders"), "abandoned")+" a", `#records tr[data-id="`+id+`"]`)
+			click(t, ctx, `#records tr[data-id="`+id+`"] a`, "#state")
+			got = texts(t, ctx, "#state", "#payload", "dd.err")
+			assert.Equal(t, "abandoned", got[0])
+			assert.Contains(t, got[1], "00 01 fe ff", "a binary payload is shown as hex")
+			assert.Equal(t, "broker said no", got[2])
+
+			// Without the token the browser's POST is refused.
+			eval(t, ctx, `document.querySelector('input[name="csrf"]').remove()`)
+			click(t, ctx, "#requeue", "#message")
+			assert.Contains(t, texts(t, ctx, "#message")[0], "reload the page")
+			assert.Equal(t, sqlstore.Abandoned, recordState(t, d, d.abandoned))
+
+			// Requeue it: the page shows it pending.
+			visit(t, ctx, base+"record?id="+id, "#requeue")
+			click(t, ctx, "#requeue", "#notice")
+			got = texts(t, ctx, "#notice", "#state")
+			assert.Contains(t, got[0], "Requeued")
+			assert.Equal(t, "pending", got[1])
+			assert.Equal(t, sqlstore.Pending, recordState(t, d, d.abandoned))
+			assert.NotEmpty(t, d.logger.Entries("info"), "the requeue is logged")
+
+			// The overview counts it pending now.
+			visit(t, ctx, base, "#topics")
+			assert.Equal(t, []string{"2", "0"}, texts(t, ctx, cell(topicRow("orders"), "pending"), cell(topicRow("orders"), "abandoned")))
+		})
+	}
+}
+
+// TestBrowserActionsOff: with the actions off, a record's page has no
+// action, and a form posted to an action anyway is refused.
+func TestBrowserActionsOff(t *testing.T) {
+	d := seed(t, backend(t, "SQLite"), outboxui.Config{})
+	ctx := browser(t)
+	id := strconv.FormatInt(d.abandoned, 10)
+	visit(t, ctx, d.server.URL+"/outbox/record?id="+id, "#state")
+	buttons, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('form[method="post"]').length`))
+	require.NoError(t, err)
+	// A form made by hand, as a curious operator might.
+	eval(t, ctx, `(() => { const f = document.createElement('form'); f.method = 'post'; f.action = 'requeue';
+		const i = document.createElement('input'); i.name = 'id'; i.value = '`+id+`'; f.appendChild(i);
+		document.body.appendChild(f); f.submit(); })()`)
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#message"))))
+	message := texts(t, ctx, "#message")[0]
+	assert.Zero(t, buttons)
+	assert.Contains(t, message, "did not turn its actions on")
+	assert.Equal(t, sqlstore.Abandoned, recordState(t, d, d.abandoned))
+}
+
+func recordState(t *testing.T, d *seeded, id int64) sqlstore.State {
+	t.Helper()
+	r, err := d.store.Get(testCtx(t), id)
+	require.NoError(t, err)
+	return r.State
+}

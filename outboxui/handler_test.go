@@ -1,0 +1,147 @@
+package outboxui_test
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox/outboxui"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+// post sends an action's form as a browser of the same origin would not:
+// without Origin or Sec-Fetch-Site headers, as a script would.
+func post(t *testing.T, target string, form url.Values, header http.Header) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, target, strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+var tokenField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
+
+// token reads the action token from a record's page.
+func token(t *testing.T, d *seeded, id int64) string {
+	t.Helper()
+	_, body := get(t, d.server.URL+"/outbox/record?id="+strconv.FormatInt(id, 10))
+	m := tokenField.FindStringSubmatch(body)
+	require.NotNil(t, m, "no token in the page:\n%s", body)
+	return m[1]
+}
+
+func TestActionsAreRefusedWhenOff(t *testing.T) {
+	t.Parallel()
+	d := seed(t, backend(t, "SQLite"), outboxui.Config{})
+	_, page := get(t, d.server.URL+"/outbox/record?id="+strconv.FormatInt(d.abandoned, 10))
+	assert.NotContains(t, page, `id="requeue"`, "no action button when actions are off")
+	assert.NotContains(t, page, `name="csrf"`)
+	for _, action := range []string{"requeue", "due", "retire"} {
+		code, body := post(t, d.server.URL+"/outbox/"+action, url.Values{"id": {strconv.FormatInt(d.abandoned, 10)}, "topic": {"payments"}, "consumer": {"ship"}}, nil)
+		assert.Equal(t, http.StatusForbidden, code, action)
+		assert.Contains(t, body, "Actions are off", action)
+	}
+	assert.Equal(t, sqlstore.Abandoned, recordState(t, d, d.abandoned))
+	assert.Len(t, d.logger.Entries("info"), 3, "each refusal is logged")
+}
+
+func TestActionsNeedTheTokenAndTheSameOrigin(t *testing.T) {
+	t.Parallel()
+	d := seed(t, backend(t, "SQLite"), outboxui.Config{Actions: true})
+	id := strconv.FormatInt(d.abandoned, 10)
+	target := d.server.URL + "/outbox/requeue"
+	t.Run("NoToken", func(t *testing.T) {
+		code, body := post(t, target, url.Values{"id": {id}}, nil)
+		assert.Equal(t, http.StatusForbidden, code)
+		assert.Contains(t, body, "reload the page")
+	})
+	t.Run("WrongToken", func(t *testing.T) {
+		code, _ := post(t, target, url.Values{"id": {id}, "csrf": {strings.Repeat("0", 64)}}, nil)
+		assert.Equal(t, http.StatusForbidden, code)
+	})
+	t.Run("OtherOrigin", func(t *testing.T) {
+		code, body := post(t, target, url.Values{"id": {id}, "csrf": {token(t, d, d.abandoned)}},
+			http.Header{"Origin": {"https://evil.example"}, "Sec-Fetch-Site": {"cross-site"}})
+		assert.Equal(t, http.StatusForbidden, code)
+		assert.Contains(t, body, "another site")
+	})
+	assert.Equal(t, sqlstore.Abandoned, recordState(t, d, d.abandoned), "nothing was requeued")
+	t.Run("WithToken", func(t *testing.T) {
+		code, _ := post(t, target, url.Values{"id": {id}, "csrf": {token(t, d, d.abandoned)}}, nil)
+		assert.Equal(t, http.StatusSeeOther, code)
+		assert.Equal(t, sqlstore.Pending, recordState(t, d, d.abandoned))
+	})
+}
+
+func TestErrorsShowNoDetail(t *testing.T) {
+	t.Parallel()
+	d := seed(t, backend(t, "SQLite"), outboxui.Config{})
+	code, body := get(t, d.server.URL+"/outbox/record?id=999999")
+	assert.Equal(t, http.StatusNotFound, code)
+	assert.Contains(t, body, "There is no record with this id.")
+	code, _ = get(t, d.server.URL+"/outbox/records?state=completed&topic=orders")
+	assert.Equal(t, http.StatusBadRequest, code)
+
+	// A store whose table is gone: the page says so without naming it.
+	s, err := sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite(), Table: "no_such_table", DB: d.store.DB()})
+	require.NoError(t, err)
+	ui, err := outboxui.New(s, outboxui.Config{}, nil)
+	require.NoError(t, err)
+	srv := httptestServer(t, ui)
+	code, body = get(t, srv+"/")
+	assert.Equal(t, http.StatusInternalServerError, code)
+	assert.Contains(t, body, "The service&#39;s log has the detail.")
+	assert.NotContains(t, body, "no_such_table")
+}
+
+func TestAuthorizeRefusesBeforeReading(t *testing.T) {
+	t.Parallel()
+	d := seed(t, backend(t, "SQLite"), outboxui.Config{Authorize: func(r *http.Request) error {
+		if r.Header.Get("X-Operator") == "" {
+			return errors.New("not an operator")
+		}
+		return nil
+	}})
+	code, body := get(t, d.server.URL+"/outbox/")
+	assert.Equal(t, http.StatusForbidden, code)
+	assert.NotContains(t, body, "orders")
+}
+
+func TestConfigIsValidated(t *testing.T) {
+	t.Parallel()
+	s, err := sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite(), Table: "t"})
+	require.NoError(t, err)
+	for _, cfg := range []outboxui.Config{{PageSize: 501}, {PageSize: -1}, {PayloadLimit: 8}, {Timeout: -1}} {
+		_, err := outboxui.New(s, cfg, nil)
+		assert.ErrorIs(t, err, sqlstore.ErrInvalidConfig, "%+v", cfg)
+	}
+	_, err = outboxui.New(nil, outboxui.Config{}, nil)
+	assert.ErrorIs(t, err, sqlstore.ErrInvalidConfig)
+}
