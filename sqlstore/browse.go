@@ -127,7 +127,7 @@ func (s *Store) browsePage(ctx context.Context, db executor, q string, args ...a
 	if err != nil {
 		return nil, s.fail("browse", err)
 	}
-	return s.scanInfos(rows)
+	return s.scanInfos(rows, 0)
 }
 
 // RetryTimes says when the next attempts of a record's deliveries are due,
