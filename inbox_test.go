@@ -91,7 +91,11 @@ func TestExactlyOnceEffectInTheReceiversDatabase(t *testing.T) {
 			router.AddNoPublisherHandler("effects", "effects", broker, handle)
 			runErr := make(chan error, 1)
 			go func() { runErr <- router.Run(context.Background()) }()
-			<-router.Running()
+			select {
+			case <-router.Running():
+			case err := <-runErr:
+				t.Fatalf("the router stopped before it ran: %v", err)
+			}
 			t.Cleanup(func() {
 				require.NoError(t, router.Close())
 				require.NoError(t, <-runErr)

@@ -280,7 +280,11 @@ func TestReceiversInOtherServices(t *testing.T) {
 			router.AddNoPublisherHandler("audit", "audit_log", broker, func(*message.Message) error { return nil })
 			runErr := make(chan error, 1)
 			go func() { runErr <- router.Run(context.Background()) }()
-			<-router.Running()
+			select {
+			case <-router.Running():
+			case err := <-runErr:
+				t.Fatalf("the router stopped before it ran: %v", err)
+			}
 			require.NoError(t, router.Close())
 			require.NoError(t, <-runErr)
 			entries := logger.Entries("error")

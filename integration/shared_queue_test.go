@@ -55,7 +55,11 @@ func TestAMQPDeclaredConsumersSharingAQueueAreReported(t *testing.T) {
 	}
 	runErr := make(chan error, 1)
 	go func() { runErr <- router.Run(context.Background()) }()
-	<-router.Running()
+	select {
+	case <-router.Running():
+	case err := <-runErr:
+		t.Fatalf("the router stopped before it ran: %v", err)
+	}
 	require.NoError(t, router.Close())
 	require.NoError(t, <-runErr)
 	errs := logger.Entries("error")
