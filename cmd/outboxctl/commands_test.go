@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,7 +79,7 @@ $`, r.stdout)
 		r = f.ctl(t, "replay", "-dry-run")
 		require.Zero(t, r.code, r.stderr)
 		assert.Equal(t, "2 pending record(s) would be made due (dry run, nothing changed)\n", r.stdout)
-		assert.Contains(t, r.stderr, "2/2", "progress is drawn on stderr")
+		assert.Empty(t, r.stderr, "no progress when stderr is not a terminal")
 		claimed, err := f.store.ClaimStale(t.Context(), "orders", 0, time.Hour, 10)
 		require.NoError(t, err)
 		assert.Empty(t, claimed, "a dry run changes nothing")
@@ -226,4 +228,41 @@ func TestRetire(t *testing.T) {
 		assert.Regexp(t, `\norders\s+2\s+\S+\s+1\s+1\s`, r.stdout, "another topic is not touched")
 		assert.Regexp(t, `\npayments\s+1\s+\S+\s+0\s+2\s`, r.stdout)
 	})
+}
+
+// TestListAndRequeueOfRecordsWithConsumers: list shows the attempts and
+// last error of a record's deliveries, and requeue of an id the table does
+// not hold says "not found", as show does.
+func TestListAndRequeueOfRecordsWithConsumers(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend) {
+		f := newFixture(t, b)
+		recs := []recordstore.Record{{Topic: "payments", UUID: "payment-1", Consumers: []string{"email", "stats"}}}
+		require.NoError(t, f.store.Insert(t.Context(), recs))
+		d := recordstore.Delivery{ID: recs[0].ID, Topic: "payments", Consumer: "stats"}
+		for range 2 {
+			_, _, err := f.store.RecordFailure(t.Context(), d, "stats service down", 2, nil)
+			require.NoError(t, err)
+		}
+		require.NoError(t, f.store.Complete(t.Context(), recordstore.Delivery{ID: recs[0].ID, Topic: "payments", Consumer: "email"}))
+
+		r := f.ctl(t, "list", "-state", "abandoned")
+		require.Zero(t, r.code, r.stderr)
+		assert.Regexp(t, `\n`+strconv.FormatInt(recs[0].ID, 10)+`\s+payments\s+payment-1\s+abandoned\s+2\s.*stats service down`, r.stdout)
+
+		r = f.ctl(t, "requeue", "999999")
+		assert.NotZero(t, r.code)
+		assert.Contains(t, r.stderr, "record not found")
+		r = f.ctl(t, "show", "999999")
+		assert.NotZero(t, r.code)
+		assert.Contains(t, r.stderr, "record not found")
+	})
+}
+
+// TestProgressLine: what a long operation draws on a terminal.
+func TestProgressLine(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, "[###############...............] 50/100 25/s", progressLine(50, 100, 2*time.Second))
+	assert.Equal(t, "1200 600/s", progressLine(1200, 0, 2*time.Second))
+	assert.False(t, isTerminal(&strings.Builder{}))
 }

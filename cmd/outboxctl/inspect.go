@@ -63,8 +63,9 @@ func (c *cli) list(ctx context.Context, s *sqlstore.Store) error {
 	}
 	err = c.printTable("ID\tTOPIC\tUUID\tSTATE\tATTEMPTS\tAGE\tRESENT\tCONSUMERS\tLAST ERROR", func(w io.Writer) {
 		for _, r := range infos {
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ID, r.Topic, r.UUID, r.State, r.Attempts, age(r.Age), resent(r),
-				deliveriesLine(r.Deliveries), oneLine(r.LastError, 60))
+			attempts, lastError := attemptsAndError(r)
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ID, r.Topic, r.UUID, r.State, attempts, age(r.Age), resent(r),
+				deliveriesLine(r.Deliveries), oneLine(lastError, 60))
 		}
 	})
 	if err == nil && more {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -40,14 +42,19 @@ func (c *cli) requeue(ctx context.Context, s *sqlstore.Store) error {
 	if err != nil {
 		return err
 	}
+	bar := newProgress(c.errOut, int64(len(ids)))
 	for i, id := range ids {
 		if err := s.RequeueLater(ctx, id); err != nil {
+			bar.finish()
+			err = notFound(ctx, s, id, err)
 			if i > 0 {
 				return fmt.Errorf("%w (requeued before it: %v)", err, ids[:i])
 			}
 			return err
 		}
+		bar.set(int64(i + 1))
 	}
+	bar.finish()
 	if c.json {
 		return c.printJSON(map[string]any{"requeued": ids})
 	}
@@ -57,21 +64,38 @@ func (c *cli) requeue(ctx context.Context, s *sqlstore.Store) error {
 
 func (c *cli) purge(ctx context.Context, s *sqlstore.Store) error {
 	total := 0
+	bar := newProgress(c.errOut, 0)
 	for {
 		n, err := s.Clean(ctx, c.olderThan, c.batch)
 		total += n
 		if err != nil {
+			bar.finish()
 			return err
 		}
+		bar.set(int64(total))
 		if n < c.batch {
 			break
 		}
 	}
+	bar.finish()
 	if c.json {
 		return c.printJSON(map[string]any{"deleted": total})
 	}
 	fmt.Fprintf(c.out, "%d completed record(s) deleted\n", total)
 	return nil
+}
+
+// notFound turns the error of an operation on a record that is not in
+// the table into the "record not found" that show gives, rather than the
+// operation's own complaint (such as "not abandoned").
+func notFound(ctx context.Context, s *sqlstore.Store, id int64, err error) error {
+	if !errors.Is(err, recordstore.ErrNotAbandoned) {
+		return err
+	}
+	if _, gerr := s.Get(ctx, id); errors.Is(gerr, sqlstore.ErrRecordNotFound) {
+		return gerr
+	}
+	return err
 }
 
 func (c *cli) retire(ctx context.Context, s *sqlstore.Store) error {

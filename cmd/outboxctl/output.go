@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -155,6 +156,22 @@ func lastSent(r sqlstore.RecordInfo) string {
 	}
 }
 
+// attemptsAndError are a list row's ATTEMPTS and LAST ERROR: the record's
+// own, or for a record with deliveries the most attempts of one of them
+// and the last error of the one that failed most.
+func attemptsAndError(r sqlstore.RecordInfo) (int, string) {
+	attempts, lastError := r.Attempts, r.LastError
+	for _, d := range r.Deliveries {
+		if d.Attempts > attempts || (d.Attempts == attempts && lastError == "") {
+			attempts = d.Attempts
+			if d.LastError != "" {
+				lastError = d.LastError
+			}
+		}
+	}
+	return attempts, lastError
+}
+
 // deliveriesLine summarizes the per-consumer deliveries of a record for a
 // table row: "billing=completed shipping=pending(2)"; "-" when it has none.
 func deliveriesLine(ds []sqlstore.DeliveryInfo) string {
@@ -205,24 +222,58 @@ func pendingTotal(ctx context.Context, s *sqlstore.Store) int64 {
 	return total
 }
 
-// progress draws a one-line bar on w.
+// progress draws a one-line count and rate on w while a long operation
+// runs, and the bar against total when it is known; it draws nothing when
+// w is not a terminal, so that scripts and logs get only the result.
 type progress struct {
-	w     io.Writer
-	total int64
+	w      io.Writer
+	total  int64
+	start  time.Time
+	drawn  bool
+	active bool
 }
 
-func newProgress(w io.Writer, total int64) *progress { return &progress{w: w, total: total} }
+func newProgress(w io.Writer, total int64) *progress {
+	return &progress{w: w, total: total, start: time.Now(), active: isTerminal(w)}
+}
+
+// isTerminal reports whether w is a character device, such as a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
 
 func (p *progress) set(done int64) {
-	if p.total <= 0 {
-		fmt.Fprintf(p.w, "\r%d", done)
+	if !p.active {
 		return
 	}
-	const width = 30
-	filled := int(min(done, p.total) * width / p.total)
-	fmt.Fprintf(p.w, "\r[%s%s] %d/%d", strings.Repeat("#", filled), strings.Repeat(".", width-filled), done, p.total)
+	p.drawn = true
+	fmt.Fprint(p.w, "\r"+progressLine(done, p.total, time.Since(p.start)))
 }
 
-func (p *progress) finish() { fmt.Fprintln(p.w) }
+// progressLine is what set draws: the count, the bar when the total is
+// known, and the rate.
+func progressLine(done, total int64, elapsed time.Duration) string {
+	rate := ""
+	if elapsed > 0 {
+		rate = fmt.Sprintf(" %.0f/s", float64(done)/elapsed.Seconds())
+	}
+	if total <= 0 {
+		return fmt.Sprintf("%d%s", done, rate)
+	}
+	const width = 30
+	filled := int(min(done, total) * width / total)
+	return fmt.Sprintf("[%s%s] %d/%d%s", strings.Repeat("#", filled), strings.Repeat(".", width-filled), done, total, rate)
+}
+
+func (p *progress) finish() {
+	if p.drawn {
+		fmt.Fprintln(p.w)
+	}
+}
 
 func base64Of(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
