@@ -16,7 +16,7 @@ const (
 	// MetadataTopic holds the tracked topic, so the receiver finds the store.
 	MetadataTopic = "outbox_topic"
 	// MetadataStore holds the identity of the table the record lives in
-	// ([Store.Identity]), so that a receiver acts only on its own records.
+	// ([recordstore.Store.Identity]), so that a receiver acts only on its own records.
 	MetadataStore = "outbox_store"
 	// MetadataConfirmTo holds the topic a receiver in another service
 	// confirms its delivery to, in messages of a topic with remote

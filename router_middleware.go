@@ -149,104 +149,54 @@ func (c MiddlewareConfig) Validate() error {
 	return c.Backoff.Validate()
 }
 
-// NewMiddleware returns the router middleware that completes the records of
-// tracked messages. Add it before (outside of) Retry, and of a PoisonQueue
-// that diverts dropped messages; a PoisonQueue that diverts abandoned ones
-// ([IsAbandoned]) goes outside it.
+// NewMiddleware returns the router middleware that checks and completes the
+// records of tracked messages (step 2 of [How it works]). Add it before
+// (outside of) Retry; see [Middleware order].
 //
-// A message without [MetadataID] runs the handler untouched. A message with
-// outbox metadata is this service's only when its table identity
-// ([MetadataStore]) is the store of the topic the handler subscribed to and
-// its [MetadataTopic] is that topic; any other (another service's tracked
-// message, another topic's record) runs the handler untracked, touching no
-// table. For its own messages the middleware:
+// A message is this service's when its [MetadataStore] is the store of the
+// topic the handler subscribed to and its [MetadataTopic] is that topic; any
+// other message, and one without [MetadataID], runs the handler untracked.
+// For its own messages, the middleware checks the record for the consumer
+// (the handler name) and then:
 //
-//   - checks that the record is pending for this consumer (the handler
-//     name), within FetchTimeout, on a connection it gives back before the
-//     handler runs;
-//   - already completed by this consumer: acknowledges without running the
-//     handler;
-//   - no such record in the table: acknowledges without running the
-//     handler, and logs a warning;
-//   - the record was saved for another message (the message's UUID is not
-//     the record's: a forged or corrupted message naming it): acknowledges
-//     without running the handler, touching no record, logs an error and
+//   - pending and due: runs the handler, and completes the delivery when the
+//     handler succeeded or returned a [Drop] error, or leaves it pending and
+//     returns the handler's error; a handler that completed the record in
+//     its transaction ([CompleteTx]) is not completed again;
+//   - already completed by this consumer, or not in the table: acknowledges
+//     without running the handler (a missing record is logged);
+//   - saved for another message UUID: acknowledges, touching no record, and
 //     reports [Observer.Mismatched];
-//   - the check failed: returns a [*FetchError] (nack) without running the
-//     handler, after holding the message for
-//     [MiddlewareConfig.CheckRetryDelay], doubled with each consecutive
-//     failed check;
-//   - the record's next attempt is not due yet ([MiddlewareConfig.Backoff]):
-//     holds the message until it is due, or until its context ends, then
-//     nacks it itself (msg.Nack) and returns nil, without running the
-//     handler: a hold is routine, so the router logs no error for it, and a
-//     Retry or PoisonQueue outside does not take it for a failure;
-//   - leased by another delivery (a store with a delivery lease): returns a
-//     [*FetchError] (nack) after LeasedNackDelay, without running the
-//     handler;
-//   - runs the handler, then completes the consumer's delivery when the
-//     handler succeeded or returned a [Drop] error (which is acknowledged),
-//     or leaves it pending and returns the handler's error (nack),
-//     releasing its lease;
-//   - skips its own completion when the handler completed the record in its
-//     transaction ([CompleteTx]);
-//   - on a store that implements [recordstore.FailureRecorder], counts each failure with
-//     its error text and, after [MiddlewareConfig.MaxAttempts] failures,
-//     abandons the delivery and returns an [*AbandonedError] instead.
+//   - not due yet ([MiddlewareConfig.Backoff]): holds the message until it is
+//     due, then nacks it itself and returns nil;
+//   - the check failed, or another delivery holds the lease: returns a
+//     [*FetchError] after a delay ([MiddlewareConfig.CheckRetryDelay],
+//     LeasedNackDelay);
+//   - after [MiddlewareConfig.MaxAttempts] failures, on a store that
+//     implements [recordstore.FailureRecorder]: abandons the delivery and
+//     returns an [*AbandonedError].
 //
-// # Produced messages
+// Messages the handler returns count: the delivery completes once the router
+// has published them, and a failed publish is a failed attempt. With
+// [PublisherDecorator], a rerun of the handler sends the first run's saved
+// messages again rather than saving new ones. While the handler runs, the
+// outbox keys are removed from the metadata and the record is available from
+// [RecordFromContext]. [Several receivers] and [Bounded delivery] say how
+// declared consumers and failures are handled.
 //
-// A handler that returns messages succeeds only once the router has
-// published them: the delivery is completed when the router acks it. A
-// failed publish (the router nacks) is a failed attempt, as a handler error
-// is: it is counted, with the backoff and MaxAttempts, and an abandonment
-// after it is logged and reported to OnAbandon, since the middleware has
-// returned. With [PublisherDecorator] on the router, each produced message
-// to a tracked topic is saved with a key of the delivery and its position
-// ([recordstore.Record.Origin]), so that a rerun of the handler saves no
-// second record and sends the first run's saved message again (its UUID,
-// payload and metadata) rather than the rerun's; the decorator counts its
-// failure before the router nacks, so the copy the broker redelivers at
-// once is held by the backoff. A publish the decorator does not see (an
-// untracked topic, a publisher without it) is counted after the nack,
-// racing the redelivery; a store with a delivery lease closes that race.
+// Another service's tracked message is handled as its receiver: see
+// [Receivers in other services] ([MiddlewareConfig.Inbox],
+// [MiddlewareConfig.Confirmations]). On a store that implements
+// [recordstore.ReceiverRecorder], a check that answered records the
+// consumer as seen, at most once a minute per topic, consumer and process,
+// off the handler's path, so that the status tells the records that wait
+// for a receiver never seen ([TopicStatus.Unchecked]).
 //
-// # Several receivers
-//
-// A topic that declares its consumers ([Tracked.Consumers]) is checked and
-// completed per consumer; a handler that is not declared runs untracked and
-// is logged as an error. A topic without declared consumers has one
-// receiver: a second handler that receives it is logged as an error, with
-// the fix, and runs untracked, so that it never skips a message the first
-// one completed.
-//
-// # Receivers seen
-//
-// On a store that implements [recordstore.ReceiverRecorder], a check that
-// answered for the record (pending, already completed, not due, leased,
-// unknown, another message's) records the consumer as seen, at most once a
-// minute per topic, consumer and process, in a goroutine off the handler's
-// path; a failed write is logged at Debug. The status then tells the
-// records that wait for a receiver never seen ([TopicStatus.Unchecked]).
-// It costs one atomic load per tracked delivery in the common case.
-//
-// # Bounded
-//
-// No message makes the consumer spin: a failed handler makes the delivery
-// due again only after [MiddlewareConfig.Backoff], and an early copy is held
-// and nacked; a panic in the handler counts as a failed attempt (and goes
-// on up to a Recoverer, or abandons after MaxAttempts); a malformed
-// [MetadataID] is logged as an error and the handler runs once, untracked;
-// the check has a deadline ([MiddlewareConfig.FetchTimeout]), and a check
-// that fails (a database that refuses connections) holds its message for a
-// growing delay before the nack ([MiddlewareConfig.CheckRetryDelay]).
-//
-// A failed completion is logged; the handler's outcome stands and the record
-// stays pending for the next replay.
-//
-// While the handler runs, the outbox keys are removed from the message
-// metadata and the record is available from [RecordFromContext]; they are put
-// back if the handler fails, so an outer Retry sees the message as delivered.
+// [How it works]: https://pkg.go.dev/github.com/wmoutbox/outbox#hdr-How_it_works
+// [Middleware order]: https://pkg.go.dev/github.com/wmoutbox/outbox#hdr-Middleware_order
+// [Several receivers]: https://pkg.go.dev/github.com/wmoutbox/outbox#hdr-Several_receivers
+// [Bounded delivery]: https://pkg.go.dev/github.com/wmoutbox/outbox#hdr-Bounded_delivery
+// [Receivers in other services]: https://pkg.go.dev/github.com/wmoutbox/outbox#hdr-Receivers_in_other_services
 func NewMiddleware(reg *Registry, cfg MiddlewareConfig, logger watermill.LoggerAdapter) (message.HandlerMiddleware, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)

@@ -63,11 +63,9 @@ type Coalescing struct {
 	// arriving. With a few publishers, waiting for the insert in flight
 	// costs a disk flush, more than combining saves; with more, every
 	// insert waits and combines as before. Defaults to 4 on PostgreSQL
-	// (saturated, 4 publishers: 1.06× to 1.17× the rate of always
-	// combining between runs, 16 publishers: the same; see
-	// docs/benchmarks.md) and off elsewhere: SQLite writes one statement at
-	// a time, and MySQL/MariaDB were not measured. A negative value turns
-	// it off.
+	// (measured in docs/benchmarks.md) and off elsewhere: SQLite writes one
+	// statement at a time, and MySQL/MariaDB were not measured. A negative
+	// value turns it off.
 	InsertsAloneBelow int
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 
 	"github.com/IBM/sarama"
@@ -22,8 +21,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
-	_ "modernc.org/sqlite"
 
+	"github.com/wmoutbox/outbox/_examples/shop"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -171,18 +170,10 @@ func connect(ctx context.Context, broker string, logger watermill.LoggerAdapter)
 	}
 	c.closers = append(c.closers, c.pub.Close, c.sub.Close)
 	if c.store == nil {
-		// A file removed first (with its WAL files) so that every run starts clean.
-		file := filepath.Join(os.TempDir(), "outbox-example-anybroker-"+broker+".db")
-		for _, f := range []string{file, file + "-wal", file + "-shm"} {
-			if err := os.RemoveAll(f); err != nil {
-				return nil, err
-			}
-		}
-		db, err := sqlx.Open("sqlite", "file:"+file+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
+		db, err := shop.SQLite("anybroker-" + broker)
 		if err != nil {
 			return nil, err
 		}
-		db.SetMaxOpenConns(1) // SQLite has one writer
 		c.closers = append([]func() error{db.Close}, c.closers...)
 		if c.store, err = sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite(), DB: db}); err != nil { // outbox
 			return nil, err

@@ -11,7 +11,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -27,6 +26,7 @@ import (
 	"github.com/jmoiron/sqlx"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/_examples/shop"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -43,8 +43,7 @@ func main() {
 func pubSub(broker string, db *sqlx.DB, logger watermill.LoggerAdapter) (message.Publisher, message.Subscriber, error) {
 	switch broker {
 	case "sqlv4":
-		// Messages are rows of a table per topic, the same tables as v3's;
-		// the JSON payload column wants JSON payloads.
+		// Messages are rows of a table per topic, the same tables as v3's.
 		beginner := wsql.BeginnerFromStdSQL(db)
 		pub, err := wsql.NewPublisher(beginner, wsql.PublisherConfig{
 			SchemaAdapter: wsql.DefaultPostgreSQLSchema{}, AutoInitializeSchema: true,
@@ -107,7 +106,7 @@ func run(broker string) error {
 	if err := store.Migrate(ctx); err != nil { // outbox
 		return err
 	}
-	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store}) // outbox
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: shop.Topic, Store: store}) // outbox
 	if err != nil {
 		return err
 	}
@@ -122,61 +121,9 @@ func run(broker string) error {
 	}
 	router.AddMiddleware(mw)                                                       // outbox
 	router.AddPlugin(outbox.ReplayPlugin(reg, pub, outbox.ReplayConfig{}, logger)) // outbox
-	// The topic table or queue outlives the run, and a copy whose
-	// acknowledgement the previous run's shutdown cut off comes again: the
-	// handler skips orders of earlier runs.
-	run := watermill.NewShortUUID()
-	shipped := make(chan struct{}, 10)
-	router.AddNoPublisherHandler("ship_orders", "orders", sub, func(msg *message.Message) error {
-		if msg.Metadata.Get("run") != run {
-			return nil
-		}
-		var order struct{ ID string }
-		if err := json.Unmarshal(msg.Payload, &order); err != nil {
-			return err
-		}
-		fmt.Println("shipped", order.ID)
-		shipped <- struct{}{}
-		return nil
-	})
-	runErr := make(chan error, 1)
-	go func() { runErr <- router.Run(ctx) }()
-	select {
-	case <-router.Running():
-	case err := <-runErr:
-		return err
-	}
-
-	orders, err := outbox.NewPublisher(pub, reg) // outbox
+	orders, err := outbox.NewPublisher(pub, reg)                                   // outbox
 	if err != nil {
 		return err
 	}
-	for _, order := range []string{"order-1", "order-2", "order-3"} {
-		msg := message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf(`{"id":%q}`, order)))
-		msg.Metadata.Set("run", run)
-		if err := orders.Publish("orders", msg); err != nil {
-			return err
-		}
-	}
-	for range 3 {
-		select {
-		case <-shipped:
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the orders to ship: %w", ctx.Err())
-		}
-	}
-	// Close waits for the running handlers, so their records are completed.
-	if err := errors.Join(router.Close(), <-runErr); err != nil {
-		return err
-	}
-
-	status, err := outbox.ReadStatus(ctx, reg, false)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("%s: 3 orders shipped; %d records pending\n", broker, status[0].Pending)
-	if status[0].Pending != 0 {
-		return errors.New("records left pending")
-	}
-	return nil
+	return shop.Run(ctx, broker, router, sub, orders, reg)
 }

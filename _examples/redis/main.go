@@ -1,7 +1,7 @@
-// Command redis is a Watermill service on watermill-redisstream and Redis
-// Streams (REDIS_ADDR) that adopted the outbox: the lines marked // outbox are
-// all it took. It publishes three orders, ships them, and no record is left
-// pending.
+// Command redis is the shop service on watermill-redisstream and Redis
+// Streams (REDIS_ADDR) with the outbox adopted: the lines marked // outbox
+// are all it took. It publishes three orders, ships them, and no record is
+// left pending.
 //
 //	go run ./_examples/redis
 package main
@@ -9,21 +9,17 @@ package main
 import (
 	"cmp"
 	"context"
-	"errors"
-	"fmt"
 	"log"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
-	_ "modernc.org/sqlite"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/_examples/shop"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -57,21 +53,11 @@ func run() error {
 	}
 	defer sub.Close()
 
-	// The service's database: a SQLite file, removed first (with its WAL files)
-	// so that every run starts clean.
-	file := filepath.Join(os.TempDir(), "outbox-example-redis.db")
-	for _, f := range []string{file, file + "-wal", file + "-shm"} {
-		if err := os.RemoveAll(f); err != nil {
-			return err
-		}
-	}
-	db, err := sqlx.Open("sqlite", "file:"+file+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
+	db, err := shop.SQLite("redis")
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	db.SetMaxOpenConns(1) // SQLite has one writer
-
 	store, err := sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite(), DB: db}) // outbox
 	if err != nil {
 		return err
@@ -79,7 +65,7 @@ func run() error {
 	if err := store.Migrate(ctx); err != nil { // outbox
 		return err
 	}
-	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store}) // outbox
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: shop.Topic, Store: store}) // outbox
 	if err != nil {
 		return err
 	}
@@ -94,57 +80,9 @@ func run() error {
 	}
 	router.AddMiddleware(mw)                                                       // outbox
 	router.AddPlugin(outbox.ReplayPlugin(reg, pub, outbox.ReplayConfig{}, logger)) // outbox
-	// The stream outlives the run, and a copy whose acknowledgement the
-	// previous run's shutdown cut off comes again: the handler skips orders of
-	// earlier runs.
-	run := watermill.NewShortUUID()
-	shipped := make(chan struct{}, 10)
-	router.AddNoPublisherHandler("ship_orders", "orders", sub, func(msg *message.Message) error {
-		if msg.Metadata.Get("run") != run {
-			return nil
-		}
-		fmt.Printf("shipped %s\n", msg.Payload)
-		shipped <- struct{}{}
-		return nil
-	})
-	runErr := make(chan error, 1)
-	go func() { runErr <- router.Run(ctx) }()
-	select {
-	case <-router.Running():
-	case err := <-runErr:
-		return err
-	}
-
-	orders, err := outbox.NewPublisher(pub, reg) // outbox
+	orders, err := outbox.NewPublisher(pub, reg)                                   // outbox
 	if err != nil {
 		return err
 	}
-	for _, order := range []string{"order-1", "order-2", "order-3"} {
-		msg := message.NewMessage(watermill.NewUUID(), []byte(order))
-		msg.Metadata.Set("run", run)
-		if err := orders.Publish("orders", msg); err != nil {
-			return err
-		}
-	}
-	for range 3 {
-		select {
-		case <-shipped:
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the orders to ship: %w", ctx.Err())
-		}
-	}
-	// Close waits for the running handlers, so their records are completed.
-	if err := errors.Join(router.Close(), <-runErr); err != nil {
-		return err
-	}
-
-	status, err := outbox.ReadStatus(ctx, reg, false)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("redis: 3 orders shipped; %d records pending\n", status[0].Pending)
-	if status[0].Pending != 0 {
-		return errors.New("records left pending")
-	}
-	return nil
+	return shop.Run(ctx, "redis", router, sub, orders, reg)
 }
