@@ -190,6 +190,7 @@ func TestUncheckedRecords(t *testing.T) {
 
 			a.start(t) // the replay sends the pending record
 			a.waitRan(t, ctx, "orders_handler", before)
+			a.waitDrained(t, ctx, "orders") // completed, a moment after the handler ran
 			waitSeen(t, ctx, seen, "orders_handler")
 			// Sent where nobody subscribes: they stay pending.
 			elsewhere := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
