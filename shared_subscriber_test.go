@@ -34,15 +34,23 @@ func TestDeclaredConsumersSharingASubscriberAreReported(t *testing.T) {
 	t.Parallel()
 	b := testenv.Backends()[1]
 	store := testenv.NewStore(t, b, b.Open(t), sqlstore.Mark)
-	gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-	t.Cleanup(func() { _ = gc.Close() })
-	shared := &queueSubscriber{gc: gc}
-	for name, subs := range map[string][2]message.Subscriber{
-		"OneSubscriberForBoth": {shared, shared},
-		"ASubscriberEach":      {&queueSubscriber{gc: gc}, &queueSubscriber{gc: gc}},
-		"OneGoChannelForBoth":  {gc, gc},
+	// Each case has a GoChannel of its own: the router closes the
+	// subscribers of its handlers, so a case whose subscriber is the
+	// GoChannel itself would close it under the cases after it.
+	for name, subs := range map[string]func(gc *gochannel.GoChannel) [2]message.Subscriber{
+		"OneSubscriberForBoth": func(gc *gochannel.GoChannel) [2]message.Subscriber {
+			shared := &queueSubscriber{gc: gc}
+			return [2]message.Subscriber{shared, shared}
+		},
+		"ASubscriberEach": func(gc *gochannel.GoChannel) [2]message.Subscriber {
+			return [2]message.Subscriber{&queueSubscriber{gc: gc}, &queueSubscriber{gc: gc}}
+		},
+		"OneGoChannelForBoth": func(gc *gochannel.GoChannel) [2]message.Subscriber { return [2]message.Subscriber{gc, gc} },
 	} {
 		t.Run(name, func(t *testing.T) {
+			gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+			t.Cleanup(func() { _ = gc.Close() })
+			subs := subs(gc)
 			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders_" + name, Store: store, Consumers: []string{"email", "stats"}})
 			require.NoError(t, err)
 			logger := &testenv.CaptureLogger{}
@@ -54,7 +62,11 @@ func TestDeclaredConsumersSharingASubscriberAreReported(t *testing.T) {
 			}
 			runErr := make(chan error, 1)
 			go func() { runErr <- router.Run(context.Background()) }()
-			<-router.Running()
+			select {
+			case <-router.Running():
+			case err := <-runErr:
+				require.NoError(t, err, "the router did not start")
+			}
 			require.NoError(t, router.Close())
 			require.NoError(t, <-runErr)
 			var reported []string
