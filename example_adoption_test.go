@@ -46,7 +46,7 @@ func adoptOutbox(ctx context.Context, db *sql.DB, router *message.Router, publis
 	}
 	router.AddMiddleware(mw)                                                             // checks and completes records
 	router.AddPublisherDecorators(outbox.PublisherDecorator(reg))                        // records what handlers publish
-	router.AddPlugin(outbox.ReplayPlugin(reg, publisher, outbox.ReplayConfig{}, logger)) // replays pending records at start
+	router.AddPlugin(outbox.ReplayPlugin(reg, publisher, outbox.ReplayConfig{}, logger)) // replays at start, resends what stays pending while running
 	// The publisher for the service's code: a tracked topic gets a record first.
 	return outbox.NewPublisher(publisher, reg)
 }

@@ -10,3 +10,14 @@ func SetInsertTimeout(d time.Duration) (restore func()) {
 	insertTimeout = d
 	return func() { insertTimeout = old }
 }
+
+// SetResubmitDefaults sets the default OlderThan and Interval of the stale
+// resubmitter (and so the replay's default ClaimGrace) until the returned
+// function restores them, so that a test of the README's adoption, which
+// sets neither, runs in milliseconds. Tests that call it must not run in
+// parallel with tests that rely on the defaults.
+func SetResubmitDefaults(olderThan, interval time.Duration) (restore func()) {
+	oldAge, oldInterval := defaultResubmitOlderThan, defaultResubmitInterval
+	defaultResubmitOlderThan, defaultResubmitInterval = olderThan, interval
+	return func() { defaultResubmitOlderThan, defaultResubmitInterval = oldAge, oldInterval }
+}

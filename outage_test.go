@@ -104,7 +104,7 @@ func TestReplayDatabaseFailsHalfway(t *testing.T) {
 		gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 		defer gc.Close()
 		failAfterFirst := &hookPublisher{Publisher: gc, after: func() { b.store.Attach(closedDB(t, backend)) }}
-		_, err = outbox.Replay(b.ctx(t), b.reg, failAfterFirst, outbox.ReplayConfig{PageSize: 2}, nil)
+		_, err = outbox.Replay(b.ctx(t), b.reg, failAfterFirst, outbox.ReplayConfig{PageSize: 2, Mode: outbox.ReplayAll}, nil)
 		var replayErr *outbox.ReplayError
 		require.ErrorAs(t, err, &replayErr)
 		// The reader reads ahead by at most two pages of two.

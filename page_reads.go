@@ -60,6 +60,22 @@ func (p *pageReads) stale(ctx context.Context, claimer recordstore.StaleClaimer,
 	return recs, p.adapt(recs, limit), nil
 }
 
+// replay claims the next page of topic's records for a replay by claims:
+// with [recordstore.ReplayClaimer], those never sent again after their
+// publish too; with a bare [recordstore.StaleClaimer], the stale ones.
+func (p *pageReads) replay(ctx context.Context, claimer recordstore.StaleClaimer, topic string, after int64, grace time.Duration) ([]recordstore.Record, bool, error) {
+	rc, ok := claimer.(recordstore.ReplayClaimer)
+	if !ok {
+		return p.stale(ctx, claimer, topic, after, grace)
+	}
+	limit := p.limit
+	recs, err := rc.ClaimReplay(ctx, topic, after, grace, limit, p.maxBytes)
+	if err != nil {
+		return nil, false, err
+	}
+	return recs, p.adapt(recs, limit), nil
+}
+
 // adapt sets the next read's limit from the records of a read that asked
 // for asked, and reports whether more records may follow it.
 func (p *pageReads) adapt(recs []recordstore.Record, asked int) bool {

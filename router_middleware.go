@@ -76,6 +76,16 @@ type MiddlewareConfig struct {
 	// middleware sees nothing. Defaults to nil.
 	OnAbandon func(msg *message.Message, err *AbandonedError)
 
+	// OnUntracked, when set, is called with each message of a tracked
+	// topic of this service's table that the middleware lets through to
+	// its handler untracked, touching no record: a handler that is not a
+	// declared consumer of the topic, a second handler of a topic that
+	// declares none, malformed outbox metadata, a topic completed on
+	// send. The record stays pending for its consumers. The outbox logs
+	// the cause (once per handler at Error); outboxtest.Deliver uses it to
+	// fail the test. Defaults to nil.
+	OnUntracked func(msg *message.Message)
+
 	// Inbox, when set, deduplicates the tracked messages of other services
 	// (messages whose records live in another service's table) per
 	// consumer: a copy that the consumer has already handled is
@@ -268,6 +278,9 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 	a, v, err := m.admit(msg, idText)
 	switch v {
 	case untracked:
+		if m.cfg.OnUntracked != nil {
+			m.cfg.OnUntracked(msg)
+		}
 		return h(msg)
 	case skip:
 		return nil, nil

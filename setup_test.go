@@ -124,6 +124,10 @@ func (c *countingPublisher) Publish(topic string, msgs ...*message.Message) erro
 	return c.Publisher.Publish(topic, msgs...)
 }
 
+// Unwrap lets the replay see the publisher underneath, a GoChannel in most
+// tests.
+func (c *countingPublisher) Unwrap() message.Publisher { return c.Publisher }
+
 func (c *countingPublisher) counts() (calls, msgs int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

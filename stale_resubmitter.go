@@ -36,12 +36,19 @@ type StaleResubmitterConfig struct {
 	StatementTimeout time.Duration
 }
 
+// The defaults of OlderThan and Interval; variables so that the tests of
+// the README's adoption can shorten them.
+var (
+	defaultResubmitOlderThan = 5 * time.Minute
+	defaultResubmitInterval  = time.Minute
+)
+
 func (c *StaleResubmitterConfig) setDefaults() {
 	if c.OlderThan == 0 {
-		c.OlderThan = 5 * time.Minute
+		c.OlderThan = defaultResubmitOlderThan
 	}
 	if c.Interval == 0 {
-		c.Interval = time.Minute
+		c.Interval = defaultResubmitInterval
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 100

@@ -175,7 +175,7 @@ func TestStaleResubmitter(t *testing.T) {
 			const backlog, page = 50, 10
 			crashBeforeConsumption(t, b, backlog)
 			b.backdate(t, "created_at", 0)
-			replayed, err := outbox.Replay(b.ctx(t), b.reg, &refuseAfter{n: 3 * page}, outbox.ReplayConfig{PageSize: page}, b.logger)
+			replayed, err := outbox.Replay(b.ctx(t), b.reg, &refuseAfter{n: 3 * page}, outbox.ReplayConfig{PageSize: page, Mode: outbox.ReplayAll}, b.logger)
 			var replayErr *outbox.ReplayError
 			require.ErrorAs(t, err, &replayErr)
 			require.Equal(t, 3*page, replayed.Total())

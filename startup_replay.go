@@ -9,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/wmoutbox/outbox/recordstore"
 )
@@ -46,16 +47,37 @@ type ReplayConfig struct {
 	// after the router was closed. Defaults to nothing beyond the log line.
 	OnError func(error)
 
-	// ClaimGrace makes replay aware of other instances, on a store that
-	// implements [recordstore.StaleClaimer]: it claims what it sends, so
-	// that instances starting together send each record about once, and it
-	// skips records that were sent (or saved) less than ClaimGrace ago by
-	// the database clock, which another running instance is still
-	// delivering. A record it skips is resent by the [StaleResubmitter] or
-	// the next start if it stays pending. Choose it longer than a delivery
-	// normally takes. Defaults to 0: every instance replays every pending
-	// record.
+	// Mode chooses what a start replays. Defaults to [ReplayAuto]: every
+	// pending record on a GoChannel, which loses what it holds at a crash,
+	// and by claims ([ReplayClaimed]) on every other broker, so that a
+	// crash loop does not multiply the copies in durable queues.
+	Mode ReplayMode
+
+	// ClaimGrace is the grace of a replay by claims ([ReplayClaimed]), on
+	// a store that implements [recordstore.StaleClaimer]: the replay skips
+	// records sent less than ClaimGrace ago by the database clock (by an
+	// earlier start, the stale resubmitter or another running instance),
+	// which are still in the broker or being delivered, and claims what it
+	// sends, so that instances starting together send each record about
+	// once and a service restarting in a loop resends each record at most
+	// once per ClaimGrace. A record never sent again after its publish is
+	// sent whatever its age (see [recordstore.ReplayClaimer]), and a record
+	// it skips is resent by the stale resubmitter once it is older than
+	// its OlderThan. Choose it longer than a delivery normally takes.
+	// Defaults to Resubmit.OlderThan (5 minutes).
 	ClaimGrace time.Duration
+
+	// Resubmit configures the [StaleResubmitter] that [ReplayPlugin] runs
+	// while the router runs, which resends the records whose send was lost
+	// or that were requeued (outboxctl requeue) without waiting for the
+	// next start. Defaults to [StaleResubmitterConfig]'s defaults.
+	Resubmit StaleResubmitterConfig
+
+	// NoResubmit stops [ReplayPlugin] from running a stale resubmitter,
+	// for a service that runs its own [StaleResubmitter] (with another
+	// publisher, say) or none. Records skipped by a replay by claims then
+	// wait for a resubmitter or a later start. Defaults to false.
+	NoResubmit bool
 
 	// StatementTimeout bounds each database statement of the replay (the
 	// store checks, the table identity read, each page read or claim, each
@@ -67,6 +89,10 @@ type ReplayConfig struct {
 }
 
 func (c *ReplayConfig) setDefaults() {
+	c.Resubmit.setDefaults()
+	if c.ClaimGrace == 0 {
+		c.ClaimGrace = c.Resubmit.OlderThan
+	}
 	if c.PageSize == 0 {
 		c.PageSize = 500
 	}
@@ -92,7 +118,65 @@ func (c ReplayConfig) Validate() error {
 	if c.StatementTimeout < 0 {
 		return fmt.Errorf("%w: StatementTimeout %v is negative", ErrInvalidConfig, c.StatementTimeout)
 	}
+	if c.Mode < ReplayAuto || c.Mode > ReplayClaimed {
+		return fmt.Errorf("%w: Mode %d is not a ReplayMode", ErrInvalidConfig, c.Mode)
+	}
+	if err := c.Resubmit.Validate(); err != nil {
+		return fmt.Errorf("replay's Resubmit: %w", err)
+	}
 	return nil
+}
+
+// ReplayMode chooses what a start replays: see [ReplayConfig.Mode].
+type ReplayMode int
+
+const (
+	// ReplayAuto replays every pending record ([ReplayAll]) when the
+	// publisher, under every wrapper that has an Unwrap() message.Publisher
+	// method, is a GoChannel, and by claims ([ReplayClaimed]) otherwise.
+	ReplayAuto ReplayMode = iota
+	// ReplayAll sends every pending record at every start: what a broker
+	// without persistence needs, which loses at a crash what it held (a
+	// GoChannel, an AMQP queue that is deleted with its consumer). On a
+	// durable broker each start adds one copy of the whole backlog to its
+	// queues.
+	ReplayAll
+	// ReplayClaimed sends, at start, the pending records never sent again
+	// after their publish and those last sent more than ClaimGrace ago,
+	// claiming them, on a store that implements [recordstore.StaleClaimer]
+	// (a store without claims replays all). On a durable broker a record
+	// then gets at most one copy from the first start after its publish,
+	// and one per ClaimGrace after, however often the service restarts.
+	ReplayClaimed
+)
+
+// mode is the replay mode for pub, ReplayAuto resolved.
+func (c ReplayConfig) mode(pub message.Publisher) ReplayMode {
+	if c.Mode != ReplayAuto {
+		return c.Mode
+	}
+	if losesOnCrash(pub) {
+		return ReplayAll
+	}
+	return ReplayClaimed
+}
+
+// losesOnCrash reports whether the publisher at the bottom of pub's chain
+// of wrappers is a GoChannel, which keeps its messages in memory only.
+func losesOnCrash(pub message.Publisher) bool {
+	for range maxWrappers {
+		if _, ok := pub.(*gochannel.GoChannel); ok {
+			return true
+		}
+		u, ok := pub.(interface{ Unwrap() message.Publisher })
+		if !ok {
+			return false
+		}
+		if pub = u.Unwrap(); pub == nil {
+			return false
+		}
+	}
+	return false
 }
 
 // ReplayResult counts the records [Replay] republished, per tracked name.
@@ -136,6 +220,7 @@ type replayer struct {
 	reg    *Registry
 	out    *resender
 	cfg    ReplayConfig
+	mode   ReplayMode // cfg.Mode, ReplayAuto resolved for the publisher
 	logger watermill.LoggerAdapter
 	shared sharedSubscribers
 }
@@ -153,7 +238,7 @@ func newReplayer(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger 
 		logger = watermill.NopLogger{}
 	}
 	reg.reportDisabled(logger)
-	return &replayer{reg: reg, out: out, cfg: cfg, logger: logger}, nil
+	return &replayer{reg: reg, out: out, cfg: cfg, mode: cfg.mode(pub), logger: logger}, nil
 }
 
 func (r *replayer) run(ctx context.Context) (ReplayResult, error) {
@@ -219,7 +304,7 @@ func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if claimer, ok := store.(recordstore.StaleClaimer); ok && r.cfg.ClaimGrace > 0 {
+	if claimer, ok := store.(recordstore.StaleClaimer); ok && r.mode == ReplayClaimed {
 		return r.replayClaimed(ctx, t, claimer, id)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -307,6 +392,11 @@ func (r *replayer) sendPages(ctx context.Context, t *tracked, identity string, p
 // subscribed stop with Run's context. Like any router whose Run failed, it
 // cannot be run again: build a new one to retry.
 //
+// While the router runs, the plugin also runs a [StaleResubmitter]
+// configured by ReplayConfig.Resubmit, which resends the records whose
+// send was lost or that were requeued, unless ReplayConfig.NoResubmit is
+// set. A router without handlers runs none: call [StaleResubmitter.Run].
+//
 // The replay runs inside the last handler's Subscribe call, before that
 // handler consumes: a publisher that waits for the message to be handled, or
 // a subscriber that locks what the replay writes, would wait for a handler
@@ -351,7 +441,14 @@ func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger
 		router.AddSubscriberDecorators(func(sub message.Subscriber) (message.Subscriber, error) {
 			return &replayingSubscriber{Subscriber: sub, gate: gate, r: r}, nil
 		})
-		return nil
+		if r.cfg.NoResubmit || expected == 0 {
+			return nil
+		}
+		resubmitter, err := NewStaleResubmitter(reg, pub, r.cfg.Resubmit, logger)
+		if err != nil {
+			return err
+		}
+		return resubmitter.Plugin()(router)
 	}
 }
 
@@ -458,17 +555,17 @@ func (r *replayer) countSubscription(topic string) {
 	}
 }
 
-// replayClaimed replays by claiming pages of records not sent for
-// ClaimGrace: the claim stamps them as sent, so another instance replaying
-// at the same moment claims other records, and none claims them again
-// before ClaimGrace has passed.
+// replayClaimed replays by claiming pages of records never sent again
+// after their publish or not sent for ClaimGrace: the claim stamps them as
+// sent, so another instance replaying at the same moment claims other
+// records, and no start claims them again before ClaimGrace has passed.
 func (r *replayer) replayClaimed(ctx context.Context, t *tracked, claimer recordstore.StaleClaimer, identity string) (int, error) {
 	sent := 0
 	var after int64 // the cursor: each record is claimed once, whatever ClaimGrace
 	reads := newPageReads(r.cfg.PageSize, r.cfg.MaxPageBytes)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-		recs, more, err := reads.stale(cctx, claimer, t.name, after, r.cfg.ClaimGrace)
+		recs, more, err := reads.replay(cctx, claimer, t.name, after, r.cfg.ClaimGrace)
 		cancel()
 		if err != nil {
 			return sent, &ReplayError{Topic: t.name, Err: fmt.Errorf("claiming pending records: %w", err)}

@@ -43,19 +43,6 @@ func TestAMQP(t *testing.T) {
 			}
 			return connected(t, pub, sub)
 		},
-		Remove: func(t *testing.T, topic, group string) {
-			ch, err := admin.Channel()
-			if err != nil {
-				t.Logf("amqp channel: %v", err)
-				return
-			}
-			defer ch.Close()
-			if _, err := ch.QueueDelete(config(group).Queue.GenerateName(topic), false, false, false); err != nil {
-				t.Logf("delete queue: %v", err)
-			}
-			if err := ch.ExchangeDelete(config(group).Exchange.GenerateName(topic), false, false); err != nil {
-				t.Logf("delete exchange: %v", err)
-			}
-		},
+		Remove: func(t *testing.T, topic, group string) { deleteQueue(t, admin, config(group), topic) },
 	})
 }

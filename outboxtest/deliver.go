@@ -2,6 +2,8 @@ package outboxtest
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -21,6 +23,12 @@ type Outcome struct {
 	// Acked is true when the router acknowledged the message, false when
 	// it nacked it (the broker would redeliver it).
 	Acked bool
+	// Tracked is true when the message carried outbox metadata and the
+	// outbox checked its record for the handler, as it does in
+	// production; false when the handler ran untracked, touching no
+	// record (Deliver then fails the test), or the message carried no
+	// outbox metadata.
+	Tracked bool
 	// Runs is how many times the handler ran: 0 when the outbox did not
 	// run it (a copy of a record the handler already completed, or a
 	// record that is not due or leased), 1 otherwise.
@@ -31,6 +39,11 @@ type Outcome struct {
 	// message was acknowledged, and for a copy that the outbox held until
 	// its next attempt was due and nacked itself (Acked false, Runs 0).
 	Err error
+	// Produced are the messages the handler returned, as the router
+	// published them through the outbox's publisher decorator (tracked
+	// ones carry their record's metadata), for [DeliverProducing]; nil
+	// for Deliver.
+	Produced []*message.Message
 }
 
 // Deliver is [DeliverWith] with [outbox.MiddlewareConfig]'s defaults.
@@ -43,11 +56,17 @@ func Deliver(tb testing.TB, reg *outbox.Registry, handlerName, topic string, han
 // handlerName subscribed to topic, through a real [message.Router] with
 // the outbox middleware of reg configured by cfg (MaxAttempts and
 // OnAbandon, say, as the service sets them) and, outside it, a Recoverer,
-// and returns the outcome once the router has acknowledged or nacked it. The middleware sees the handler
-// name and the subscribed topic as in production, so several handlers of
-// one topic, declared consumers and one-receiver conflicts behave as they
-// do there. A message that carries no outbox metadata runs the handler
-// untracked.
+// and returns the outcome once the router has acknowledged or nacked it.
+// The middleware sees the handler name and the subscribed topic as in
+// production, so several handlers of one topic, declared consumers and
+// one-receiver conflicts behave as they do there. A message that carries
+// no outbox metadata runs the handler untracked. What the router and the
+// middleware log at Error goes to the test's log (tb.Logf).
+//
+// A message with outbox metadata that the outbox lets through untracked
+// (a handlerName that is not one of the topic's declared consumers, say)
+// fails the test with the fix: in production its record would stay
+// pending.
 //
 // DeliverWith hands the message once and never redelivers it: call it
 // again to deliver a copy. It fails the test if reg does not track (build
@@ -55,20 +74,51 @@ func Deliver(tb testing.TB, reg *outbox.Registry, handlerName, topic string, han
 // settled the message within 30 seconds.
 func DeliverWith(tb testing.TB, reg *outbox.Registry, cfg outbox.MiddlewareConfig, handlerName, topic string, handler message.NoPublishHandlerFunc, msg *message.Message) Outcome {
 	tb.Helper()
+	return deliver(tb, reg, cfg, handlerName, topic, "", func(m *message.Message) ([]*message.Message, error) {
+		return nil, handler(m)
+	}, msg)
+}
+
+// DeliverProducing is [Deliver] for a handler that returns messages: the
+// router publishes them to publishTopic through the outbox's publisher
+// decorator ([outbox.PublisherDecorator]), so that a tracked publishTopic
+// gets a record of each in its store, and the delivery completes only
+// once they are published, as in production. Outcome.Produced has them.
+func DeliverProducing(tb testing.TB, reg *outbox.Registry, handlerName, topic, publishTopic string, handler message.HandlerFunc, msg *message.Message) Outcome {
+	tb.Helper()
+	if publishTopic == "" {
+		tb.Fatalf("outboxtest: DeliverProducing needs the topic the handler's messages are published to")
+	}
+	return deliver(tb, reg, outbox.MiddlewareConfig{}, handlerName, topic, publishTopic, handler, msg)
+}
+
+func deliver(tb testing.TB, reg *outbox.Registry, cfg outbox.MiddlewareConfig, handlerName, topic, publishTopic string, handler message.HandlerFunc, msg *message.Message) Outcome {
+	tb.Helper()
 	if !reg.Enabled() {
 		tb.Fatalf("outboxtest: the registry tracks nothing in this test binary; build it with outboxtest.NewRegistry, or set %s=on before outbox.NewRegistry", outbox.EnvToggle)
 	}
-	mw, err := outbox.NewMiddleware(reg, cfg, nil)
+	var mu sync.Mutex
+	var out Outcome
+	untracked := false
+	onUntracked := cfg.OnUntracked
+	cfg.OnUntracked = func(m *message.Message) {
+		mu.Lock()
+		untracked = true
+		mu.Unlock()
+		if onUntracked != nil {
+			onUntracked(m)
+		}
+	}
+	logger := testLogger{tb: tb}
+	mw, err := outbox.NewMiddleware(reg, cfg, logger)
 	if err != nil {
 		tb.Fatalf("outboxtest: %v", err)
 	}
-	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: deliverTimeout}, watermill.NopLogger{})
+	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: deliverTimeout}, logger)
 	if err != nil {
 		tb.Fatalf("outboxtest: %v", err)
 	}
 
-	var mu sync.Mutex
-	var out Outcome
 	router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
 		return func(m *message.Message) ([]*message.Message, error) {
 			produced, err := h(m)
@@ -79,12 +129,23 @@ func DeliverWith(tb testing.TB, reg *outbox.Registry, cfg outbox.MiddlewareConfi
 		}
 	}, middleware.Recoverer, mw)
 	copied := msg.Copy()
-	router.AddNoPublisherHandler(handlerName, topic, &once{msg: copied}, func(m *message.Message) error {
+	run := func(m *message.Message) ([]*message.Message, error) {
 		mu.Lock()
 		out.Runs++
 		mu.Unlock()
 		return handler(m)
-	})
+	}
+	sub := &once{msg: copied}
+	sent := &sentMessages{byTopic: map[string][]*message.Message{}}
+	if publishTopic == "" {
+		router.AddNoPublisherHandler(handlerName, topic, sub, func(m *message.Message) error {
+			_, err := run(m)
+			return err
+		})
+	} else {
+		router.AddPublisherDecorators(outbox.PublisherDecorator(reg))
+		router.AddHandler(handlerName, topic, sub, publishTopic, sent, run)
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), deliverTimeout)
 	defer cancel()
@@ -109,8 +170,45 @@ func DeliverWith(tb testing.TB, reg *outbox.Registry, cfg outbox.MiddlewareConfi
 	mu.Lock()
 	defer mu.Unlock()
 	out.Acked = acked
+	out.Tracked = msg.Metadata.Get(outbox.MetadataID) != "" && !untracked
+	if publishTopic != "" {
+		out.Produced = sent.byTopic[publishTopic]
+	}
+	if untracked {
+		tb.Errorf("outboxtest: handler %q ran untracked on message %s of tracked topic %q: its record stays pending. %s",
+			handlerName, msg.UUID, topic, untrackedFix(reg, handlerName, topic))
+	}
 	return out
 }
+
+// untrackedFix names the fix of an untracked delivery, for a failure
+// message.
+func untrackedFix(reg *outbox.Registry, handlerName, topic string) string {
+	consumers := reg.Consumers(topic)
+	if len(consumers) > 0 && !slices.Contains(consumers, handlerName) {
+		return fmt.Sprintf("%q is not one of the topic's declared consumers %q: pass the handler's name as the service registers it, or add it to Tracked.Consumers", handlerName, consumers)
+	}
+	if len(consumers) == 0 && len(reg.RemoteConsumers(topic)) == 0 {
+		return "The topic declares no consumers and another handler received it: declare both in Tracked.Consumers (or the log above says otherwise)"
+	}
+	return "The log above says why"
+}
+
+// testLogger writes the router's and the middleware's Error lines to the
+// test's log: the lines that say why a delivery went wrong.
+type testLogger struct{ tb testing.TB }
+
+func (l testLogger) Error(msg string, err error, fields watermill.LogFields) {
+	l.tb.Logf("outboxtest: ERROR %s: %v %v", msg, err, fields)
+}
+
+func (l testLogger) Info(string, watermill.LogFields) {}
+
+func (l testLogger) Debug(string, watermill.LogFields) {}
+
+func (l testLogger) Trace(string, watermill.LogFields) {}
+
+func (l testLogger) With(watermill.LogFields) watermill.LoggerAdapter { return l }
 
 // once is a subscriber that delivers one message and nothing more: unlike
 // GoChannel, which resends a nacked message at once, it lets Deliver see a

@@ -98,12 +98,9 @@ func (in *Inbox) MarkHandled(ctx context.Context, e recordstore.InboxEntry) erro
 // MarkHandledTx implements [recordstore.Inbox] for a [Tx] of this package;
 // see [Inbox] for what it does.
 func (in *Inbox) MarkHandledTx(ctx context.Context, tx recordstore.Tx, e recordstore.InboxEntry) error {
-	if tx == nil {
-		return fmt.Errorf("%w: transaction is nil", recordstore.ErrInvalidConfig)
-	}
-	t, ok := tx.(*Tx)
-	if !ok {
-		return fmt.Errorf("%w: the in-memory inbox joins only an outboxtest.Tx, not a %T", recordstore.ErrNotSupported, tx)
+	t, err := kitTx(tx)
+	if err != nil {
+		return err
 	}
 	return in.mark(ctx, t, e)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -66,14 +67,14 @@ func TestDeliverCompletesTheRecordAndSkipsItsCopy(t *testing.T) {
 		assert.Equal(t, outbox.RecordRef{Topic: "orders", ID: recs[0].ID, Consumer: "ship_orders"}, ref)
 		return nil
 	}, msg)
-	assert.Equal(t, outboxtest.Outcome{Acked: true, Runs: 1}, got)
+	assert.Equal(t, outboxtest.Outcome{Acked: true, Tracked: true, Runs: 1}, got)
 	assert.NotContains(t, seen, outbox.MetadataID, "the handler sees the message without the outbox keys")
 	info := outboxtest.RequireCompleted(t, k.store, recs[0].ID)
 	assert.Equal(t, "ship_orders", info.CompletedBy)
 	outboxtest.RequirePending(t, k.store, "orders", 0)
 
 	again := outboxtest.Deliver(t, k.reg, "ship_orders", "orders", ok, msg)
-	assert.Equal(t, outboxtest.Outcome{Acked: true, Runs: 0}, again, "a copy of a completed record is acked unhandled")
+	assert.Equal(t, outboxtest.Outcome{Acked: true, Tracked: true, Runs: 0}, again, "a copy of a completed record is acked unhandled")
 }
 
 func TestDeliverLeavesAFailedRecordPending(t *testing.T) {
@@ -115,11 +116,11 @@ func TestDeliverToDeclaredConsumers(t *testing.T) {
 	msg := k.publish(t, "order 1")
 	id := outboxtest.RequirePublished(t, k.store, "orders")[0].ID
 
-	assert.Equal(t, outboxtest.Outcome{Acked: true, Runs: 1}, outboxtest.Deliver(t, k.reg, "billing", "orders", ok, msg))
+	assert.Equal(t, outboxtest.Outcome{Acked: true, Tracked: true, Runs: 1}, outboxtest.Deliver(t, k.reg, "billing", "orders", ok, msg))
 	info := outboxtest.RequirePending(t, k.store, "orders", 1)[0]
 	assert.Equal(t, []string{"billing", "shipping"}, info.Consumers)
-	assert.Equal(t, outboxtest.Outcome{Acked: true, Runs: 0}, outboxtest.Deliver(t, k.reg, "billing", "orders", ok, msg), "billing's copy")
-	assert.Equal(t, outboxtest.Outcome{Acked: true, Runs: 1}, outboxtest.Deliver(t, k.reg, "shipping", "orders", ok, msg))
+	assert.Equal(t, outboxtest.Outcome{Acked: true, Tracked: true, Runs: 0}, outboxtest.Deliver(t, k.reg, "billing", "orders", ok, msg), "billing's copy")
+	assert.Equal(t, outboxtest.Outcome{Acked: true, Tracked: true, Runs: 1}, outboxtest.Deliver(t, k.reg, "shipping", "orders", ok, msg))
 	done := outboxtest.RequireCompleted(t, k.store, id)
 	assert.Equal(t, []outboxtest.DeliveryInfo{
 		{Consumer: "billing", State: outboxtest.Completed},
@@ -133,12 +134,16 @@ func TestDeliverToASecondHandlerOfAOneReceiverTopic(t *testing.T) {
 	msg := k.publish(t, "order 1")
 	require.True(t, outboxtest.Deliver(t, k.reg, "ship_orders", "orders", ok, msg).Acked)
 	var tracked bool
-	got := outboxtest.Deliver(t, k.reg, "audit_orders", "orders", func(m *message.Message) error {
-		_, tracked = outbox.RecordFromContext(m.Context())
-		return nil
-	}, msg)
-	assert.Equal(t, outboxtest.Outcome{Acked: true, Runs: 1}, got, "the second handler is not skipped")
+	var got outboxtest.Outcome
+	failure := fatal(t, func(tb testing.TB) {
+		got = outboxtest.Deliver(tb, k.reg, "audit_orders", "orders", func(m *message.Message) error {
+			_, tracked = outbox.RecordFromContext(m.Context())
+			return nil
+		}, msg)
+	})
+	assert.Equal(t, outboxtest.Outcome{Acked: true, Runs: 1}, got, "the second handler is not skipped, and not tracked")
 	assert.False(t, tracked, "it runs untracked")
+	assert.Contains(t, failure, `declares no consumers and another handler received it: declare both in Tracked.Consumers`)
 }
 
 func TestDeliverUntrackedMessage(t *testing.T) {
@@ -266,4 +271,61 @@ func (tb *fatalTB) Fatalf(format string, args ...any) {
 	tb.failed = true
 	tb.msg = strings.TrimSpace(fmt.Sprintf(format, args...))
 	runtime.Goexit()
+}
+
+// Errorf records an error and lets the helper go on, as testing.T does.
+func (tb *fatalTB) Errorf(format string, args ...any) {
+	tb.failed = true
+	tb.msg = strings.TrimSpace(fmt.Sprintf(format, args...))
+}
+
+// A handler name that is not a declared consumer runs untracked: the
+// router acks, the record stays pending, and Deliver fails the test naming
+// the fix instead of passing for a success.
+func TestDeliverFailsAnUndeclaredHandlerName(t *testing.T) {
+	t.Parallel()
+	k := setup(t, outbox.Tracked{Topic: "orders", Consumers: []string{"ship", "stats"}})
+	require.NoError(t, k.pub.Publish("orders", message.NewMessage(watermill.NewUUID(), []byte("order-1"))))
+	var got outboxtest.Outcome
+	msg := fatal(t, func(tb testing.TB) {
+		got = outboxtest.Deliver(tb, k.reg, "ship_orders", "orders", ok, k.pub.Sent("orders")[0])
+	})
+	assert.Contains(t, msg, `handler "ship_orders" ran untracked`)
+	assert.Contains(t, msg, `not one of the topic's declared consumers ["ship" "stats"]`)
+	assert.Contains(t, msg, "add it to Tracked.Consumers")
+	assert.Equal(t, outboxtest.Outcome{Acked: true, Runs: 1}, got, "acked and run, but not tracked")
+	outboxtest.RequirePending(t, k.store, "orders", 1)
+
+	tracked := outboxtest.Deliver(t, k.reg, "ship", "orders", ok, k.pub.Sent("orders")[0])
+	assert.True(t, tracked.Tracked)
+}
+
+// RequirePublished fails when no record has what the matchers ask, and
+// lists the records.
+func TestRequirePublishedMatchersFailWithTheRecords(t *testing.T) {
+	t.Parallel()
+	k := setup(t, outbox.Tracked{Topic: "orders"})
+	require.NoError(t, k.pub.Publish("orders", message.NewMessage(watermill.NewUUID(), []byte("order-1"))))
+	msg := fatal(t, func(tb testing.TB) {
+		outboxtest.RequirePublished(tb, k.store, "orders", outboxtest.WithPayload([]byte("order-2")))
+	})
+	assert.Contains(t, msg, `none of the 1 record(s) of topic "orders" has payload "order-2"`)
+}
+
+// Records an outboxtest.Tx saves keep their id order among the records
+// saved while it was open.
+func TestInsertTxKeepsIDOrder(t *testing.T) {
+	t.Parallel()
+	k := setup(t, outbox.Tracked{Topic: "orders"})
+	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = broker.Close() })
+	txPub, err := outbox.NewTxPublisher(broker, k.reg)
+	require.NoError(t, err)
+	tx := txPub.Wrap(outboxtest.NewTx())
+	require.NoError(t, tx.Publish(t.Context(), "orders", message.NewMessage(watermill.NewUUID(), []byte("in tx"))))
+	require.NoError(t, k.pub.Publish("orders", message.NewMessage(watermill.NewUUID(), []byte("after"))))
+	require.NoError(t, tx.Commit())
+	recs := outboxtest.RequirePending(t, k.store, "orders", 2)
+	assert.Equal(t, "in tx", string(recs[0].Payload))
+	assert.Less(t, recs[0].ID, recs[1].ID)
 }

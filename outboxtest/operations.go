@@ -104,6 +104,18 @@ func (s *Store) Requeue(ctx context.Context, id int64) (recordstore.Record, erro
 
 // ClaimStale implements [recordstore.StaleClaimer].
 func (s *Store) ClaimStale(ctx context.Context, topic string, afterID int64, olderThan time.Duration, limit int) ([]recordstore.Record, error) {
+	return s.claim(ctx, topic, afterID, olderThan, limit, 0, false)
+}
+
+// ClaimReplay implements [recordstore.ReplayClaimer].
+func (s *Store) ClaimReplay(ctx context.Context, topic string, afterID int64, grace time.Duration, limit, maxBytes int) ([]recordstore.Record, error) {
+	return s.claim(ctx, topic, afterID, grace, limit, maxBytes, true)
+}
+
+// claim claims the pending, due records of topic after afterID last sent
+// before olderThan ago, and with unsent those never sent after their
+// publish, up to limit records or maxBytes (0: no budget).
+func (s *Store) claim(ctx context.Context, topic string, afterID int64, olderThan time.Duration, limit, maxBytes int, unsent bool) ([]recordstore.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -115,19 +127,22 @@ func (s *Store) ClaimStale(ctx context.Context, topic string, afterID int64, old
 	now := s.now()
 	before := now.Add(-olderThan)
 	var out []recordstore.Record
+	bytes := 0
 	for _, id := range s.order {
-		if len(out) >= limit {
+		if len(out) >= limit || (maxBytes > 0 && bytes >= maxBytes) {
 			break
 		}
 		if id <= afterID {
 			continue
 		}
 		r := s.byID[id]
-		if r.rec.Topic != topic || !r.pending() || !r.sentAt().Before(before) || !r.due(now) {
+		stale := r.sentAt().Before(before) || (unsent && r.lastSent.IsZero())
+		if r.rec.Topic != topic || !r.pending() || !stale || !r.due(now) {
 			continue
 		}
 		r.lastSent = now
 		out = append(out, copyRecord(r.rec))
+		bytes += r.rec.Size()
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package outboxtest
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"testing"
@@ -8,20 +9,62 @@ import (
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
-// RequirePublished fails the test unless records were saved for the topic,
-// and returns them in id order, whatever became of them since: the
-// messages the code under test published through the outbox.
-func RequirePublished(tb testing.TB, store *Store, topic string) []recordstore.Record {
+// RequirePublished fails the test unless records were saved for the topic
+// that satisfy every matcher ([WithPayload], [WithMetadata]), and returns
+// those, in id order, whatever became of them since: the messages the code
+// under test published through the outbox. Without matchers it returns
+// every record of the topic.
+func RequirePublished(tb testing.TB, store *Store, topic string, matchers ...Matcher) []recordstore.Record {
 	tb.Helper()
 	infos := store.Records(topic)
 	if len(infos) == 0 {
 		tb.Fatalf("outboxtest: no record was saved for topic %q%s", topic, savedElsewhere(store))
 	}
-	out := make([]recordstore.Record, len(infos))
-	for i, info := range infos {
-		out[i] = info.Record
+	var out []recordstore.Record
+	for _, info := range infos {
+		if matchAll(info.Record, matchers) {
+			out = append(out, info.Record)
+		}
+	}
+	if len(out) == 0 {
+		wants := make([]string, len(matchers))
+		for i, m := range matchers {
+			wants[i] = m.desc
+		}
+		tb.Fatalf("outboxtest: none of the %d record(s) of topic %q has %s:\n%s", len(infos), topic, strings.Join(wants, " and "), describe(infos))
 	}
 	return out
+}
+
+// Matcher is a condition on a saved record, for [RequirePublished].
+type Matcher struct {
+	desc    string
+	matches func(recordstore.Record) bool
+}
+
+// WithPayload matches the records whose payload is payload.
+func WithPayload(payload []byte) Matcher {
+	return Matcher{desc: fmt.Sprintf("payload %q", payload), matches: func(r recordstore.Record) bool {
+		return bytes.Equal(r.Payload, payload)
+	}}
+}
+
+// WithMetadata matches the records whose message metadata has key set to
+// value.
+func WithMetadata(key, value string) Matcher {
+	return Matcher{desc: fmt.Sprintf("metadata %s=%q", key, value), matches: func(r recordstore.Record) bool {
+		v, ok := r.Metadata[key]
+		return ok && v == value
+	}}
+}
+
+func matchAll(r recordstore.Record, matchers []Matcher) bool {
+	for _, m := range matchers {
+		if !m.matches(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // RequireNotPublished fails the test if a record was saved for the topic.

@@ -1,6 +1,7 @@
 package outboxtest
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -35,9 +36,11 @@ type StoreConfig struct {
 // [recordstore.FailureRecorder], [recordstore.Requeuer],
 // [recordstore.StaleClaimer], [recordstore.Cleaner],
 // [recordstore.StatusReader], [recordstore.SendStamper] and
-// [recordstore.ConsumerRetirer], as the sqlstore stores do; it has no
-// transactions, so outbox.TxPublisher and outbox.CompleteTx report that it
-// does not support them. It passes the contract suite of sqlstore/storetest.
+// [recordstore.ConsumerRetirer], [recordstore.ReplayClaimer],
+// [recordstore.TxInserter] and [recordstore.TxCompleter], as the sqlstore
+// stores do. Its transactions are a [Tx] of this package (or an
+// outbox.PublishingTx over one), for outbox.TxPublisher and
+// outbox.CompleteTx. It passes the contract suite of sqlstore/storetest.
 //
 // It keeps every record it was given for the assertions ([Store.Records],
 // [RequirePublished], ...), also the ones it deleted or cleaned; those
@@ -55,6 +58,9 @@ type Store struct {
 	byOrigin map[string]*record
 	// seen is when each receiver of each topic was last seen.
 	seen map[string]map[string]time.Time
+	// completing holds the deliveries ("id\x00consumer") an open
+	// transaction completes (CompleteTx).
+	completing map[string]bool
 }
 
 // record is one saved record and its bookkeeping.
@@ -105,6 +111,9 @@ var (
 	_ recordstore.FailureRecorder  = (*Store)(nil)
 	_ recordstore.Requeuer         = (*Store)(nil)
 	_ recordstore.StaleClaimer     = (*Store)(nil)
+	_ recordstore.ReplayClaimer    = (*Store)(nil)
+	_ recordstore.TxInserter       = (*Store)(nil)
+	_ recordstore.TxCompleter      = (*Store)(nil)
 	_ recordstore.Cleaner          = (*Store)(nil)
 	_ recordstore.StatusReader     = (*Store)(nil)
 	_ recordstore.SendStamper      = (*Store)(nil)
@@ -121,7 +130,7 @@ func NewStore(cfg StoreConfig) *Store {
 	var b [16]byte
 	_, _ = rand.Read(b[:])
 	return &Store{cfg: cfg, identity: hex.EncodeToString(b[:]), byID: map[int64]*record{}, byOrigin: map[string]*record{},
-		seen: map[string]map[string]time.Time{}}
+		seen: map[string]map[string]time.Time{}, completing: map[string]bool{}}
 }
 
 func (s *Store) now() time.Time { return s.cfg.Now() }
@@ -155,29 +164,43 @@ func (s *Store) Insert(ctx context.Context, records []recordstore.Record) error 
 			records[i].ID, records[i].UUID, records[i].Payload, records[i].Metadata = c.ID, c.UUID, c.Payload, c.Metadata
 			continue
 		}
-		s.nextID++
-		records[i].ID = s.nextID
-		r := &record{rec: copyRecord(records[i]), origin: records[i].Origin, created: now}
-		r.rec.Consumers, r.rec.Origin = nil, ""
-		for _, c := range records[i].Consumers {
-			if !slices.Contains(r.consumers, c) {
-				r.consumers = append(r.consumers, c)
-			}
-		}
-		if len(r.consumers) > 0 {
-			r.deliveries = make(map[string]*delivery, len(r.consumers))
-			for _, c := range r.consumers {
-				r.deliveries[c] = &delivery{}
-			}
-		}
-		s.byID[r.rec.ID] = r
-		if r.origin != "" {
-			s.byOrigin[r.origin] = r
-		}
-		s.order = append(s.order, r.rec.ID)
-		s.all = append(s.all, r)
+		s.add(s.newRecord(&records[i], now))
 	}
 	return nil
+}
+
+// newRecord gives rec the next id and returns its record, not yet in the
+// store. The caller holds s.mu.
+func (s *Store) newRecord(rec *recordstore.Record, now time.Time) *record {
+	s.nextID++
+	rec.ID = s.nextID
+	r := &record{rec: copyRecord(*rec), origin: rec.Origin, created: now}
+	r.rec.Consumers, r.rec.Origin = nil, ""
+	for _, c := range rec.Consumers {
+		if !slices.Contains(r.consumers, c) {
+			r.consumers = append(r.consumers, c)
+		}
+	}
+	if len(r.consumers) > 0 {
+		r.deliveries = make(map[string]*delivery, len(r.consumers))
+		for _, c := range r.consumers {
+			r.deliveries[c] = &delivery{}
+		}
+	}
+	return r
+}
+
+// add puts r in the store, in id order: a transaction's records come in
+// at its commit, after records with higher ids. The caller holds s.mu.
+func (s *Store) add(r *record) {
+	s.byID[r.rec.ID] = r
+	if r.origin != "" {
+		s.byOrigin[r.origin] = r
+	}
+	i, _ := slices.BinarySearch(s.order, r.rec.ID)
+	s.order = slices.Insert(s.order, i, r.rec.ID)
+	j, _ := slices.BinarySearchFunc(s.all, r.rec.ID, func(r *record, id int64) int { return cmp.Compare(r.rec.ID, id) })
+	s.all = slices.Insert(s.all, j, r)
 }
 
 // copyRecord returns r with a payload and metadata of its own, never nil.

@@ -57,6 +57,19 @@ type StaleClaimer interface {
 	ClaimStale(ctx context.Context, topic string, afterID int64, olderThan time.Duration, limit int) ([]Record, error)
 }
 
+// ReplayClaimer is implemented by a [StaleClaimer] that can claim the
+// records a startup replay sends: outbox.Replay uses it, when the store has
+// it, for a replay by claims (outbox.ReplayClaimed).
+type ReplayClaimer interface {
+	// ClaimReplay is ClaimStale, with the byte budget of
+	// [ByteBoundedReader.ClaimStaleBytes], that also returns the records
+	// never sent again after the publish that saved them (not claimed,
+	// stamped, made due nor requeued since), whatever their age: the
+	// store cannot tell whether that publish's send reached the broker, so
+	// the first start after it sends them once.
+	ClaimReplay(ctx context.Context, topic string, afterID int64, grace time.Duration, limit, maxBytes int) ([]Record, error)
+}
+
 // ByteBoundedReader is implemented by a [Store] that can end a page of
 // records at a byte budget, so that a backlog of large payloads is read a
 // few records at a time: outbox.Replay and the outbox.StaleResubmitter use

@@ -98,6 +98,9 @@ type queries struct {
 
 	pendingAfter string
 	claimStale   string
+	// claimReplay is claimStale that also takes the records never sent
+	// again after their publish (last_sent_at NULL), whatever their age.
+	claimReplay string
 	// stamp is the prefix, ending in "id IN ", of a send time update.
 	stamp string
 
@@ -371,11 +374,15 @@ func (q *queries) buildResend(f fragments) {
 		t, d.forceIndex(f.table.name+"_pending"), p(1), p(2), f.pending, p(3))
 	// A record with consumers is due when one of its pending deliveries
 	// is.
-	q.claimStale = fmt.Sprintf(`SELECT id, topic, uuid, payload, metadata FROM %s r
-WHERE topic = %s AND id > %s AND %s AND COALESCE(last_sent_at, created_at) < %s
+	claim := func(sentBefore string) string {
+		return fmt.Sprintf(`SELECT id, topic, uuid, payload, metadata FROM %s r
+WHERE topic = %s AND id > %s AND %s AND %s
   AND ((consumers = 0 AND %s) OR (consumers > 0 AND EXISTS (SELECT 1 FROM %s c WHERE c.record_id = r.id AND %s AND %s)))
 ORDER BY id LIMIT %s%s`,
-		t, p(1), p(2), f.pending, d.ago(3), f.due("due_at"), tc, cPending, f.due("c.due_at"), p(4), d.lockRows(true))
+			t, p(1), p(2), f.pending, sentBefore, f.due("due_at"), tc, cPending, f.due("c.due_at"), p(4), d.lockRows(true))
+	}
+	q.claimStale = claim("COALESCE(last_sent_at, created_at) < " + d.ago(3))
+	q.claimReplay = claim("(last_sent_at IS NULL OR last_sent_at < " + d.ago(3) + ")")
 	q.stamp = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN ", t, f.clock)
 
 	q.purgeSelect = fmt.Sprintf("SELECT id, consumers FROM %s WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT %s%s",

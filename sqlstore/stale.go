@@ -27,6 +27,20 @@ func (s *Store) ClaimStale(ctx context.Context, topic string, afterID int64, old
 // locked but not read for the budget are not stamped, and their locks end
 // with the claim's transaction.
 func (s *Store) ClaimStaleBytes(ctx context.Context, topic string, afterID int64, olderThan time.Duration, limit, maxBytes int) ([]recordstore.Record, error) {
+	return s.claimSent(ctx, s.q.claimStale, topic, afterID, olderThan, limit, maxBytes)
+}
+
+var _ recordstore.ReplayClaimer = (*Store)(nil)
+
+// ClaimReplay implements [recordstore.ReplayClaimer]: ClaimStaleBytes that
+// also claims the records whose last_sent_at is NULL, whatever their age.
+func (s *Store) ClaimReplay(ctx context.Context, topic string, afterID int64, grace time.Duration, limit, maxBytes int) ([]recordstore.Record, error) {
+	return s.claimSent(ctx, s.q.claimReplay, topic, afterID, grace, limit, maxBytes)
+}
+
+// claimSent runs a claim statement (claimStale or claimReplay) and stamps what
+// it read as sent, in one transaction.
+func (s *Store) claimSent(ctx context.Context, query, topic string, afterID int64, olderThan time.Duration, limit, maxBytes int) ([]recordstore.Record, error) {
 	if olderThan <= 0 || limit < 1 {
 		return nil, fmt.Errorf("%w: claiming stale records needs a positive age and limit (got %v, %d)", ErrInvalidConfig, olderThan, limit)
 	}
@@ -36,7 +50,7 @@ func (s *Store) ClaimStaleBytes(ctx context.Context, topic string, afterID int64
 	}
 	var recs []recordstore.Record
 	err = s.inTx(ctx, db, "claim stale", func(tx executor) error {
-		rows, err := tx.QueryContext(ctx, s.q.claimStale, topic, afterID, micros(olderThan), limit)
+		rows, err := tx.QueryContext(ctx, query, topic, afterID, micros(olderThan), limit)
 		if err != nil {
 			return s.fail("claim stale", err)
 		}
