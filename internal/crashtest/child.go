@@ -20,6 +20,10 @@ import (
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
+// claimWindow is the children's replay ClaimGrace and stale resubmit
+// window: the defaults' 5 minutes, cut so that a run stays short.
+const claimWindow = 2 * time.Second
+
 // ChildConfig is what a child service is built from.
 type ChildConfig struct {
 	// DB is the database of the record and handled tables.
@@ -130,7 +134,13 @@ func child(cfg ChildConfig) error {
 	if err != nil {
 		return err
 	}
-	router.AddPlugin(outbox.ReplayPlugin(reg, rawPub, outbox.ReplayConfig{}, nil))
+	// The default replay by claims, with the stale resubmitter's window cut
+	// from 5 minutes to 2 seconds so that a run stays short: a record that
+	// a killed start claimed but did not get to the broker waits one
+	// window, and is then sent again by the resubmitter or the next start.
+	router.AddPlugin(outbox.ReplayPlugin(reg, rawPub, outbox.ReplayConfig{
+		Resubmit: outbox.StaleResubmitterConfig{OlderThan: claimWindow, Interval: claimWindow / 4},
+	}, nil))
 
 	// mine is what each handler has still to handle of this cycle's batch.
 	type pair struct{ handler, uuid string }

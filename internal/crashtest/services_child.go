@@ -89,7 +89,8 @@ func serviceA(cfg ChildConfig) error {
 	if err != nil {
 		return err
 	}
-	router.AddPlugin(outbox.ReplayPlugin(reg, rawPub, outbox.ReplayConfig{}, logger), resubmitter.Plugin())
+	// The replay by claims with A's own short window, beside its resubmitter.
+	router.AddPlugin(outbox.ReplayPlugin(reg, rawPub, outbox.ReplayConfig{ClaimGrace: staleAfter, NoResubmit: true}, logger), resubmitter.Plugin())
 	if err := outbox.AddConfirmationHandler(router, reg, confirmations, logger); err != nil {
 		return err
 	}
