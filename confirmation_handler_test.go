@@ -139,3 +139,76 @@ func FuzzConfirmation(f *testing.F) {
 		}
 	})
 }
+
+// TestDeclaringRemoteConsumersOnAPendingBacklog: records saved while the
+// topic declared no receivers (a deploy before the receiving services were
+// declared) are completed by the remote consumers declared later: each
+// confirmation gives the record a delivery per declared consumer first, so
+// the record completes only once both have confirmed.
+func TestDeclaringRemoteConsumersOnAPendingBacklog(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b testenv.Backend) {
+		for _, mode := range []sqlstore.Completion{sqlstore.Mark, sqlstore.Delete} {
+			t.Run(mode.String(), func(t *testing.T) {
+				ctx := testCtx(t)
+				store := testenv.NewStore(t, b, b.Open(t), mode)
+				identity, err := store.Identity(ctx)
+				require.NoError(t, err)
+				recs := []recordstore.Record{{Topic: "orders", UUID: "order-1", Payload: []byte("{}")}, {Topic: "orders", UUID: "order-2", Payload: []byte("{}")}}
+				require.NoError(t, store.Insert(ctx, recs)) // saved with no consumers
+
+				reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store, RemoteConsumers: []string{"billing", "shipping"}})
+				require.NoError(t, err)
+				handler, err := outbox.NewConfirmationHandler(reg, outbox.ConfirmationHandlerConfig{}, nil)
+				require.NoError(t, err)
+				confirm := func(r recordstore.Record, consumer string) {
+					t.Helper()
+					payload := fmt.Sprintf(`{"store":%q,"topic":"orders","id":%d,"uuid":%q,"consumer":%q}`, identity, r.ID, r.UUID, consumer)
+					require.NoError(t, handler(message.NewMessage(watermill.NewUUID(), []byte(payload))))
+				}
+				pending := func() int {
+					t.Helper()
+					left, err := store.PendingAfter(ctx, "orders", 0, 10)
+					require.NoError(t, err)
+					return len(left)
+				}
+				for _, r := range recs {
+					confirm(r, "billing")
+				}
+				assert.Equal(t, 2, pending(), "shipping has not confirmed: billing's confirmation completed no record")
+				for _, r := range recs {
+					confirm(r, "shipping")
+				}
+				assert.Zero(t, pending(), "both remote consumers confirmed")
+			})
+		}
+	})
+}
+
+// TestRetiringARemoteConsumer: a remote consumer removed from the
+// declaration keeps its records pending until it is retired; while it is
+// still declared, retiring it is refused.
+func TestRetiringARemoteConsumer(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, b testenv.Backend) {
+		ctx := testCtx(t)
+		store := testenv.NewStore(t, b, b.Open(t), sqlstore.Mark)
+		recs := []recordstore.Record{{Topic: "orders", UUID: "order-1", Payload: []byte("{}"), Consumers: []string{"billing", "shipping"}}}
+		require.NoError(t, store.Insert(ctx, recs))
+		require.NoError(t, store.Complete(ctx, recordstore.Delivery{ID: recs[0].ID, Topic: "orders", Consumer: "billing", UUID: "order-1"}))
+
+		before, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store, RemoteConsumers: []string{"billing", "shipping"}})
+		require.NoError(t, err)
+		_, err = outbox.RetireConsumer(ctx, before, "orders", "shipping")
+		assert.ErrorIs(t, err, outbox.ErrInvalidConfig, "a declared remote consumer is not retired")
+
+		after, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store, RemoteConsumers: []string{"billing"}})
+		require.NoError(t, err)
+		n, err := outbox.RetireConsumer(ctx, after, "orders", "shipping")
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+		left, err := store.PendingAfter(ctx, "orders", 0, 10)
+		require.NoError(t, err)
+		assert.Empty(t, left)
+	})
+}
