@@ -12,6 +12,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -66,8 +67,12 @@ func newPeer(t *testing.T, b testenv.Backend, name string, broker *gochannel.GoC
 
 // newPeerWith is newPeer whose tracked topics save into wrap(store) rather
 // than into the store itself, when wrap is not nil.
+// around puts router middlewares outside (before) and inside (after) the
+// outbox middleware of a peer.
+type around struct{ outer, inner []message.HandlerMiddleware }
+
 func newPeerWith(t *testing.T, b testenv.Backend, name string, broker *gochannel.GoChannel, tracked []outbox.Tracked, cfg outbox.MiddlewareConfig,
-	wrap func(*sqlstore.Store) recordstore.Store) *peer {
+	wrap func(*sqlstore.Store) recordstore.Store, mws ...around) *peer {
 	t.Helper()
 	p := &peer{name: name, logger: &testenv.CaptureLogger{}, runs: map[string]map[string]int{}, each: make(chan struct{}, 1),
 		obs: &confirmTally{tally: newTally(), handled: make(chan struct{}, 1)}, runErr: make(chan error, 1)}
@@ -91,7 +96,13 @@ func newPeerWith(t *testing.T, b testenv.Backend, name string, broker *gochannel
 	}
 	mw, err := outbox.NewMiddleware(p.reg, cfg, p.logger)
 	require.NoError(t, err)
+	for _, a := range mws {
+		p.router.AddMiddleware(a.outer...)
+	}
 	p.router.AddMiddleware(mw)
+	for _, a := range mws {
+		p.router.AddMiddleware(a.inner...)
+	}
 	p.router.AddPlugin(outbox.ReplayPlugin(p.reg, broker, outbox.ReplayConfig{}, p.logger))
 	require.NoError(t, outbox.AddConfirmationHandler(p.router, p.reg, broker, p.logger))
 	p.pub, err = outbox.NewPublisher(broker, p.reg)
@@ -486,4 +497,53 @@ func TestInboxRefusesAnEntryTheMessageRunsOnce(t *testing.T) {
 	assert.ErrorIs(t, errs[0].Err, recordstore.ErrInvalidEntry)
 	a.stop(t)
 	r.stop(t)
+}
+
+// TestReceiverInTheDocumentedMiddlewareOrder: a receiving service with an
+// inbox, Recoverer outside the outbox middleware and Retry inside it (the
+// order the docs give). A handler that fails once is retried inside the
+// delivery; one that panics once is recovered, nacked and redelivered.
+// Either way the handler's successful run is recorded and confirmed once,
+// and the sender's table drains.
+func TestReceiverInTheDocumentedMiddlewareOrder(t *testing.T) {
+	t.Parallel()
+	b := testenv.Backends()[1]
+	for name, fail := range map[string]func(){
+		"FailsOnce":  func() {},
+		"PanicsOnce": func() { panic("billing crashed") },
+	} {
+		t.Run(name, func(t *testing.T) {
+			broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+			t.Cleanup(func() { _ = broker.Close() })
+			ctx := testCtx(t)
+			db := b.Open(t)
+			inbox, err := sqlstore.NewInbox(sqlstore.InboxConfig{Dialect: b.Dialect, DB: db})
+			require.NoError(t, err)
+			require.NoError(t, inbox.Migrate(ctx))
+			a := newPeer(t, b, "A", broker, []outbox.Tracked{{Topic: "orders", RemoteConsumers: []string{"billing"}}}, outbox.MiddlewareConfig{})
+			r := newPeerWith(t, b, "B", broker, nil, outbox.MiddlewareConfig{Inbox: inbox, Confirmations: broker}, nil,
+				around{outer: []message.HandlerMiddleware{middleware.Recoverer},
+					inner: []message.HandlerMiddleware{middleware.Retry{MaxRetries: 2}.Middleware}})
+			var runs atomic.Int32
+			r.handle("billing", "orders", broker, func(*message.Message) error {
+				if runs.Add(1) == 1 {
+					fail()
+					return errors.New("billing failed")
+				}
+				return nil
+			})
+			a.start(t)
+			r.start(t)
+			require.NoError(t, a.pub.Publish("orders", message.NewMessage("order-1", []byte("{}"))))
+			a.waitDrained(t, ctx, "orders")
+			a.waitHandled(t, ctx, 1)
+			assert.Equal(t, int32(2), runs.Load(), "one failed run, one successful")
+			assert.Equal(t, 1, a.obs.get("handled"), "confirmed once")
+			handled, err := inbox.Handled(ctx, recordstore.InboxEntry{Consumer: "billing", MessageUUID: "order-1"})
+			require.NoError(t, err)
+			assert.True(t, handled, "recorded in the inbox")
+			a.stop(t)
+			r.stop(t)
+		})
+	}
 }
