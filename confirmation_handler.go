@@ -58,7 +58,9 @@ func (c ConfirmationHandlerConfig) Validate() error {
 // declared remote consumer; anything else (malformed, another table, an
 // undeclared consumer, another message's UUID, a forged or replayed
 // confirmation) completes nothing, is counted ([ConfirmationObserver]) and
-// logged, and is acknowledged. A confirmation of a delivery already
+// logged, and is acknowledged: at warning level when it names this table,
+// at Debug when it names another table or topic, as the confirmations of
+// other sending services on a shared confirmation topic do. A confirmation of a delivery already
 // complete is a duplicate and is acknowledged. A database error nacks it,
 // so that it comes back. A confirmation that matched a delivery (completed
 // it, or a duplicate) records its remote consumer as seen, as the
@@ -124,8 +126,13 @@ func (c *confirmer) handle(msg *message.Message) error {
 		return nil
 	}
 	t := c.reg.lookup(conf.Topic)
-	if t == nil || !slices.Contains(t.remote, conf.Consumer) {
-		c.reject(msg, conf, "no tracked topic here declares this remote consumer")
+	if t == nil {
+		// Another sending service's, on a confirmation topic they share.
+		c.rejectOthers(msg, conf, "no tracked topic of this service has this name")
+		return nil
+	}
+	if !slices.Contains(t.remote, conf.Consumer) {
+		c.reject(msg, conf, "the topic does not declare this remote consumer")
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(msg.Context(), c.cfg.Timeout)
@@ -135,7 +142,7 @@ func (c *confirmer) handle(msg *message.Message) error {
 		return fmt.Errorf("outbox: reading the table identity of %q for a confirmation: %w", t.name, err)
 	}
 	if conf.Store != identity {
-		c.reject(msg, conf, "the confirmation names another table")
+		c.rejectOthers(msg, conf, "the confirmation names another table")
 		return nil
 	}
 	// The check matches the record's topic and UUID, which never change,
@@ -182,4 +189,15 @@ func (c *confirmer) reject(msg *message.Message, conf confirmation, why string) 
 		o.ConfirmationRejected(conf.Topic, conf.Consumer)
 	}
 	warn(c.logger, "Confirmation matches no pending delivery of this service; it completes nothing", c.fields(msg, conf).Add(watermill.LogFields{"reason": truncate(why, 256)}))
+}
+
+// rejectOthers counts, and logs at Debug only, a confirmation for another
+// table or topic: sending services that share a confirmation topic (the
+// default one, say) each receive the others' confirmations, which is
+// normal and must not page anyone. A forged one is counted all the same.
+func (c *confirmer) rejectOthers(msg *message.Message, conf confirmation, why string) {
+	if o, ok := c.reg.observer().(ConfirmationObserver); ok {
+		o.ConfirmationRejected(conf.Topic, conf.Consumer)
+	}
+	c.logger.Debug("Confirmation of another service's record; it completes nothing here", c.fields(msg, conf).Add(watermill.LogFields{"reason": why}))
 }

@@ -547,3 +547,40 @@ func TestReceiverInTheDocumentedMiddlewareOrder(t *testing.T) {
 		})
 	}
 }
+
+// TestTwoSendersShareTheConfirmationTopic: services A1 and A2, each with a
+// database of its own, track a topic each with remote consumers on the
+// default confirmation topic, and service B handles both. Each sender
+// receives the other's confirmations too: they complete nothing there, are
+// counted, and log no warning or error; both tables drain.
+func TestTwoSendersShareTheConfirmationTopic(t *testing.T) {
+	t.Parallel()
+	b := testenv.Backends()[1]
+	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = broker.Close() })
+	ctx := testCtx(t)
+	a1 := newPeer(t, b, "A1", broker, []outbox.Tracked{{Topic: "orders", RemoteConsumers: []string{"billing"}}}, outbox.MiddlewareConfig{})
+	a2 := newPeer(t, b, "A2", broker, []outbox.Tracked{{Topic: "refunds", RemoteConsumers: []string{"refunding"}}}, outbox.MiddlewareConfig{})
+	r := newPeer(t, b, "B", broker, nil, outbox.MiddlewareConfig{Confirmations: broker})
+	r.handle("billing", "orders", broker, nil)
+	r.handle("refunding", "refunds", broker, nil)
+	for _, p := range []*peer{a1, a2, r} {
+		p.start(t)
+	}
+	publishN(t, a1.pub, "orders", "order", 3)
+	publishN(t, a2.pub, "refunds", "refund", 3)
+	a1.waitDrained(t, ctx, "orders")
+	a2.waitDrained(t, ctx, "refunds")
+	a1.waitHandled(t, ctx, 3)
+	a2.waitHandled(t, ctx, 3)
+	for _, p := range []*peer{a1, a2, r} {
+		p.stop(t)
+	}
+	for _, a := range []*peer{a1, a2} {
+		assert.Equal(t, int64(3), a.obs.rejected.Load(), "%s counted the other's confirmations", a.name)
+		assert.Empty(t, a.logger.Entries("error"), a.name)
+		for _, e := range a.logger.Entries("info") {
+			assert.NotContains(t, e.Msg, "WARNING", "%s: no warning (logged at Info by a logger without a warning level)", a.name)
+		}
+	}
+}

@@ -48,7 +48,10 @@ type Tracked struct {
 	// ConfirmTopic is the topic the remote consumers publish their
 	// confirmations to; it is stamped into each message
 	// ([MetadataConfirmTo]). It must not be a tracked topic. Used only with
-	// RemoteConsumers. Defaults to [DefaultConfirmTopic].
+	// RemoteConsumers. Sending services may share one: each completes only
+	// its own table's deliveries and counts the others' confirmations as
+	// rejected (logged at Debug); a topic of its own spares it reading
+	// them. Defaults to [DefaultConfirmTopic].
 	ConfirmTopic string
 	// CompletedBy says who completes the records of the topic. Defaults to
 	// [ByReceivers].
