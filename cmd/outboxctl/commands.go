@@ -55,16 +55,16 @@ var commands = []*command{
 		define:  noFlags, run: (*cli).show,
 	},
 	{
-		name: "replay", synopsis: "[-dry-run] [-batch N]", summary: "make every pending record due for the service's stale resubmitter",
+		name: "due", synopsis: "[-dry-run] [-batch N]", summary: "make every pending record due for the service's stale resubmitter",
 		doc: "Marks every pending record as due, so that the running service's stale resubmitter\n" +
 			"sends it at its next round (or its next startup replay does). Progress goes to stderr.\n" +
 			"It never publishes.",
-		example: "outboxctl replay -dry-run",
+		example: "outboxctl due -dry-run",
 		define: func(c *cli, fs *flag.FlagSet) {
 			fs.BoolVar(&c.dryRun, "dry-run", false, "count the pending records without changing them")
 			fs.IntVar(&c.batch, "batch", 500, "change `n` records per transaction")
 		},
-		run: (*cli).replay,
+		run: (*cli).due,
 	},
 	{
 		name: "requeue", synopsis: "ID...", summary: "make abandoned records pending again, due at once",
@@ -74,15 +74,15 @@ var commands = []*command{
 		define:  noFlags, run: (*cli).requeue,
 	},
 	{
-		name: "purge", synopsis: "-older-than AGE [-batch N]", summary: "delete completed records older than AGE",
+		name: "clean", synopsis: "-older-than AGE [-batch N]", summary: "delete completed records older than AGE",
 		doc: "Deletes completed records (of a marking table) completed longer ago than AGE, as the\n" +
 			"service's cleaner does.",
-		example: "outboxctl purge -older-than 720h",
+		example: "outboxctl clean -older-than 720h",
 		define: func(c *cli, fs *flag.FlagSet) {
 			fs.DurationVar(&c.olderThan, "older-than", 0, "delete records completed longer ago than `AGE`, e.g. 720h (required)")
 			fs.IntVar(&c.batch, "batch", 1000, "delete `n` records per statement")
 		},
-		run: (*cli).purge,
+		run: (*cli).clean,
 	},
 	{
 		name: "retire", synopsis: "-topic T -consumer C", summary: "complete the pending deliveries of a consumer no longer declared",
@@ -174,7 +174,7 @@ func (c *cli) checkArgs() error {
 		if c.limit < 1 || c.limit > 100000 {
 			return usagef("-limit %d is not between 1 and 100000", c.limit)
 		}
-	case "purge":
+	case "clean":
 		if c.olderThan <= 0 {
 			return usagef("-older-than is required, e.g. -older-than 720h")
 		}
@@ -183,7 +183,7 @@ func (c *cli) checkArgs() error {
 			return usagef("-topic and -consumer are required")
 		}
 	}
-	if c.batch < 0 || (c.batch == 0 && (c.cmd.name == "replay" || c.cmd.name == "purge")) {
+	if c.batch < 0 || (c.batch == 0 && (c.cmd.name == "due" || c.cmd.name == "clean")) {
 		return usagef("-batch %d must be positive", c.batch)
 	}
 	if len(c.args) > 0 && c.cmd.name != "show" && c.cmd.name != "requeue" {

@@ -15,9 +15,9 @@ Commands:
   status    per topic: pending, oldest pending, abandoned, completed
   list      records in a state, by id, a page at a time
   show      one record with its metadata and payload
-  replay    make every pending record due for the service's stale resubmitter
+  due       make every pending record due for the service's stale resubmitter
   requeue   make abandoned records pending again, due at once
-  purge     delete completed records older than AGE
+  clean     delete completed records older than AGE
   retire    complete the pending deliveries of a consumer no longer declared
   serve     serve the dashboard of the table over HTTP
 
@@ -35,9 +35,9 @@ Examples:
   outboxctl -dsn file:outbox.db status
   outboxctl list -state abandoned -limit 20
   outboxctl show 118 -json
-  outboxctl replay -dry-run
+  outboxctl due -dry-run
   outboxctl requeue 118 119
-  outboxctl purge -older-than 720h
+  outboxctl clean -older-than 720h
   outboxctl retire -topic orders -consumer stats
   outboxctl -dsn postgres://localhost/app serve -addr 127.0.0.1:8080
 
@@ -86,7 +86,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	t.Parallel()
 	flags := map[string][]string{
 		"status": nil, "list": {"-state", "-after", "-limit"}, "show": nil,
-		"replay": {"-dry-run", "-batch"}, "requeue": nil, "purge": {"-older-than", "-batch"},
+		"due": {"-dry-run", "-batch"}, "requeue": nil, "clean": {"-older-than", "-batch"},
 		"retire": {"-topic", "-consumer"}, "serve": {"-addr", "-actions"},
 	}
 	require.Len(t, commands, len(flags))
@@ -127,7 +127,7 @@ func TestUsageMistakes(t *testing.T) {
 		{[]string{"show", "abc"}, "outboxctl: show: \"abc\" is not a record id\nRun 'outboxctl help show' for its flags.\n"},
 		{[]string{"show", "1", "2"}, "outboxctl: show: expected 1 record id, got 2 arguments\nRun 'outboxctl help show' for its flags.\n"},
 		{[]string{"requeue"}, "outboxctl: requeue: expected record ids\nRun 'outboxctl help requeue' for its flags.\n"},
-		{[]string{"purge"}, "outboxctl: purge: -older-than is required, e.g. -older-than 720h\nRun 'outboxctl help purge' for its flags.\n"},
+		{[]string{"clean"}, "outboxctl: clean: -older-than is required, e.g. -older-than 720h\nRun 'outboxctl help clean' for its flags.\n"},
 		{[]string{"retire", "-topic", "orders"}, "outboxctl: retire: -topic and -consumer are required\nRun 'outboxctl help retire' for its flags.\n"},
 		{[]string{"list", "-state", "stuck"}, "outboxctl: list: unknown state \"stuck\" (pending, abandoned or completed)\nRun 'outboxctl help list' for its flags.\n"},
 		{[]string{"list", "-limit", "0"}, "outboxctl: list: -limit 0 is not between 1 and 100000\nRun 'outboxctl help list' for its flags.\n"},

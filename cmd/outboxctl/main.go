@@ -11,10 +11,10 @@
 //	list [-state S] [-after ID] [-limit N]
 //	                                   records in a state, by id, a page at a time
 //	show ID                            one record with its metadata and payload
-//	replay [-dry-run] [-batch N]       make every pending record due for the service's
+//	due [-dry-run] [-batch N]          make every pending record due for the service's
 //	                                   stale resubmitter, with progress on stderr
 //	requeue ID...                      make abandoned records pending again, due at once
-//	purge -older-than AGE [-batch N]   delete completed records older than AGE
+//	clean -older-than AGE [-batch N]   delete completed records older than AGE
 //	retire -topic T -consumer C        complete the pending deliveries of a consumer
 //	                                   no longer declared (removed, or renamed)
 //	help [COMMAND]                     the commands, or one command's flags and an example
@@ -26,7 +26,7 @@
 // an error, never created. -table names the record table, schema.table for
 // one in a schema on PostgreSQL or MySQL/MariaDB (tenant_a.watermill_outbox);
 // a missing schema is an error that names it. The table's completion mode is
-// read from the schema version table. The tool never publishes: replay and
+// read from the schema version table. The tool never publishes: due and
 // requeue mark records due, and the running service sends them
 // (outbox.StaleResubmitter, or startup replay).
 //

@@ -9,7 +9,7 @@ import (
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-func (c *cli) replay(ctx context.Context, s *sqlstore.Store) error {
+func (c *cli) due(ctx context.Context, s *sqlstore.Store) error {
 	bar := newProgress(c.errOut, pendingTotal(ctx, s))
 	var after int64
 	done := 0
@@ -62,7 +62,7 @@ func (c *cli) requeue(ctx context.Context, s *sqlstore.Store) error {
 	return nil
 }
 
-func (c *cli) purge(ctx context.Context, s *sqlstore.Store) error {
+func (c *cli) clean(ctx context.Context, s *sqlstore.Store) error {
 	total := 0
 	bar := newProgress(c.errOut, 0)
 	for {

@@ -24,7 +24,7 @@ type recordJSON struct {
 	LastError  string  `json:"last_error,omitempty"`
 	AgeSeconds float64 `json:"age_seconds"`
 	// LastSentSecsAgo is absent when the record is due: made due by
-	// replay or requeue, its send time says nothing.
+	// outboxctl due or a requeue, its send time says nothing.
 	LastSentSecsAgo *float64          `json:"last_sent_seconds_ago,omitempty"`
 	Resent          bool              `json:"resent"`
 	Due             bool              `json:"due"`
@@ -148,7 +148,7 @@ func resent(r sqlstore.RecordInfo) string {
 func lastSent(r sqlstore.RecordInfo) string {
 	switch {
 	case r.Due:
-		return "due now (made due by replay or requeue)"
+		return "due now (made due by outboxctl due or requeue)"
 	case !r.Resent:
 		return age(r.SinceSent) + " ago, by the publish that saved it"
 	default:

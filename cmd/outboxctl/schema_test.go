@@ -51,7 +51,7 @@ func TestTableInSchema(t *testing.T) {
 
 			_, err := f.store.DB().ExecContext(t.Context(), "UPDATE "+f.store.Table()+" SET processed_at = '2000-01-01 00:00:00' WHERE processed_at IS NOT NULL")
 			require.NoError(t, err)
-			r = f.ctl(t, "-json", "purge", "-older-than", "1h")
+			r = f.ctl(t, "-json", "clean", "-older-than", "1h")
 			require.Zero(t, r.code, r.stderr)
 			assert.JSONEq(t, `{"deleted": 1}`, r.stdout)
 
