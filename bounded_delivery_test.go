@@ -116,7 +116,7 @@ func runService(t *testing.T, b *bundle, middlewares []message.HandlerMiddleware
 		seen:   &outcomes{},
 	}
 	var err error
-	s.pub, err = outbox.NewPublisher(s.gc, b.reg)
+	s.pub, err = outbox.NewPublisher(b.reg, s.gc)
 	require.NoError(t, err)
 	s.router, err = message.NewRouter(message.RouterConfig{CloseTimeout: guard}, s.logger)
 	require.NoError(t, err)
@@ -365,7 +365,7 @@ func proxied(t *testing.T, backend testenv.Backend) (direct, viaProxy *sqlx.DB, 
 
 // TestFetchTimeout puts the store's pool behind a proxy that accepts
 // connections and never answers: the check before the handler gives up
-// after FetchTimeout with a FetchError (nack), and the handler does not
+// after CheckTimeout with a CheckError (nack), and the handler does not
 // run. Once the database answers again, the message is handled.
 func TestFetchTimeout(t *testing.T) {
 	t.Parallel()
@@ -397,7 +397,7 @@ func TestFetchTimeout(t *testing.T) {
 					}
 					reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store})
 					require.NoError(t, err)
-					mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{FetchTimeout: 300 * time.Millisecond}, b.logger)
+					mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CheckTimeout: 300 * time.Millisecond}, b.logger)
 					require.NoError(t, err)
 
 					proxy.Silence()
@@ -413,7 +413,7 @@ func TestFetchTimeout(t *testing.T) {
 					case <-time.After(guard):
 						t.Fatalf("the check before the handler still waits for a silent database after %v", guard)
 					}
-					var fetchErr *outbox.FetchError
+					var fetchErr *outbox.CheckError
 					require.ErrorAs(t, err, &fetchErr, "a check that ran out of time is a nack")
 					assert.Equal(t, b.topic, fetchErr.Topic)
 					if identityRead {
@@ -535,7 +535,7 @@ func TestBackoff(t *testing.T) {
 		t.Parallel()
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 			b := setup(t, backend, sqlstore.Mark)
-			mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{MaxAttempts: 4, Backoff: outbox.Backoff{Initial: 50 * time.Millisecond, Max: 200 * time.Millisecond}}, b.logger)
+			mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{MaxAttempts: 4, Backoff: outbox.Backoff{Initial: 250 * time.Millisecond, Max: 500 * time.Millisecond}}, b.logger)
 			require.NoError(t, err)
 			runs := &runCounter{}
 			s := runService(t, b, []message.HandlerMiddleware{mw}, func(*message.Message) error { runs.add(); return boom })
@@ -627,7 +627,7 @@ func TestBackoff(t *testing.T) {
 			_, err = outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Backoff: bad}, nil)
 			assert.ErrorIs(t, err, outbox.ErrInvalidConfig, "%+v", bad)
 		}
-		_, err = outbox.NewMiddleware(reg, outbox.MiddlewareConfig{FetchTimeout: -time.Second}, nil)
+		_, err = outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CheckTimeout: -time.Second}, nil)
 		assert.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	})
 }
@@ -640,7 +640,7 @@ func TestRepublishedMessageSavesCleanKeys(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 		b := setup(t, backend, sqlstore.Mark)
-		down, err := outbox.NewPublisher(failingPublisher{}, b.reg)
+		down, err := outbox.NewPublisher(b.reg, failingPublisher{})
 		require.NoError(t, err)
 		msg := message.NewMessage(watermill.NewUUID(), []byte("retry me"))
 		msg.Metadata.Set("traceparent", traceparent)
@@ -654,7 +654,7 @@ func TestRepublishedMessageSavesCleanKeys(t *testing.T) {
 		t.Cleanup(func() { _ = gc.Close() })
 		sub, err := gc.Subscribe(b.ctx(t), b.topic)
 		require.NoError(t, err)
-		up, err := outbox.NewPublisher(gc, b.reg)
+		up, err := outbox.NewPublisher(b.reg, gc)
 		require.NoError(t, err)
 		require.NoError(t, up.Publish(b.topic, msg))
 
@@ -749,7 +749,7 @@ func TestFirstDeliveriesAtOnceAreAllTracked(t *testing.T) {
 			runErr := make(chan error, 1)
 			go func() { runErr <- router.Run(context.Background()) }()
 			<-router.Running()
-			pub, err := outbox.NewPublisher(gc, reg)
+			pub, err := outbox.NewPublisher(reg, gc)
 			require.NoError(t, err)
 			for i := range width {
 				require.NoError(t, pub.Publish(b.topic, message.NewMessage(fmt.Sprintf("r%d-%d", round, i), nil)))
