@@ -32,7 +32,7 @@ type admission struct {
 
 // admit decides whether the message is this consumer's to handle and
 // tracks, and checks its record.
-func (m *middleware) admit(msg *message.Message, idText string) (*admission, verdict, error) {
+func (m *middleware) admit(msg *message.Message, idText string) (*admission, CheckOutcome, error) {
 	ctx := msg.Context()
 	name := msg.Metadata[MetadataTopic]
 	topic := message.SubscribeTopicFromCtx(ctx)
@@ -45,31 +45,31 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 	if t == nil {
 		// Another service's tracked message (or a record of a topic this
 		// service does not track): its receiver side.
-		return nil, foreign, nil
+		return nil, checkForeign, nil
 	}
 	if name != topic {
 		m.notOwned(msg, topic, consumer, "the message's record is another topic's")
-		return nil, untracked, nil
+		return nil, CheckUntracked, nil
 	}
 	id, perr := parseID(idText)
 	// One deadline bounds the whole check: the identity (read once per
 	// pool, then cached) and the record.
-	fetchCtx, cancel := context.WithTimeout(ctx, m.cfg.FetchTimeout)
+	checkCtx, cancel := context.WithTimeout(ctx, m.cfg.CheckTimeout)
 	defer cancel()
-	identity, err := t.store.Identity(fetchCtx)
+	identity, err := t.store.Identity(checkCtx)
 	if err != nil {
 		m.hold(ctx, m.checks.failed())
-		return nil, refuse, &FetchError{Topic: topic, ID: id, Err: fmt.Errorf("reading the table identity: %w", err)}
+		return nil, CheckRefused, &CheckError{Topic: topic, ID: id, Err: fmt.Errorf("reading the table identity: %w", err)}
 	}
 	if msg.Metadata[MetadataStore] != identity {
 		// Another service tracks a topic of the same name in its own
 		// table: its receiver side.
-		return nil, foreign, nil
+		return nil, checkForeign, nil
 	}
 	if t.completedBy == OnSend {
 		// Complete since it was sent: nothing for a receiver to check.
 		m.notOwned(msg, topic, consumer, "the topic completes on send")
-		return nil, untracked, nil
+		return nil, CheckUntracked, nil
 	}
 	if err := perr; err != nil {
 		// Nacking would bring the same message back without end; it has
@@ -77,11 +77,11 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 		m.logger.Error("Malformed outbox metadata; handling the message untracked", fmt.Errorf("message %s of %q: %w", msg.UUID, name, err),
 			watermill.LogFields{"message_uuid": msg.UUID, "topic": name, "consumer": consumer})
 		m.reg.observer().NotOwned(topic, consumer)
-		return nil, untracked, nil
+		return nil, CheckUntracked, nil
 	}
 	if !m.admitsConsumer(t, consumer) {
 		m.reg.observer().NotOwned(topic, consumer)
-		return nil, untracked, nil
+		return nil, CheckUntracked, nil
 	}
 	a := &admission{t: t, idText: idText, identity: identity,
 		d: recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Declared: t.deliveries, UUID: msg.UUID,
@@ -90,55 +90,42 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, ver
 		seen:   t.seenSlot(consumer)}
 	var o CheckOutcome
 	if tr := m.reg.tracer(); tr != nil {
-		o, err = m.tracedCheck(tr, msg, fetchCtx, a)
+		o, err = m.tracedCheck(tr, msg, checkCtx, a)
 	} else {
-		o, err = m.check(ctx, fetchCtx, a)
+		o, err = m.check(ctx, checkCtx, a)
 	}
 	if foundRecord(o, err) {
 		m.reg.sawReceiver(t, a.seen, consumer, m.logger)
 	}
-	return a, verdictOf(o), err
+	return a, o, err
 }
 
 // tracedCheck checks the record as admit does, in the delivery's and the
 // check's contexts the tracer gives, under the same deadline. The message
 // carries the delivery's context from then on.
-func (m *middleware) tracedCheck(tr Tracer, msg *message.Message, fetchCtx context.Context, a *admission) (CheckOutcome, error) {
-	ref := RecordRef{Topic: a.t.name, ID: a.d.ID, Consumer: a.d.Consumer}
+func (m *middleware) tracedCheck(tr Tracer, msg *message.Message, checkCtx context.Context, a *admission) (CheckOutcome, error) {
+	ref := RecordRef{Topic: a.t.topic, ID: a.d.ID, Consumer: a.d.Consumer}
 	ctx := tr.TraceDelivery(msg.Context(), msg, ref)
 	msg.SetContext(ctx)
-	checkCtx, end := tr.TraceCheck(ctx, ref)
-	if deadline, ok := fetchCtx.Deadline(); ok {
+	spanCtx, end := tr.TraceCheck(ctx, ref)
+	if deadline, ok := checkCtx.Deadline(); ok {
 		var cancel context.CancelFunc
-		checkCtx, cancel = context.WithDeadline(checkCtx, deadline)
+		spanCtx, cancel = context.WithDeadline(spanCtx, deadline)
 		defer cancel()
 	}
-	o, err := m.check(ctx, checkCtx, a)
+	o, err := m.check(ctx, spanCtx, a)
 	if end != nil {
 		end(o, err)
 	}
 	return o, err
 }
 
-// verdictOf is what the middleware does after the check.
-func verdictOf(o CheckOutcome) verdict {
-	switch o {
-	case CheckPending:
-		return run
-	case CheckDuplicate, CheckUnknown, CheckMismatch:
-		return skip
-	case CheckUntracked:
-		return untracked
-	}
-	return refuse
-}
-
 // check reads the record's state for the delivery's consumer within
-// fetchCtx; a copy it holds waits on ctx, the message's own.
-func (m *middleware) check(ctx, fetchCtx context.Context, a *admission) (CheckOutcome, error) {
-	o, err := m.checkRecord(ctx, fetchCtx, a)
-	var fetchErr *FetchError
-	if errors.As(err, &fetchErr) && !errors.Is(err, recordstore.ErrLeased) {
+// checkCtx; a copy it holds waits on ctx, the message's own.
+func (m *middleware) check(ctx, checkCtx context.Context, a *admission) (CheckOutcome, error) {
+	o, err := m.checkRecord(ctx, checkCtx, a)
+	var checkErr *CheckError
+	if errors.As(err, &checkErr) && !errors.Is(err, recordstore.ErrLeased) {
 		// The database did not answer: hold before the nack.
 		m.hold(ctx, m.checks.failed())
 	} else {
@@ -148,8 +135,8 @@ func (m *middleware) check(ctx, fetchCtx context.Context, a *admission) (CheckOu
 }
 
 // checkRecord reads the record's state, as check does.
-func (m *middleware) checkRecord(ctx, fetchCtx context.Context, a *admission) (CheckOutcome, error) {
-	err := m.checkPending(fetchCtx, a)
+func (m *middleware) checkRecord(ctx, checkCtx context.Context, a *admission) (CheckOutcome, error) {
+	err := m.checkPending(checkCtx, a)
 	var conflict *recordstore.ConsumerConflictError
 	var notDue *recordstore.NotDueError
 	switch {
@@ -157,7 +144,7 @@ func (m *middleware) checkRecord(ctx, fetchCtx context.Context, a *admission) (C
 		return CheckPending, nil
 	case errors.Is(err, ErrNotPending):
 		m.logger.Debug("Record already completed, acking copy without handling", a.fields)
-		m.reg.observer().DuplicateSkipped(a.t.name, a.d.Consumer)
+		m.reg.observer().DuplicateSkipped(a.t.topic, a.d.Consumer)
 		return CheckDuplicate, nil
 	case errors.Is(err, recordstore.ErrMessageMismatch):
 		// The metadata names a record of this table, but the record was
@@ -166,27 +153,27 @@ func (m *middleware) checkRecord(ctx, fetchCtx context.Context, a *admission) (C
 		// message would never be handled. It is not this record's
 		// message, and no redelivery makes it one.
 		m.logger.Error("Message names a record saved for another message; acking it without handling", err, a.fields)
-		m.reg.observer().Mismatched(a.t.name, a.d.Consumer)
+		m.reg.observer().Mismatched(a.t.topic, a.d.Consumer)
 		return CheckMismatch, nil
 	case errors.As(err, &conflict) && len(a.t.consumers) > 0:
 		// A store that does not adopt records saved before the topic
 		// declared its consumers (see recordstore.Delivery.Declared).
 		m.reportOnceAs(a.t, a.d.Consumer, conflict.CompletedBy, "Record saved before its topic declared consumers, completed by another", fmt.Sprintf("record %d of tracked topic %q was saved before the topic declared its consumers and was completed by %q; "+
 			"%q handles it untracked so that it skips nothing. The store %T does not adopt such records (recordstore.Delivery.Declared)",
-			a.d.ID, a.t.name, conflict.CompletedBy, a.d.Consumer, a.t.store))
-		m.reg.observer().NotOwned(a.t.name, a.d.Consumer)
+			a.d.ID, a.t.topic, conflict.CompletedBy, a.d.Consumer, a.t.store))
+		m.reg.observer().NotOwned(a.t.topic, a.d.Consumer)
 		return CheckUntracked, nil
 	case errors.As(err, &conflict):
 		m.conflict(a.t, a.d.Consumer, conflict.CompletedBy)
-		m.reg.observer().NotOwned(a.t.name, a.d.Consumer)
+		m.reg.observer().NotOwned(a.t.topic, a.d.Consumer)
 		return CheckUntracked, nil
 	case errors.Is(err, recordstore.ErrUnknownRecord):
 		warn(m.logger, "No record with this id in the topic's table (never saved, or cleaned up); acking without handling", a.fields)
-		m.reg.observer().UnknownRecord(a.t.name, a.d.Consumer)
+		m.reg.observer().UnknownRecord(a.t.topic, a.d.Consumer)
 		return CheckUnknown, nil
 	case errors.Is(err, recordstore.ErrNoDelivery):
 		m.logger.Error("Record was saved before this consumer was declared; handling it untracked", err, a.fields)
-		m.reg.observer().NotOwned(a.t.name, a.d.Consumer)
+		m.reg.observer().NotOwned(a.t.topic, a.d.Consumer)
 		return CheckUntracked, nil
 	case errors.As(err, &notDue):
 		m.logger.Debug("Record not due for its next attempt, holding and nacking the copy", a.fields.Add(watermill.LogFields{"wait": notDue.Wait}))
@@ -195,9 +182,9 @@ func (m *middleware) checkRecord(ctx, fetchCtx context.Context, a *admission) (C
 	case errors.Is(err, recordstore.ErrLeased):
 		m.logger.Debug("Record leased by another delivery, nacking copy without handling", a.fields)
 		m.hold(ctx, m.cfg.LeasedNackDelay)
-		return CheckRefused, &FetchError{Topic: a.t.name, ID: a.d.ID, Err: err}
+		return CheckRefused, &CheckError{Topic: a.t.topic, ID: a.d.ID, Err: err}
 	}
-	return CheckRefused, &FetchError{Topic: a.t.name, ID: a.d.ID, Err: err}
+	return CheckRefused, &CheckError{Topic: a.t.topic, ID: a.d.ID, Err: err}
 }
 
 // checkPending is the store's check of the delivery. A message without a
@@ -246,7 +233,7 @@ func (m *middleware) notOwned(msg *message.Message, topic, consumer, why string)
 	m.reg.observer().NotOwned(topic, consumer)
 }
 
-// admitsConsumer reports whether the handler is the name's consumer: one of
+// admitsConsumer reports whether the handler is the topic's consumer: one of
 // the declared consumers, or, without a declaration, the first handler seen
 // receiving the name. Any other handler is logged once and runs untracked,
 // so it never takes another consumer's completion for a duplicate.
@@ -256,7 +243,7 @@ func (m *middleware) admitsConsumer(t *tracked, consumer string) bool {
 			return true
 		}
 		m.reportOnce(t, consumer, "", fmt.Sprintf("handler %q receives tracked topic %q but is not one of its declared consumers %q; it runs untracked. Add it to Tracked.Consumers to track it",
-			consumer, t.name, t.consumers))
+			consumer, t.topic, t.consumers))
 		return false
 	}
 	if consumer == "" {
@@ -283,7 +270,7 @@ func (m *middleware) admitsConsumer(t *tracked, consumer string) bool {
 // no consumers.
 func (m *middleware) conflict(t *tracked, consumer, other string) {
 	m.reportOnce(t, consumer, other, fmt.Sprintf("handlers %q and %q both receive tracked topic %q, which declares no consumers; %q runs untracked so that it skips nothing. "+
-		"Declare them: Tracked{Topic: %q, Consumers: []string{%q, %q}}", other, consumer, t.name, consumer, t.name, other, consumer))
+		"Declare them: Tracked{Topic: %q, Consumers: []string{%q, %q}}", other, consumer, t.topic, consumer, t.topic, other, consumer))
 }
 
 func (m *middleware) reportOnce(t *tracked, consumer, other, text string) {
@@ -297,5 +284,5 @@ func (m *middleware) reportOnceAs(t *tracked, consumer, other, title, text strin
 		return
 	}
 	m.logger.Error(title, errors.New(text),
-		watermill.LogFields{"topic": t.name, "consumer": consumer, "other_consumer": other})
+		watermill.LogFields{"topic": t.topic, "consumer": consumer, "other_consumer": other})
 }

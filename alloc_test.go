@@ -26,7 +26,7 @@ func untrackedFixture(t testing.TB) (message.Publisher, message.HandlerFunc, *me
 	)
 	require.NoError(t, err)
 	require.True(t, reg.Enabled())
-	pub, err := outbox.NewPublisher(discardPublisher{}, reg)
+	pub, err := outbox.NewPublisher(reg, discardPublisher{})
 	require.NoError(t, err)
 	mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, nil)
 	require.NoError(t, err)

@@ -132,7 +132,7 @@ func TestAttempts(t *testing.T) {
 			go func() { runErr <- router.Run(context.Background()) }()
 			<-router.Running()
 
-			pub, err := outbox.NewPublisher(gc, b.reg)
+			pub, err := outbox.NewPublisher(b.reg, gc)
 			require.NoError(t, err)
 			sent := message.NewMessage(watermill.NewUUID(), []byte("poison pill"))
 			require.NoError(t, pub.Publish(b.topic, sent))
@@ -173,7 +173,7 @@ func TestAttempts(t *testing.T) {
 			require.NoError(t, err)
 			// The decorated publisher is unwrapped: the record is sent
 			// again, never saved a second time.
-			decorated, err := outbox.NewPublisher(gc, b.reg)
+			decorated, err := outbox.NewPublisher(b.reg, gc)
 			require.NoError(t, err)
 			rows := b.rowCount(t)
 			require.NoError(t, outbox.Requeue(b.ctx(t), b.reg, decorated, b.topic, id))

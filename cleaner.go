@@ -118,7 +118,7 @@ func NewCleaner(reg *Registry, cfg CleanerConfig, logger watermill.LoggerAdapter
 	return c, nil
 }
 
-// CleanOnce purges every store and inbox until a batch comes back short,
+// CleanOnce cleans every store and inbox until a batch comes back short,
 // and returns how many records and entries it deleted.
 func (c *Cleaner) CleanOnce(ctx context.Context) (int, error) {
 	total := 0

@@ -200,7 +200,7 @@ func TestManyPublishersAndConsumers(t *testing.T) {
 		go func() { _ = router.Run(context.Background()) }()
 		<-router.Running()
 
-		pub, err := outbox.NewPublisher(broker, reg)
+		pub, err := outbox.NewPublisher(reg, broker)
 		require.NoError(t, err)
 		var wg sync.WaitGroup
 		for p := 0; p < publishers; p++ {

@@ -139,7 +139,7 @@ func (c *confirmer) handle(msg *message.Message) error {
 	defer cancel()
 	identity, err := t.store.Identity(ctx)
 	if err != nil {
-		return fmt.Errorf("outbox: reading the table identity of %q for a confirmation: %w", t.name, err)
+		return fmt.Errorf("outbox: reading the table identity of %q for a confirmation: %w", t.topic, err)
 	}
 	if conf.Store != identity {
 		c.rejectOthers(msg, conf, "the confirmation names another table")
@@ -148,7 +148,7 @@ func (c *confirmer) handle(msg *message.Message) error {
 	// The check matches the record's topic and UUID, which never change,
 	// and tells a duplicate from a confirmation that matches nothing; the
 	// completion then acts on the delivery it checked.
-	d := recordstore.Delivery{ID: conf.ID, Topic: t.name, Consumer: conf.Consumer, UUID: conf.UUID, Declared: t.deliveries}
+	d := recordstore.Delivery{ID: conf.ID, Topic: t.topic, Consumer: conf.Consumer, UUID: conf.UUID, Declared: t.deliveries}
 	err = t.store.CheckPending(ctx, d)
 	if err == nil || errors.Is(err, recordstore.ErrNotDue) {
 		err = t.store.Complete(ctx, d)
@@ -156,12 +156,12 @@ func (c *confirmer) handle(msg *message.Message) error {
 	fields := c.fields(msg, conf)
 	switch {
 	case err == nil:
-		c.reg.observer().Handled(t.name, conf.Consumer)
+		c.reg.observer().Handled(t.topic, conf.Consumer)
 		c.logger.Trace("Remote consumer confirmed its delivery", fields)
 		c.sawConsumer(t, conf.Consumer)
 		return nil
 	case errors.Is(err, recordstore.ErrNotPending):
-		c.reg.observer().DuplicateSkipped(t.name, conf.Consumer)
+		c.reg.observer().DuplicateSkipped(t.topic, conf.Consumer)
 		c.logger.Debug("Confirmation of a delivery already complete", fields)
 		c.sawConsumer(t, conf.Consumer)
 		return nil

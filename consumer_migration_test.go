@@ -97,7 +97,7 @@ func (c *copies) DuplicateSkipped(_, consumer string)     { c.settle(consumer) }
 func (c *copies) Failed(string, string)                   {}
 func (c *copies) Abandoned(string, string)                {}
 func (c *copies) Mismatched(string, string)               {}
-func (c *copies) Replayed(string, int)                    {}
+func (c *copies) Resent(string, outbox.ResendKind, int)   {}
 func (c *copies) NotOwned(string, string)                 {}
 func (c *copies) UnknownRecord(_ string, consumer string) { c.settle(consumer) }
 

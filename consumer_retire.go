@@ -64,7 +64,7 @@ func (r *replayer) reportUndeclared(ctx context.Context) {
 		statuses, err := sr.PendingStatus(sctx)
 		cancel()
 		if err != nil {
-			r.logger.Error("Reading the pending deliveries failed; consumers no longer declared are not reported", err, watermill.LogFields{"topic": first.name})
+			r.logger.Error("Reading the pending deliveries failed; consumers no longer declared are not reported", err, watermill.LogFields{"topic": first.topic})
 			continue
 		}
 		for _, st := range statuses {
@@ -77,7 +77,7 @@ func (r *replayer) reportUndeclared(ctx context.Context) {
 					continue
 				}
 				r.logger.Error("Pending deliveries of a consumer the topic no longer declares", undeclaredConsumer(t, c),
-					watermill.LogFields{"topic": t.name, "consumer": c.Consumer, "pending": c.Pending})
+					watermill.LogFields{"topic": t.topic, "consumer": c.Consumer, "pending": c.Pending})
 			}
 		}
 	}
@@ -92,5 +92,5 @@ func undeclaredConsumer(t *tracked, c recordstore.ConsumerStatus) error {
 	return fmt.Errorf("consumer %q has %d pending deliveries of tracked topic %q, which declares %s: their records stay pending and are sent again at every start. "+
 		"If it was removed, or renamed and the new name has caught up, retire it: outbox.RetireConsumer(ctx, reg, %q, %q), or outboxctl retire -topic %q -consumer %q. "+
 		"If it still runs, declare it in Tracked.Consumers",
-		c.Consumer, c.Pending, t.name, declared, t.name, c.Consumer, t.name, c.Consumer)
+		c.Consumer, c.Pending, t.topic, declared, t.topic, c.Consumer, t.topic, c.Consumer)
 }

@@ -37,7 +37,7 @@ func TestSilentDatabaseDeadlines(t *testing.T) {
 		{name: "Publish", wait: outbox.DefaultStatementTimeout, call: func(_ context.Context, b *bundle) error {
 			gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 			defer gc.Close()
-			pub, err := outbox.NewPublisher(gc, b.reg)
+			pub, err := outbox.NewPublisher(b.reg, gc)
 			if err != nil {
 				return err
 			}
@@ -49,7 +49,7 @@ func TestSilentDatabaseDeadlines(t *testing.T) {
 			return err
 		}},
 		{name: "ReadStatus", wait: outbox.DefaultStatementTimeout, call: func(ctx context.Context, b *bundle) error {
-			_, err := outbox.ReadStatus(ctx, b.reg, true)
+			_, err := outbox.ReadStatus(ctx, b.reg, outbox.StatusOptions{Full: true})
 			return err
 		}},
 		{name: "Replay", wait: short, call: func(ctx context.Context, b *bundle) error {
@@ -115,10 +115,10 @@ func TestSilentDatabaseDeadlines(t *testing.T) {
 }
 
 func replayOrVerifyError(err error) error {
-	var replayErr *outbox.ReplayError
+	var replayErr *outbox.ResendError
 	var verifyErr *outbox.VerifyError
 	if err != nil && !errors.As(err, &replayErr) && !errors.As(err, &verifyErr) {
-		return errors.New("neither a ReplayError nor a VerifyError: " + err.Error())
+		return errors.New("neither a ResendError nor a VerifyError: " + err.Error())
 	}
 	return err
 }

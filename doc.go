@@ -61,7 +61,7 @@
 // # Bounded delivery
 //
 // No message makes a consumer spin and no slow database makes it hang: the
-// check has a deadline ([MiddlewareConfig.FetchTimeout]), and a failed check
+// check has a deadline ([MiddlewareConfig.CheckTimeout]), and a failed check
 // holds its message for a growing delay before the nack
 // ([MiddlewareConfig.CheckRetryDelay]); a failed attempt
 // makes the delivery due again only after [MiddlewareConfig.Backoff], kept
@@ -95,7 +95,7 @@
 //     effect; the middleware then skips its own completion.
 //   - A store with a delivery lease (sqlstore's Config.Lease) claims the
 //     record before the handler runs; a copy delivered meanwhile is nacked
-//     with a [*FetchError].
+//     with a [*CheckError].
 //
 // # Operations
 //

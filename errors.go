@@ -93,26 +93,26 @@ func (e *SendError) Error() string {
 // Unwrap returns the cause, for errors.Is and errors.As.
 func (e *SendError) Unwrap() error { return e.Err }
 
-// FetchError is returned by the middleware when the record of a delivered
+// CheckError is returned by the middleware when the record of a delivered
 // message could not be checked: the check failed or ran out of
-// [MiddlewareConfig.FetchTimeout], or another delivery holds the record's
+// [MiddlewareConfig.CheckTimeout], or another delivery holds the record's
 // lease (Err wraps [recordstore.ErrLeased]). The handler was not run and the
 // message is nacked so that the broker redelivers it. A copy whose next
 // attempt is not due yet is no error: the middleware holds it, nacks it
 // itself and returns nil.
-type FetchError struct {
+type CheckError struct {
 	Topic string
 	ID    int64
 	Err   error
 }
 
 // Error implements error.
-func (e *FetchError) Error() string {
+func (e *CheckError) Error() string {
 	return fmt.Sprintf("outbox: checking record %d of %q failed, message nacked: %v", e.ID, e.Topic, e.Err)
 }
 
 // Unwrap returns the cause, for errors.Is and errors.As.
-func (e *FetchError) Unwrap() error { return e.Err }
+func (e *CheckError) Unwrap() error { return e.Err }
 
 // ConfirmError is returned by the middleware (a nack) when the
 // confirmation of another service's message could not be published: the
@@ -132,11 +132,11 @@ func (e *ConfirmError) Error() string {
 // Unwrap returns the cause, for errors.Is and errors.As.
 func (e *ConfirmError) Unwrap() error { return e.Err }
 
-// ReplayError is returned by [Replay] and aborts the router started with
+// ResendError is returned by [Replay] and aborts the router started with
 // [ReplayPlugin] when a pending record could not be read or sent. For a send
 // failure ID is the first record of the batch that failed; for a read failure
 // ID is zero and AfterID is the last record replayed before it (zero if none).
-type ReplayError struct {
+type ResendError struct {
 	Topic   string
 	ID      int64
 	AfterID int64
@@ -144,7 +144,7 @@ type ReplayError struct {
 }
 
 // Error implements error.
-func (e *ReplayError) Error() string {
+func (e *ResendError) Error() string {
 	if e.ID == 0 {
 		return fmt.Sprintf("outbox: replay of %q failed reading the pending records after record %d: %v", e.Topic, e.AfterID, e.Err)
 	}
@@ -152,7 +152,7 @@ func (e *ReplayError) Error() string {
 }
 
 // Unwrap returns the cause, for errors.Is and errors.As.
-func (e *ReplayError) Unwrap() error { return e.Err }
+func (e *ResendError) Unwrap() error { return e.Err }
 
 // VerifyError is returned by [Replay], and aborts the router started with
 // [ReplayPlugin], when a store that implements [recordstore.Verifier]

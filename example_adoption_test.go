@@ -48,7 +48,7 @@ func adoptOutbox(ctx context.Context, db *sql.DB, router *message.Router, publis
 	router.AddPublisherDecorators(outbox.PublisherDecorator(reg))                        // records what handlers publish
 	router.AddPlugin(outbox.ReplayPlugin(reg, publisher, outbox.ReplayConfig{}, logger)) // replays at start, resends what stays pending while running
 	// The publisher for the service's code: a tracked topic gets a record first.
-	return outbox.NewPublisher(publisher, reg)
+	return outbox.NewPublisher(reg, publisher)
 }
 
 // README:end adoption

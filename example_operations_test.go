@@ -36,13 +36,13 @@ func ExampleMiddlewareConfig_maxAttempts() {
 	go func() { _ = router.Run(context.Background()) }()
 	<-router.Running()
 
-	pub, _ := outbox.NewPublisher(pubSub, reg)
+	pub, _ := outbox.NewPublisher(reg, pubSub)
 	_ = pub.Publish("orders", message.NewMessage("order-3", []byte("order 3")))
 	msg := <-poisoned
 	msg.Ack()
 	_ = router.Close()
 
-	status, _ := outbox.ReadStatus(context.Background(), reg, true)
+	status, _ := outbox.ReadStatus(context.Background(), reg, outbox.StatusOptions{Full: true})
 	fmt.Println(msg.UUID, "after", tries, "tries:", msg.Metadata.Get(middleware.ReasonForPoisonedKey))
 	fmt.Printf("pending %d, abandoned %d\n", status[0].Pending, status[0].Abandoned)
 	// Output:
@@ -56,15 +56,15 @@ type countingObserver struct {
 	published, handled atomic.Int64
 }
 
-func (o *countingObserver) Published(_ string, n int)     { o.published.Add(int64(n)) }
-func (o *countingObserver) Handled(string, string)        { o.handled.Add(1) }
-func (*countingObserver) DuplicateSkipped(string, string) {}
-func (*countingObserver) Failed(string, string)           {}
-func (*countingObserver) Abandoned(string, string)        {}
-func (*countingObserver) Replayed(string, int)            {}
-func (*countingObserver) NotOwned(string, string)         {}
-func (*countingObserver) UnknownRecord(string, string)    {}
-func (*countingObserver) Mismatched(string, string)       {}
+func (o *countingObserver) Published(_ string, n int)           { o.published.Add(int64(n)) }
+func (o *countingObserver) Handled(string, string)              { o.handled.Add(1) }
+func (*countingObserver) DuplicateSkipped(string, string)       {}
+func (*countingObserver) Failed(string, string)                 {}
+func (*countingObserver) Abandoned(string, string)              {}
+func (*countingObserver) Resent(string, outbox.ResendKind, int) {}
+func (*countingObserver) NotOwned(string, string)               {}
+func (*countingObserver) UnknownRecord(string, string)          {}
+func (*countingObserver) Mismatched(string, string)             {}
 
 // One registry reports to two observers, for example the Prometheus
 // collector of outboxmetrics and the OpenTelemetry metrics of outboxotel.
@@ -87,7 +87,7 @@ func ExampleObservers() {
 	go func() { _ = router.Run(context.Background()) }()
 	<-router.Running()
 
-	pub, _ := outbox.NewPublisher(pubSub, reg)
+	pub, _ := outbox.NewPublisher(reg, pubSub)
 	_ = pub.Publish("orders", message.NewMessage("order-4", []byte("order 4")))
 	<-handled
 	_ = router.Close() // returns once the delivery is settled

@@ -66,7 +66,7 @@ func Example() {
 	go func() { _ = router.Run(context.Background()) }()
 	<-router.Running()
 
-	pub, _ := outbox.NewPublisher(pubSub, reg)
+	pub, _ := outbox.NewPublisher(reg, pubSub)
 	_ = pub.Publish("orders", message.NewMessage(watermill.NewUUID(), []byte("order 1")), message.NewMessage(watermill.NewUUID(), []byte("order 2")))
 	<-done
 	_ = router.Close()
@@ -86,7 +86,7 @@ func ExampleReplay() {
 
 	// The records were saved, the messages were lost with the process.
 	lost := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-	pub, _ := outbox.NewPublisher(lost, reg)
+	pub, _ := outbox.NewPublisher(reg, lost)
 	_ = pub.Publish("orders", message.NewMessage("order-7", []byte("order 7")))
 	_ = lost.Close()
 

@@ -47,7 +47,7 @@ func adoptSender(ctx context.Context, db *sql.DB, router *message.Router, publis
 	if err := outbox.AddConfirmationHandler(router, reg, subscriber, logger); err != nil {
 		return nil, err
 	}
-	return outbox.NewPublisher(publisher, reg)
+	return outbox.NewPublisher(reg, publisher)
 }
 
 // adoptReceiver adds the outbox to a service that receives other services'

@@ -28,7 +28,7 @@ func ExampleTxPublisher() {
 	sub, _ := pubSub.Subscribe(ctx, "orders")
 
 	// The publishing side.
-	txPub, _ := outbox.NewTxPublisher(pubSub, reg)
+	txPub, _ := outbox.NewTxPublisher(reg, pubSub)
 	tx, _ := db.BeginTxx(ctx, nil)
 	ptx := txPub.Wrap(tx)
 	defer ptx.Rollback() //nolint:errcheck // no-op after Commit

@@ -49,7 +49,7 @@ func TestForgedMessageNamingAPendingRecordIsNotHandled(t *testing.T) {
 		<-router.Running()
 
 		// The real message's send fails: its record stays pending.
-		pub, err := outbox.NewPublisher(failingPublisher{}, b.reg)
+		pub, err := outbox.NewPublisher(b.reg, failingPublisher{})
 		require.NoError(t, err)
 		sent := message.NewMessage(watermill.NewUUID(), []byte("real"))
 		require.Error(t, pub.Publish(b.topic, sent))

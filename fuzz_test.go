@@ -65,7 +65,7 @@ func FuzzMiddlewareMetadata(f *testing.F) {
 		}
 	}
 
-	// spellPending replaces the fuzzed id with the id of the name's pending
+	// spellPending replaces the fuzzed id with the id of the topic's pending
 	// record, so that the seeds reach it whatever ids the store gave.
 	f.Fuzz(func(t *testing.T, id, name, identity string, withID bool, uuid string, spellPending bool) {
 		// One fresh pending record per topic and input, so the "pending"

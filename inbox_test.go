@@ -102,7 +102,7 @@ func TestExactlyOnceEffectInTheReceiversDatabase(t *testing.T) {
 			})
 		}
 
-		pub, err := outbox.NewPublisher(broker, regA)
+		pub, err := outbox.NewPublisher(regA, broker)
 		require.NoError(t, err)
 		batch := make([]*message.Message, 0, 500)
 		for i := range effectsMessages {

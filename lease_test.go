@@ -35,7 +35,7 @@ func TestLease(t *testing.T) {
 			}()
 			<-running
 			_, err := inst[1].mw(second.handle)(msg.Copy())
-			var leased *outbox.FetchError
+			var leased *outbox.CheckError
 			require.ErrorAs(t, err, &leased, "the copy is nacked while the first delivery holds the lease")
 			assert.ErrorIs(t, err, recordstore.ErrLeased)
 			close(finish)

@@ -1,27 +1,27 @@
 package outbox
 
-// Observer is told what the outbox does, per tracked name and consumer (the
+// Observer is told what the outbox does, per tracked topic and consumer (the
 // handler name, "" outside a router), for metrics. Its methods are called on
 // the tracked paths only (never for messages without outbox metadata), from
 // many goroutines at once, and must return quickly. The outboxmetrics
 // package provides Prometheus collectors that implement it.
 type Observer interface {
 	// Published counts tracked messages saved and sent by the publisher.
-	Published(name string, n int)
+	Published(topic string, n int)
 	// Handled counts deliveries completed after their handler succeeded or
 	// dropped the message.
-	Handled(name, consumer string)
+	Handled(topic, consumer string)
 	// DuplicateSkipped counts deliveries acknowledged without running the
 	// handler because the consumer had already completed the record.
-	DuplicateSkipped(name, consumer string)
+	DuplicateSkipped(topic, consumer string)
 	// Failed counts handler failures that left the record pending or
 	// abandoned it.
-	Failed(name, consumer string)
+	Failed(topic, consumer string)
 	// Abandoned counts deliveries abandoned after their last allowed attempt.
-	Abandoned(name, consumer string)
-	// Replayed counts records sent again by startup replay, the stale
-	// resubmitter or a requeue of an abandoned record.
-	Replayed(name string, n int)
+	Abandoned(topic, consumer string)
+	// Resent counts records sent again: by startup replay, the stale
+	// resubmitter or a requeue of an abandoned record, as kind says.
+	Resent(topic string, kind ResendKind, n int)
 	// NotOwned counts messages with outbox metadata that this service does
 	// not own: another service's table, another topic's record, or a
 	// handler that is not a consumer of the record. Their handler runs
@@ -30,7 +30,7 @@ type Observer interface {
 	// UnknownRecord counts messages whose metadata names a record of this
 	// service's table that does not exist (never saved, or cleaned up).
 	// They are acknowledged without running the handler.
-	UnknownRecord(name, consumer string)
+	UnknownRecord(topic, consumer string)
 	// Mismatched counts messages whose metadata names a pending or
 	// completed record of this service's table that was saved for another
 	// message (another UUID): a forged or corrupted message. They are
@@ -68,7 +68,7 @@ func (nopObserver) Handled(string, string)          {}
 func (nopObserver) DuplicateSkipped(string, string) {}
 func (nopObserver) Failed(string, string)           {}
 func (nopObserver) Abandoned(string, string)        {}
-func (nopObserver) Replayed(string, int)            {}
+func (nopObserver) Resent(string, ResendKind, int)  {}
 func (nopObserver) NotOwned(string, string)         {}
 func (nopObserver) UnknownRecord(string, string)    {}
 func (nopObserver) Mismatched(string, string)       {}
@@ -101,39 +101,39 @@ func Observers(obs ...Observer) Observer {
 
 type multiObserver []Observer
 
-func (m multiObserver) Published(name string, n int) {
+func (m multiObserver) Published(topic string, n int) {
 	for _, o := range m {
-		o.Published(name, n)
+		o.Published(topic, n)
 	}
 }
 
-func (m multiObserver) Handled(name, consumer string) {
+func (m multiObserver) Handled(topic, consumer string) {
 	for _, o := range m {
-		o.Handled(name, consumer)
+		o.Handled(topic, consumer)
 	}
 }
 
-func (m multiObserver) DuplicateSkipped(name, consumer string) {
+func (m multiObserver) DuplicateSkipped(topic, consumer string) {
 	for _, o := range m {
-		o.DuplicateSkipped(name, consumer)
+		o.DuplicateSkipped(topic, consumer)
 	}
 }
 
-func (m multiObserver) Failed(name, consumer string) {
+func (m multiObserver) Failed(topic, consumer string) {
 	for _, o := range m {
-		o.Failed(name, consumer)
+		o.Failed(topic, consumer)
 	}
 }
 
-func (m multiObserver) Abandoned(name, consumer string) {
+func (m multiObserver) Abandoned(topic, consumer string) {
 	for _, o := range m {
-		o.Abandoned(name, consumer)
+		o.Abandoned(topic, consumer)
 	}
 }
 
-func (m multiObserver) Replayed(name string, n int) {
+func (m multiObserver) Resent(topic string, kind ResendKind, n int) {
 	for _, o := range m {
-		o.Replayed(name, n)
+		o.Resent(topic, kind, n)
 	}
 }
 
@@ -143,9 +143,9 @@ func (m multiObserver) NotOwned(topic, consumer string) {
 	}
 }
 
-func (m multiObserver) UnknownRecord(name, consumer string) {
+func (m multiObserver) UnknownRecord(topic, consumer string) {
 	for _, o := range m {
-		o.UnknownRecord(name, consumer)
+		o.UnknownRecord(topic, consumer)
 	}
 }
 

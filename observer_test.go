@@ -32,15 +32,15 @@ func (c *tally) get(kind string) int {
 	return c.n[kind]
 }
 
-func (c *tally) Published(_ string, n int)       { c.add("published", n) }
-func (c *tally) Handled(string, string)          { c.add("handled", 1) }
-func (c *tally) DuplicateSkipped(string, string) { c.add("duplicate", 1) }
-func (c *tally) Failed(string, string)           { c.add("failed", 1) }
-func (c *tally) Abandoned(string, string)        { c.add("abandoned", 1) }
-func (c *tally) Replayed(_ string, n int)        { c.add("replayed", n) }
-func (c *tally) NotOwned(string, string)         { c.add("not owned", 1) }
-func (c *tally) UnknownRecord(string, string)    { c.add("unknown", 1) }
-func (c *tally) Mismatched(string, string)       { c.add("mismatched", 1) }
+func (c *tally) Published(_ string, n int)                   { c.add("published", n) }
+func (c *tally) Handled(string, string)                      { c.add("handled", 1) }
+func (c *tally) DuplicateSkipped(string, string)             { c.add("duplicate", 1) }
+func (c *tally) Failed(string, string)                       { c.add("failed", 1) }
+func (c *tally) Abandoned(string, string)                    { c.add("abandoned", 1) }
+func (c *tally) Resent(_ string, _ outbox.ResendKind, n int) { c.add("replayed", n) }
+func (c *tally) NotOwned(string, string)                     { c.add("not owned", 1) }
+func (c *tally) UnknownRecord(string, string)                { c.add("unknown", 1) }
+func (c *tally) Mismatched(string, string)                   { c.add("mismatched", 1) }
 
 // TestObserversReportToEach: one registry observed by two observers (say
 // Prometheus and OpenTelemetry) gets every report to both.
@@ -85,7 +85,7 @@ func TestObserversFlattensAndDropsNil(t *testing.T) {
 	nested.DuplicateSkipped("orders", "h")
 	nested.Failed("orders", "h")
 	nested.Abandoned("orders", "h")
-	nested.Replayed("orders", 2)
+	nested.Resent("orders", outbox.ResendReplay, 2)
 	nested.NotOwned("orders", "h")
 	nested.UnknownRecord("orders", "h")
 	nested.Mismatched("orders", "h")

@@ -25,15 +25,15 @@ func completeSent(ctx context.Context, reg *Registry, t *tracked, records []reco
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), completeSentTimeout)
 	defer cancel()
 	complete := func(rec recordstore.Record) {
-		err := t.store.Complete(ctx, recordstore.Delivery{ID: rec.ID, Topic: t.name, UUID: rec.UUID})
+		err := t.store.Complete(ctx, recordstore.Delivery{ID: rec.ID, Topic: t.topic, UUID: rec.UUID})
 		switch {
 		case err == nil:
-			reg.observer().Handled(t.name, "")
+			reg.observer().Handled(t.topic, "")
 		case errors.Is(err, recordstore.ErrNotPending):
 			// Sent twice (a replay beside the first send): complete already.
 		default:
 			reg.logger().Error("Completing a record on send failed; it stays pending and is sent again", err,
-				watermill.LogFields{"topic": t.name, "outbox_id": rec.ID, "message_uuid": rec.UUID})
+				watermill.LogFields{"topic": t.topic, "outbox_id": rec.ID, "message_uuid": rec.UUID})
 		}
 	}
 	if len(records) == 1 {

@@ -105,7 +105,7 @@ func newPeerWith(t *testing.T, b testenv.Backend, name string, broker *gochannel
 	}
 	p.router.AddPlugin(outbox.ReplayPlugin(p.reg, broker, outbox.ReplayConfig{}, p.logger))
 	require.NoError(t, outbox.AddConfirmationHandler(p.router, p.reg, broker, p.logger))
-	p.pub, err = outbox.NewPublisher(broker, p.reg)
+	p.pub, err = outbox.NewPublisher(p.reg, broker)
 	require.NoError(t, err)
 	return p
 }
@@ -320,7 +320,7 @@ func TestCompletedOnSend(t *testing.T) {
 		received, err := broker.Subscribe(ctx, "events")
 		require.NoError(t, err)
 		refusing := &switchPublisher{Publisher: broker}
-		pub, err := outbox.NewPublisher(refusing, reg)
+		pub, err := outbox.NewPublisher(reg, refusing)
 		require.NoError(t, err)
 
 		msgs := make([]*message.Message, 5)

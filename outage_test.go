@@ -19,7 +19,7 @@ import (
 )
 
 // TestDatabaseOutage cuts the TCP connection between the service and
-// PostgreSQL with a real proxy: publishes fail and send nothing, fetches nack
+// PostgreSQL with a real proxy: publishes fail and send nothing, checks nack
 // without running handlers, marks fail and are logged; after the database is
 // back, a replay delivers everything that was recorded.
 func TestDatabaseOutage(t *testing.T) {
@@ -62,7 +62,7 @@ func TestDatabaseOutage(t *testing.T) {
 	// While it is away, a tracked publish fails and sends nothing.
 	raw := &countingPublisher{Publisher: gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})}
 	defer raw.Close()
-	pub, err := outbox.NewPublisher(raw, b.reg)
+	pub, err := outbox.NewPublisher(b.reg, raw)
 	require.NoError(t, err)
 	var insErr *outbox.InsertError
 	require.ErrorAs(t, pub.Publish(b.topic, message.NewMessage("during-outage", nil)), &insErr)
@@ -74,7 +74,7 @@ func TestDatabaseOutage(t *testing.T) {
 		ran++
 		return nil, nil
 	})(fetchFails)
-	var fetchErr *outbox.FetchError
+	var fetchErr *outbox.CheckError
 	require.ErrorAs(t, err, &fetchErr)
 	assert.Equal(t, 1, ran, "no handler runs while the record cannot be read")
 
@@ -105,7 +105,7 @@ func TestReplayDatabaseFailsHalfway(t *testing.T) {
 		defer gc.Close()
 		failAfterFirst := &hookPublisher{Publisher: gc, after: func() { b.store.Attach(closedDB(t, backend)) }}
 		_, err = outbox.Replay(b.ctx(t), b.reg, failAfterFirst, outbox.ReplayConfig{PageSize: 2, Mode: outbox.ReplayAll}, nil)
-		var replayErr *outbox.ReplayError
+		var replayErr *outbox.ResendError
 		require.ErrorAs(t, err, &replayErr)
 		// The reader reads ahead by at most two pages of two.
 		assert.Zero(t, replayErr.ID, "a read failure, not a send failure")

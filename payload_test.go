@@ -32,7 +32,7 @@ func TestPayloadsRoundTripThroughRecordAndReplay(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 		b := setup(t, backend, sqlstore.Mark)
 		lost := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-		pub, err := outbox.NewPublisher(lost, b.reg)
+		pub, err := outbox.NewPublisher(b.reg, lost)
 		require.NoError(t, err)
 		want := len(payloads)
 		for name, p := range payloads {

@@ -30,7 +30,7 @@ func TestPublishInsideATransactionOfAPoolOfOne(t *testing.T) {
 	require.Equal(t, 1, b.db.Stats().MaxOpenConnections)
 	raw := &countingPublisher{Publisher: gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})}
 	defer raw.Close()
-	pub, err := outbox.NewPublisher(raw, b.reg)
+	pub, err := outbox.NewPublisher(b.reg, raw)
 	require.NoError(t, err)
 	require.NoError(t, pub.Publish(b.topic, message.NewMessage("warm-up", nil)), "reads the table's identity")
 

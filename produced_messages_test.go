@@ -156,7 +156,7 @@ func (c *completionSignal) Handled(topic, consumer string) {
 // order publishes one tracked order on in and returns its record id.
 func (s *shipment) order(t *testing.T) int64 {
 	t.Helper()
-	pub, err := outbox.NewPublisher(s.gc, s.b.reg)
+	pub, err := outbox.NewPublisher(s.b.reg, s.gc)
 	require.NoError(t, err)
 	msg := message.NewMessage(watermill.NewUUID(), []byte("order-1"))
 	require.NoError(t, pub.Publish(s.in, msg))

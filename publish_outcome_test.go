@@ -38,7 +38,7 @@ func TestPublishOutcome(t *testing.T) {
 			b := setup(t, backend, sqlstore.Mark)
 			raw := &countingPublisher{Publisher: gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})}
 			defer raw.Close()
-			pub, err := outbox.NewPublisher(raw, b.reg)
+			pub, err := outbox.NewPublisher(b.reg, raw)
 			require.NoError(t, err)
 			require.NoError(t, pub.Publish(b.topic, message.NewMessage("warm-up", nil)), "reads the table's identity")
 
@@ -73,7 +73,7 @@ func TestPublishOutcome(t *testing.T) {
 			b.store.Attach(viaProxy)
 			raw := &countingPublisher{Publisher: gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})}
 			defer raw.Close()
-			pub, err := outbox.NewPublisher(raw, b.reg)
+			pub, err := outbox.NewPublisher(b.reg, raw)
 			require.NoError(t, err)
 			require.NoError(t, pub.Publish(b.topic, message.NewMessage("warm-up", nil)))
 
@@ -93,7 +93,7 @@ func TestPublishOutcome(t *testing.T) {
 			b := setup(t, backend, sqlstore.Mark)
 			_, err := b.db.Exec("DROP TABLE " + b.store.Table())
 			require.NoError(t, err)
-			pub, err := outbox.NewPublisher(gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}), b.reg)
+			pub, err := outbox.NewPublisher(b.reg, gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}))
 			require.NoError(t, err)
 			err = pub.Publish(b.topic, message.NewMessage("refused", nil))
 			var insErr *outbox.InsertError

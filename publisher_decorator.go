@@ -38,7 +38,7 @@ import (
 // Publish saves nothing new and sends the records saved by the first run,
 // with their UUID, payload and metadata, and a failed Publish counts as a
 // failed attempt of the delivery (see [NewMiddleware]).
-func NewPublisher(pub message.Publisher, reg *Registry) (message.Publisher, error) {
+func NewPublisher(reg *Registry, pub message.Publisher) (message.Publisher, error) {
 	if pub == nil {
 		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
 	}
@@ -55,7 +55,7 @@ func NewPublisher(pub message.Publisher, reg *Registry) (message.Publisher, erro
 // that applies [NewPublisher] to every handler's publisher.
 func PublisherDecorator(reg *Registry) message.PublisherDecorator {
 	return func(pub message.Publisher) (message.Publisher, error) {
-		return NewPublisher(pub, reg)
+		return NewPublisher(reg, pub)
 	}
 }
 
@@ -74,7 +74,7 @@ func (p *publisher) Publish(topic string, msgs ...*message.Message) error {
 
 func (p *publisher) publishTracked(t *tracked, msgs []*message.Message) error {
 	if len(msgs) == 0 {
-		return p.pub.Publish(t.name, msgs...)
+		return p.pub.Publish(t.topic, msgs...)
 	}
 	tr := p.reg.tracer()
 	if tr == nil {
@@ -83,7 +83,7 @@ func (p *publisher) publishTracked(t *tracked, msgs []*message.Message) error {
 	if err := nilMessage(t, msgs); err != nil {
 		return err
 	}
-	end := tr.TracePublish(t.name, msgs, false)
+	end := tr.TracePublish(t.topic, msgs, false)
 	err := p.saveAndSend(t, msgs)
 	endStep(end, err)
 	return err
@@ -110,14 +110,14 @@ func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 	defer cancel()
 	identity, err := t.store.Identity(saveCtx)
 	if err != nil {
-		return &InsertError{Topic: t.name, Count: len(msgs), Err: err}
+		return &InsertError{Topic: t.topic, Count: len(msgs), Err: err}
 	}
 	if err := t.store.Insert(saveCtx, records); err != nil {
-		return &InsertError{Topic: t.name, Count: len(msgs), Err: err, OutcomeUnknown: errors.Is(err, recordstore.ErrOutcomeUnknown)}
+		return &InsertError{Topic: t.topic, Count: len(msgs), Err: err, OutcomeUnknown: errors.Is(err, recordstore.ErrOutcomeUnknown)}
 	}
 	stamp(t, identity, msgs, records)
 	if ctx.Err() != nil {
-		return &SendError{Topic: t.name, IDs: recordIDs(records), Err: fmt.Errorf("the publish's context ended while its records were saved: %w", context.Cause(ctx))}
+		return &SendError{Topic: t.topic, IDs: recordIDs(records), Err: fmt.Errorf("the publish's context ended while its records were saved: %w", context.Cause(ctx))}
 	}
 	return sendRecorded(p.pub, p.reg, t, msgs, records)
 }
@@ -138,9 +138,9 @@ func recordsOf(t *tracked, msgs []*message.Message) ([]recordstore.Record, error
 	}
 	records := make([]recordstore.Record, len(msgs))
 	for i, msg := range msgs {
-		records[i] = recordstore.Record{Topic: t.name, UUID: msg.UUID, Payload: msg.Payload, Metadata: withoutOutboxKeys(msg.Metadata), Consumers: t.deliveries}
+		records[i] = recordstore.Record{Topic: t.topic, UUID: msg.UUID, Payload: msg.Payload, Metadata: withoutOutboxKeys(msg.Metadata), Consumers: t.deliveries}
 		if pr := producedBy(msg); pr != nil {
-			records[i].Origin = pr.origin(t.name)
+			records[i].Origin = pr.origin(t.topic)
 		}
 	}
 	return records, nil
@@ -151,7 +151,7 @@ func recordsOf(t *tracked, msgs []*message.Message) ([]recordstore.Record, error
 func nilMessage(t *tracked, msgs []*message.Message) error {
 	for i, msg := range msgs {
 		if msg == nil {
-			return &InsertError{Topic: t.name, Count: len(msgs), Err: fmt.Errorf("%w: message #%d is nil", ErrInvalidConfig, i)}
+			return &InsertError{Topic: t.topic, Count: len(msgs), Err: fmt.Errorf("%w: message #%d is nil", ErrInvalidConfig, i)}
 		}
 	}
 	return nil
@@ -176,7 +176,7 @@ func stamp(t *tracked, identity string, msgs []*message.Message, records []recor
 
 func stampKeys(md message.Metadata, t *tracked, identity string, id int64) {
 	md[MetadataID] = strconv.FormatInt(id, 10)
-	md[MetadataTopic] = t.name
+	md[MetadataTopic] = t.topic
 	md[MetadataStore] = identity
 	if t.confirmTo != "" {
 		md[MetadataConfirmTo] = t.confirmTo
@@ -187,10 +187,10 @@ func stampKeys(md message.Metadata, t *tracked, identity string, id int64) {
 // records pending and names them. On a topic that completes on send, the
 // records are completed once the send succeeded.
 func sendRecorded(pub message.Publisher, reg *Registry, t *tracked, msgs []*message.Message, records []recordstore.Record) error {
-	if err := pub.Publish(t.name, msgs...); err != nil {
-		return &SendError{Topic: t.name, IDs: recordIDs(records), Err: err}
+	if err := pub.Publish(t.topic, msgs...); err != nil {
+		return &SendError{Topic: t.topic, IDs: recordIDs(records), Err: err}
 	}
-	reg.observer().Published(t.name, len(msgs))
+	reg.observer().Published(t.topic, len(msgs))
 	if t.completedBy == OnSend {
 		completeSent(publishContext(msgs), reg, t, records)
 	}

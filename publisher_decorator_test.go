@@ -32,7 +32,7 @@ func TestPublisher(t *testing.T) {
 			defer gc.Close()
 			sub, err := gc.Subscribe(b.ctx(t), b.topic)
 			require.NoError(t, err)
-			pub, err := outbox.NewPublisher(gc, b.reg)
+			pub, err := outbox.NewPublisher(b.reg, gc)
 			require.NoError(t, err)
 
 			msg := message.NewMessage("uuid-1", []byte{0, 1, 2, 255})
@@ -92,7 +92,7 @@ func TestPublisher(t *testing.T) {
 			require.NoError(t, err)
 			raw := &countingPublisher{Publisher: gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})}
 			defer raw.Close()
-			pub, err := outbox.NewPublisher(raw, reg)
+			pub, err := outbox.NewPublisher(reg, raw)
 			require.NoError(t, err)
 
 			err = pub.Publish("orders", message.NewMessage(watermill.NewUUID(), []byte("x")))
@@ -111,7 +111,7 @@ func TestPublisher(t *testing.T) {
 			b := setup(t, backend, sqlstore.Mark)
 			gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 			require.NoError(t, gc.Close())
-			pub, err := outbox.NewPublisher(gc, b.reg)
+			pub, err := outbox.NewPublisher(b.reg, gc)
 			require.NoError(t, err)
 
 			err = pub.Publish(b.topic, message.NewMessage("a", nil), message.NewMessage("b", nil))
@@ -131,7 +131,7 @@ func TestPublisher(t *testing.T) {
 			b := setup(t, backend, sqlstore.Mark)
 			gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 			defer gc.Close()
-			pub, err := outbox.NewPublisher(gc, b.reg)
+			pub, err := outbox.NewPublisher(b.reg, gc)
 			require.NoError(t, err)
 			const publishers, each = 16, 20
 			sent := make([][]*message.Message, publishers)
@@ -181,7 +181,7 @@ func TestPublisher(t *testing.T) {
 			defer gc.Close()
 			sub, err := gc.Subscribe(b.ctx(t), "untracked")
 			require.NoError(t, err)
-			pub, err := outbox.NewPublisher(gc, b.reg)
+			pub, err := outbox.NewPublisher(b.reg, gc)
 			require.NoError(t, err)
 			require.NoError(t, pub.Publish("untracked", message.NewMessage("u", []byte("p"))))
 			got := <-sub
@@ -197,7 +197,7 @@ func TestPublisher(t *testing.T) {
 			b := setup(t, backend, sqlstore.Mark)
 			raw := &countingPublisher{Publisher: gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})}
 			defer raw.Close()
-			pub, err := outbox.NewPublisher(raw, b.reg)
+			pub, err := outbox.NewPublisher(b.reg, raw)
 			require.NoError(t, err)
 			msg := message.NewMessage("u", nil)
 			msg.Metadata.Set("bad", "\xff\xfe")
@@ -236,7 +236,7 @@ func TestPublisherBatchIsOneStatement(t *testing.T) {
 	require.NoError(t, err)
 	gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	defer gc.Close()
-	pub, err := outbox.NewPublisher(gc, reg)
+	pub, err := outbox.NewPublisher(reg, gc)
 	require.NoError(t, err)
 
 	msgs := make([]*message.Message, 100)

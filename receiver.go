@@ -48,7 +48,7 @@ func (m *middleware) receive(h message.HandlerFunc, msg *message.Message) ([]*me
 		if m.cfg.BusinessKey != nil {
 			e.BusinessKey = m.cfg.BusinessKey(msg)
 		}
-		checkCtx, cancel := context.WithTimeout(ctx, m.cfg.FetchTimeout)
+		checkCtx, cancel := context.WithTimeout(ctx, m.cfg.CheckTimeout)
 		handled, err := m.cfg.Inbox.Handled(checkCtx, e)
 		cancel()
 		if errors.Is(err, recordstore.ErrInvalidEntry) {
@@ -60,7 +60,7 @@ func (m *middleware) receive(h message.HandlerFunc, msg *message.Message) ([]*me
 		}
 		if err != nil {
 			m.hold(ctx, m.inbox.failed())
-			return nil, &FetchError{Topic: topic, ID: c.ID, Err: fmt.Errorf("reading the inbox: %w", err)}
+			return nil, &CheckError{Topic: topic, ID: c.ID, Err: fmt.Errorf("reading the inbox: %w", err)}
 		}
 		m.inbox.answered()
 		if handled {

@@ -75,8 +75,8 @@ func (r *Registry) sawReceiver(t *tracked, slot *atomic.Int64, consumer string, 
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), receiverSeenTimeout)
 		defer cancel()
-		if err := rr.SawReceiver(ctx, t.name, consumer); err != nil {
-			logger.Debug("Recording a receiver seen failed; the next check records it", watermill.LogFields{"topic": t.name, "consumer": consumer, "error": err.Error()})
+		if err := rr.SawReceiver(ctx, t.topic, consumer); err != nil {
+			logger.Debug("Recording a receiver seen failed; the next check records it", watermill.LogFields{"topic": t.topic, "consumer": consumer, "error": err.Error()})
 		}
 	}()
 }

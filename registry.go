@@ -95,9 +95,9 @@ func (c CompletedBy) String() string {
 	return fmt.Sprintf("CompletedBy(%d)", int(c))
 }
 
-// tracked is the registry's entry for one tracked name.
+// tracked is the registry's entry for one tracked topic.
 type tracked struct {
-	name      string
+	topic     string
 	store     recordstore.Store
 	consumers []string
 	// remote are the remote consumers, deliveries all consumers (local
@@ -134,8 +134,8 @@ func (t *tracked) hasDelivery(consumer string) bool { return slices.Contains(t.d
 // built once and read without locks; an untracked topic costs one map lookup.
 type Registry struct {
 	enabled bool
-	byName  map[string]*tracked
-	names   []string
+	byTopic map[string]*tracked
+	topics  []string
 	obs     atomic.Pointer[observerBox]
 	trc     atomic.Pointer[tracerBox]
 	// log is the first logger given to the registry's middleware or
@@ -144,9 +144,9 @@ type Registry struct {
 	offOnce sync.Once
 }
 
-// NewRegistry builds a registry of the tracked names. Names must be non-empty
-// and unique, each must have a store, and consumer names must be non-empty
-// and unique within their name.
+// NewRegistry builds a registry of the tracked topics. Topics must be
+// non-empty and unique, each must have a store, and consumer names must be
+// non-empty and unique within their topic.
 //
 // Inside a Go test binary the registry tracks nothing unless the environment
 // variable named by [EnvToggle] is "on" at this call; see the package
@@ -166,25 +166,25 @@ func NewTrackingRegistry(tracked ...Tracked) (*Registry, error) {
 
 func newRegistry(enabled bool, tracked []Tracked) (*Registry, error) {
 	r := &Registry{enabled: enabled}
-	byName, err := buildEntries(tracked)
+	byTopic, err := buildEntries(tracked)
 	if err != nil {
 		return nil, err
 	}
-	for name := range byName {
-		r.names = append(r.names, name)
+	for topic := range byTopic {
+		r.topics = append(r.topics, topic)
 	}
-	sort.Strings(r.names)
+	sort.Strings(r.topics)
 	if r.enabled {
 		// A test binary without the toggle keeps no entries: nothing is
 		// tracked, every lookup misses, and the publisher, middleware and
 		// replay pass through.
-		r.byName = byName
+		r.byTopic = byTopic
 	}
 	return r, nil
 }
 
 func buildEntries(list []Tracked) (map[string]*tracked, error) {
-	byName := make(map[string]*tracked, len(list))
+	byTopic := make(map[string]*tracked, len(list))
 	for i, t := range list {
 		if t.Topic == "" {
 			return nil, fmt.Errorf("%w: tracked topic #%d is empty", ErrInvalidConfig, i)
@@ -192,7 +192,7 @@ func buildEntries(list []Tracked) (map[string]*tracked, error) {
 		if t.Store == nil {
 			return nil, fmt.Errorf("%w: tracked topic %q has no store", ErrInvalidConfig, t.Topic)
 		}
-		if _, dup := byName[t.Topic]; dup {
+		if _, dup := byTopic[t.Topic]; dup {
 			return nil, fmt.Errorf("%w: tracked topic %q registered twice", ErrInvalidConfig, t.Topic)
 		}
 		all := slices.Concat(t.Consumers, t.RemoteConsumers)
@@ -204,7 +204,7 @@ func buildEntries(list []Tracked) (map[string]*tracked, error) {
 				return nil, fmt.Errorf("%w: consumer %q of tracked topic %q listed twice (Consumers and RemoteConsumers share one list of names)", ErrInvalidConfig, c, t.Topic)
 			}
 		}
-		e := &tracked{name: t.Topic, store: t.Store, consumers: slices.Clone(t.Consumers), completedBy: t.CompletedBy}
+		e := &tracked{topic: t.Topic, store: t.Store, consumers: slices.Clone(t.Consumers), completedBy: t.CompletedBy}
 		switch t.CompletedBy {
 		case ByReceivers:
 		case OnSend:
@@ -224,14 +224,14 @@ func buildEntries(list []Tracked) (map[string]*tracked, error) {
 			e.deliveries = all
 			e.seen = make([]atomic.Int64, len(all))
 		}
-		byName[t.Topic] = e
+		byTopic[t.Topic] = e
 	}
-	for _, e := range byName {
-		if e.confirmTo != "" && byName[e.confirmTo] != nil {
-			return nil, fmt.Errorf("%w: the confirmation topic %q of tracked topic %q is itself tracked", ErrInvalidConfig, e.confirmTo, e.name)
+	for _, e := range byTopic {
+		if e.confirmTo != "" && byTopic[e.confirmTo] != nil {
+			return nil, fmt.Errorf("%w: the confirmation topic %q of tracked topic %q is itself tracked", ErrInvalidConfig, e.confirmTo, e.topic)
 		}
 	}
-	return byName, nil
+	return byTopic, nil
 }
 
 // Enabled reports whether the registry tracks messages; false only inside a
@@ -239,21 +239,21 @@ func buildEntries(list []Tracked) (map[string]*tracked, error) {
 func (r *Registry) Enabled() bool { return r.enabled }
 
 // Topics returns the tracked topics, sorted.
-func (r *Registry) Topics() []string { return append([]string(nil), r.names...) }
+func (r *Registry) Topics() []string { return append([]string(nil), r.topics...) }
 
-// Store returns the store of a tracked name, or nil when the name is not
+// Store returns the store of a tracked topic, or nil when the topic is not
 // tracked (or tracking is off).
-func (r *Registry) Store(name string) recordstore.Store {
-	if t := r.byName[name]; t != nil {
+func (r *Registry) Store(topic string) recordstore.Store {
+	if t := r.byTopic[topic]; t != nil {
 		return t.store
 	}
 	return nil
 }
 
-// Consumers returns the declared consumers of a tracked name; nil when it
+// Consumers returns the declared consumers of a tracked topic; nil when it
 // declares none or is not tracked.
-func (r *Registry) Consumers(name string) []string {
-	if t := r.byName[name]; t != nil {
+func (r *Registry) Consumers(topic string) []string {
+	if t := r.byTopic[topic]; t != nil {
 		return slices.Clone(t.consumers)
 	}
 	return nil
@@ -262,7 +262,7 @@ func (r *Registry) Consumers(name string) []string {
 // RemoteConsumers returns the declared remote consumers of a tracked topic;
 // nil when it declares none or is not tracked.
 func (r *Registry) RemoteConsumers(topic string) []string {
-	if t := r.byName[topic]; t != nil {
+	if t := r.byTopic[topic]; t != nil {
 		return slices.Clone(t.remote)
 	}
 	return nil
@@ -287,13 +287,13 @@ func (r *Registry) logger() watermill.LoggerAdapter {
 }
 
 // lookup returns the entry of a tracked topic, or nil.
-func (r *Registry) lookup(topic string) *tracked { return r.byName[topic] }
+func (r *Registry) lookup(topic string) *tracked { return r.byTopic[topic] }
 
 // entries returns the entries in name order.
 func (r *Registry) entries() []*tracked {
-	out := make([]*tracked, 0, len(r.byName))
-	for _, name := range r.names {
-		if t := r.byName[name]; t != nil {
+	out := make([]*tracked, 0, len(r.byTopic))
+	for _, topic := range r.topics {
+		if t := r.byTopic[topic]; t != nil {
 			out = append(out, t)
 		}
 	}

@@ -70,12 +70,12 @@ func identityWithin(ctx context.Context, d time.Duration, t *tracked) (string, e
 func identity(ctx context.Context, t *tracked) (string, error) {
 	id, err := t.store.Identity(ctx)
 	if err != nil {
-		return "", &ReplayError{Topic: t.name, Err: fmt.Errorf("reading the table identity: %w", err)}
+		return "", &ResendError{Topic: t.topic, Err: fmt.Errorf("reading the table identity: %w", err)}
 	}
 	return id, nil
 }
 
-// send publishes records of one tracked name with their original id, UUID,
+// send publishes records of one tracked topic with their original id, UUID,
 // payload and metadata, and the table's identity. The messages carry a
 // context that keeps ctx's values but not its cancellation: a broker that
 // hands the message's context to the handler (GoChannel with
@@ -89,14 +89,14 @@ func (s *resender) send(ctx context.Context, t *tracked, identity string, recs [
 	}
 	var end func(error)
 	if tr := s.reg.tracer(); tr != nil {
-		end = tr.TraceResend(s.kind, t.name, msgs)
+		end = tr.TraceResend(s.kind, t.topic, msgs)
 	}
-	err := s.pub.Publish(t.name, msgs...)
+	err := s.pub.Publish(t.topic, msgs...)
 	endStep(end, err)
 	if err != nil {
-		return &ReplayError{Topic: t.name, ID: recs[0].ID, Err: fmt.Errorf("sending records %d..%d: %w", recs[0].ID, recs[len(recs)-1].ID, err)}
+		return &ResendError{Topic: t.topic, ID: recs[0].ID, Err: fmt.Errorf("sending records %d..%d: %w", recs[0].ID, recs[len(recs)-1].ID, err)}
 	}
-	s.reg.observer().Replayed(t.name, len(recs))
+	s.reg.observer().Resent(t.topic, s.kind, len(recs))
 	if t.completedBy == OnSend {
 		completeSent(msgCtx, s.reg, t, recs)
 	}

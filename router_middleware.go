@@ -17,12 +17,12 @@ import (
 
 // MiddlewareConfig configures [NewMiddleware].
 type MiddlewareConfig struct {
-	// FetchTimeout bounds the check before the handler (reading, or
+	// CheckTimeout bounds the check before the handler (reading, or
 	// claiming, the record). When it runs out the middleware returns a
-	// [*FetchError] (nack) without running the handler, so that a database
+	// [*CheckError] (nack) without running the handler, so that a database
 	// that accepts connections but never answers cannot hold a delivery.
 	// Defaults to 10 seconds.
-	FetchTimeout time.Duration
+	CheckTimeout time.Duration
 	// CompleteTimeout bounds the mark (or delete) after the handler. It runs
 	// on a context that keeps the message context's values but not its
 	// cancellation, so that a router shutting down still completes the
@@ -118,8 +118,8 @@ type MiddlewareConfig struct {
 }
 
 func (c *MiddlewareConfig) setDefaults() {
-	if c.FetchTimeout == 0 {
-		c.FetchTimeout = 10 * time.Second
+	if c.CheckTimeout == 0 {
+		c.CheckTimeout = 10 * time.Second
 	}
 	if c.CompleteTimeout == 0 {
 		c.CompleteTimeout = 10 * time.Second
@@ -138,8 +138,8 @@ func (c *MiddlewareConfig) setDefaults() {
 
 // Validate reports a configuration error, if any.
 func (c MiddlewareConfig) Validate() error {
-	if c.FetchTimeout < 0 {
-		return fmt.Errorf("%w: FetchTimeout %v is negative", ErrInvalidConfig, c.FetchTimeout)
+	if c.CheckTimeout < 0 {
+		return fmt.Errorf("%w: CheckTimeout %v is negative", ErrInvalidConfig, c.CheckTimeout)
 	}
 	if c.CompleteTimeout < 0 {
 		return fmt.Errorf("%w: CompleteTimeout %v is negative", ErrInvalidConfig, c.CompleteTimeout)
@@ -180,7 +180,7 @@ func (c MiddlewareConfig) Validate() error {
 //   - not due yet ([MiddlewareConfig.Backoff]): holds the message until it is
 //     due, then nacks it itself and returns nil;
 //   - the check failed, or another delivery holds the lease: returns a
-//     [*FetchError] after a delay ([MiddlewareConfig.CheckRetryDelay],
+//     [*CheckError] after a delay ([MiddlewareConfig.CheckRetryDelay],
 //     LeasedNackDelay);
 //   - after [MiddlewareConfig.MaxAttempts] failures, on a store that
 //     implements [recordstore.FailureRecorder]: abandons the delivery and
@@ -263,28 +263,25 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 	}
 }
 
-// verdict is what admission decided for a message with outbox metadata.
-type verdict int
-
-const (
-	run       verdict = iota // pending for this consumer: run and settle
-	untracked                // not this service's, or not this consumer's: run, touch no table
-	skip                     // already completed by this consumer: ack without running
-	refuse                   // the check failed: nack without running
-	foreign                  // another service's tracked message: its receiver side (inbox, confirmation)
-)
+// checkForeign is admission's outcome for another service's tracked
+// message: its receiver side (inbox, confirmation) handles it.
+const checkForeign CheckOutcome = "foreign"
 
 func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, idText string) ([]*message.Message, error) {
-	a, v, err := m.admit(msg, idText)
-	switch v {
-	case untracked:
+	a, o, err := m.admit(msg, idText)
+	switch o {
+	case CheckPending:
+		return m.settle(h, msg, a)
+	case CheckUntracked:
 		if m.cfg.OnUntracked != nil {
 			m.cfg.OnUntracked(msg)
 		}
 		return h(msg)
-	case skip:
+	case CheckDuplicate, CheckUnknown, CheckMismatch:
 		return nil, nil
-	case refuse:
+	case checkForeign:
+		return m.receive(h, msg)
+	default: // CheckRefused
 		if errors.Is(err, recordstore.ErrNotDue) {
 			// A hold is routine: the middleware nacks the copy itself and
 			// returns nil, so that the router, which logs every handler
@@ -295,8 +292,5 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 			return nil, nil
 		}
 		return nil, err
-	case foreign:
-		return m.receive(h, msg)
 	}
-	return m.settle(h, msg, a)
 }

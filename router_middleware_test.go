@@ -104,7 +104,7 @@ func TestMiddleware(t *testing.T) {
 			h := &recordingHandler{}
 
 			_, err := b.middleware(t)(h.handle)(msg)
-			var fetchErr *outbox.FetchError
+			var fetchErr *outbox.CheckError
 			require.ErrorAs(t, err, &fetchErr)
 			assert.Equal(t, idOf(t, msg), fetchErr.ID)
 			assert.Zero(t, h.runs.Load(), "the handler must not run when the record cannot be read")

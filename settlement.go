@@ -83,7 +83,7 @@ func (m *middleware) failed(ctx context.Context, msg *message.Message, a *admiss
 		return aerr
 	}
 	msg.Metadata[MetadataID] = a.idText
-	msg.Metadata[MetadataTopic] = a.t.name
+	msg.Metadata[MetadataTopic] = a.t.topic
 	msg.Metadata[MetadataStore] = a.identity
 	if !d.completed.Load() {
 		m.release(ctx, a)
@@ -94,7 +94,7 @@ func (m *middleware) failed(ctx context.Context, msg *message.Message, a *admiss
 // countFailure counts a failed attempt of the delivery and, when that
 // abandoned it, calls OnAbandon and returns the [*AbandonedError].
 func (m *middleware) countFailure(ctx context.Context, msg *message.Message, a *admission, err error) *AbandonedError {
-	m.reg.observer().Failed(a.t.name, a.d.Consumer)
+	m.reg.observer().Failed(a.t.topic, a.d.Consumer)
 	aerr := m.recordFailure(ctx, a, err)
 	if aerr != nil && m.cfg.OnAbandon != nil {
 		m.cfg.OnAbandon(msg, aerr)
@@ -119,7 +119,7 @@ func (m *middleware) completeOnAck(ctx context.Context, msg *message.Message, a 
 func (m *middleware) complete(ctx context.Context, a *admission) {
 	var end func(error)
 	if tr := m.reg.tracer(); tr != nil {
-		ctx, end = tr.TraceComplete(ctx, RecordRef{Topic: a.t.name, ID: a.d.ID, Consumer: a.d.Consumer})
+		ctx, end = tr.TraceComplete(ctx, RecordRef{Topic: a.t.topic, ID: a.d.ID, Consumer: a.d.Consumer})
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
 	defer cancel()
@@ -127,7 +127,7 @@ func (m *middleware) complete(ctx context.Context, a *admission) {
 	endStep(end, err)
 	switch {
 	case err == nil:
-		m.reg.observer().Handled(a.t.name, a.d.Consumer)
+		m.reg.observer().Handled(a.t.topic, a.d.Consumer)
 	case errors.Is(err, ErrNotPending):
 		m.logger.Debug("Record was completed by another delivery", a.fields)
 	default:
@@ -183,8 +183,8 @@ func (m *middleware) recordFailure(ctx context.Context, a *admission, herr error
 	case !abandoned:
 		return nil
 	}
-	aerr := &AbandonedError{Topic: a.t.name, ID: a.d.ID, Attempts: attempts, Err: herr}
-	m.reg.observer().Abandoned(a.t.name, a.d.Consumer)
+	aerr := &AbandonedError{Topic: a.t.topic, ID: a.d.ID, Attempts: attempts, Err: herr}
+	m.reg.observer().Abandoned(a.t.topic, a.d.Consumer)
 	m.logger.Error("Record abandoned after its last allowed attempt", herr, a.fields.Add(watermill.LogFields{"attempts": attempts}))
 	return aerr
 }

@@ -85,7 +85,7 @@ func (b *bundle) publishTracked(t *testing.T, n int) []*message.Message {
 	t.Cleanup(func() { _ = gc.Close() })
 	sub, err := gc.Subscribe(b.ctx(t), b.topic)
 	require.NoError(t, err)
-	pub, err := outbox.NewPublisher(gc, b.reg)
+	pub, err := outbox.NewPublisher(b.reg, gc)
 	require.NoError(t, err)
 	msgs := make([]*message.Message, n)
 	for i := range msgs {

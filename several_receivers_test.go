@@ -31,7 +31,7 @@ func newFanOut(t *testing.T, b *bundle, want int, consumers ...string) *fanOut {
 	t.Helper()
 	gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = gc.Close() })
-	pub, err := outbox.NewPublisher(gc, b.reg)
+	pub, err := outbox.NewPublisher(b.reg, gc)
 	require.NoError(t, err)
 	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 	require.NoError(t, err)
@@ -201,7 +201,7 @@ func TestSeveralReceivers(t *testing.T) {
 			lying.Metadata = message.Metadata{outbox.MetadataID: fmt.Sprint(refund[0].ID), outbox.MetadataTopic: b.topic, outbox.MetadataStore: identity}
 			require.NoError(t, gc.Publish(b.topic, named, lying))
 			// A real order after them, to know when they went through.
-			pub, err := outbox.NewPublisher(gc, b.reg)
+			pub, err := outbox.NewPublisher(b.reg, gc)
 			require.NoError(t, err)
 			require.NoError(t, pub.Publish(b.topic, message.NewMessage("order-1", nil)))
 			select {

@@ -71,7 +71,7 @@ func (s *sharedSubscribers) subscribed(t *tracked, sub message.Subscriber, logge
 	if s.seen == nil {
 		s.seen = map[sharedKey]int{}
 	}
-	k := sharedKey{topic: t.name, typ: typ, ptr: ptr}
+	k := sharedKey{topic: t.topic, typ: typ, ptr: ptr}
 	s.seen[k]++
 	n := s.seen[k]
 	s.mu.Unlock()
@@ -79,7 +79,7 @@ func (s *sharedSubscribers) subscribed(t *tracked, sub message.Subscriber, logge
 		logger.Error("Two declared consumers of a tracked topic subscribe through one subscriber", fmt.Errorf(
 			"%w: %d handlers of tracked topic %q, which declares consumers %q, subscribe through one %v; unless that pub/sub gives every subscription all messages, "+
 				"they share its queue or consumer group and split the messages, and every record stays pending for the consumer that did not get it. "+
-				"Give each consumer a subscriber of its own queue or group (docs/brokers.md)", ErrInvalidConfig, n, t.name, t.consumers, typ),
-			watermill.LogFields{"topic": t.name})
+				"Give each consumer a subscriber of its own queue or group (docs/brokers.md)", ErrInvalidConfig, n, t.topic, t.consumers, typ),
+			watermill.LogFields{"topic": t.topic})
 	}
 }

@@ -102,17 +102,17 @@ func NewStaleResubmitter(reg *Registry, pub message.Publisher, cfg StaleResubmit
 	return &StaleResubmitter{reg: reg, out: out, cfg: cfg, logger: logger}, nil
 }
 
-// ResubmitOnce claims and sends the stale records of every tracked name once
+// ResubmitOnce claims and sends the stale records of every tracked topic once
 // and returns how many it sent per name. It stops at the first error; the
 // records of a batch whose send failed were stamped as sent and are tried
 // again after OlderThan.
-func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, error) {
-	result := ReplayResult{}
+func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ResendResult, error) {
+	result := ResendResult{}
 	if !r.reg.enabled {
 		return result, nil
 	}
 	for _, t := range r.reg.entries() {
-		name := t.name
+		name := t.topic
 		claimer, ok := t.store.(recordstore.StaleClaimer)
 		if !ok {
 			continue
@@ -132,7 +132,7 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ReplayResult, erro
 			recs, more, err := reads.stale(sctx, claimer, name, after, r.cfg.OlderThan)
 			cancel()
 			if err != nil {
-				return result, &ReplayError{Topic: name, Err: fmt.Errorf("claiming stale records: %w", err)}
+				return result, &ResendError{Topic: name, Err: fmt.Errorf("claiming stale records: %w", err)}
 			}
 			if len(recs) == 0 {
 				break

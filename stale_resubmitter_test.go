@@ -52,7 +52,7 @@ func TestStaleResubmitter(t *testing.T) {
 		t.Parallel()
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 			b := setup(t, backend, sqlstore.Mark)
-			pub, err := outbox.NewPublisher(failingPublisher{}, b.reg)
+			pub, err := outbox.NewPublisher(b.reg, failingPublisher{})
 			require.NoError(t, err)
 			stale := message.NewMessage(watermill.NewUUID(), []byte("stale"))
 			stale.Metadata.Set("traceparent", traceparent)
@@ -88,7 +88,7 @@ func TestStaleResubmitter(t *testing.T) {
 		t.Parallel()
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 			b := setup(t, backend, sqlstore.Mark)
-			pub, err := outbox.NewPublisher(failingPublisher{}, b.reg)
+			pub, err := outbox.NewPublisher(b.reg, failingPublisher{})
 			require.NoError(t, err)
 			later := message.NewMessage(watermill.NewUUID(), []byte("in an hour"))
 			delay.Message(later, delay.For(time.Hour))
@@ -122,7 +122,7 @@ func TestStaleResubmitter(t *testing.T) {
 		t.Parallel()
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 			b := setup(t, backend, sqlstore.Mark)
-			pub, err := outbox.NewPublisher(failingPublisher{}, b.reg)
+			pub, err := outbox.NewPublisher(b.reg, failingPublisher{})
 			require.NoError(t, err)
 			const backlog = 23
 			msgs := make([]*message.Message, backlog)
@@ -176,7 +176,7 @@ func TestStaleResubmitter(t *testing.T) {
 			crashBeforeConsumption(t, b, backlog)
 			b.backdate(t, "created_at", 0)
 			replayed, err := outbox.Replay(b.ctx(t), b.reg, &refuseAfter{n: 3 * page}, outbox.ReplayConfig{PageSize: page, Mode: outbox.ReplayAll}, b.logger)
-			var replayErr *outbox.ReplayError
+			var replayErr *outbox.ResendError
 			require.ErrorAs(t, err, &replayErr)
 			require.Equal(t, 3*page, replayed.Total())
 
@@ -239,7 +239,7 @@ func TestTraceHeadersSurviveStartupReplay(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 		b := setup(t, backend, sqlstore.Mark)
-		pub, err := outbox.NewPublisher(failingPublisher{}, b.reg)
+		pub, err := outbox.NewPublisher(b.reg, failingPublisher{})
 		require.NoError(t, err)
 		msg := message.NewMessage(watermill.NewUUID(), []byte("traced"))
 		msg.Metadata.Set("traceparent", traceparent)

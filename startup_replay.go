@@ -82,7 +82,7 @@ type ReplayConfig struct {
 	// StatementTimeout bounds each database statement of the replay (the
 	// store checks, the table identity read, each page read or claim, each
 	// send-time stamp), so that a database that accepts connections and
-	// never answers makes the replay fail with a [*ReplayError] (or a
+	// never answers makes the replay fail with a [*ResendError] (or a
 	// [*VerifyError]), aborting the start, instead of hanging it. Defaults
 	// to [DefaultStatementTimeout] (30 seconds).
 	StatementTimeout time.Duration
@@ -179,11 +179,11 @@ func losesOnCrash(pub message.Publisher) bool {
 	return false
 }
 
-// ReplayResult counts the records [Replay] republished, per tracked name.
-type ReplayResult map[string]int
+// ResendResult counts the records [Replay] republished, per tracked topic.
+type ResendResult map[string]int
 
 // Total is the number of records replayed across names.
-func (r ReplayResult) Total() int {
+func (r ResendResult) Total() int {
 	n := 0
 	for _, c := range r {
 		n += c
@@ -191,11 +191,11 @@ func (r ReplayResult) Total() int {
 	return n
 }
 
-// Replay republishes every pending record of every tracked name through pub,
+// Replay republishes every pending record of every tracked topic through pub,
 // the publisher the messages were published through (decorated or not: records are never saved again), with the record's id, UUID,
-// payload and metadata. It reads each name's records in pages ordered by id
+// payload and metadata. It reads each topic's records in pages ordered by id
 // and stops at the first record it cannot read or send, returning a
-// [*ReplayError] that names it.
+// [*ResendError] that names it.
 //
 // Before anything is sent, every distinct store that implements [recordstore.Verifier]
 // is verified; a store that is not ready makes Replay return a
@@ -208,7 +208,7 @@ func (r ReplayResult) Total() int {
 // broker without persistence (GoChannel), an unbound AMQP queue or a new
 // consumer group loses what is sent before. [ReplayPlugin] does that for a
 // router.
-func Replay(ctx context.Context, reg *Registry, pub message.Publisher, cfg ReplayConfig, logger watermill.LoggerAdapter) (ReplayResult, error) {
+func Replay(ctx context.Context, reg *Registry, pub message.Publisher, cfg ReplayConfig, logger watermill.LoggerAdapter) (ResendResult, error) {
 	r, err := newReplayer(reg, pub, cfg, logger)
 	if err != nil {
 		return nil, err
@@ -241,8 +241,8 @@ func newReplayer(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger 
 	return &replayer{reg: reg, out: out, cfg: cfg, mode: cfg.mode(pub), logger: logger}, nil
 }
 
-func (r *replayer) run(ctx context.Context) (ReplayResult, error) {
-	result := ReplayResult{}
+func (r *replayer) run(ctx context.Context) (ResendResult, error) {
+	result := ResendResult{}
 	if !r.reg.enabled {
 		return result, nil
 	}
@@ -252,7 +252,7 @@ func (r *replayer) run(ctx context.Context) (ReplayResult, error) {
 	}
 	r.reportUndeclared(ctx)
 	for _, t := range r.reg.entries() {
-		name := t.name
+		name := t.topic
 		n, err := r.replayName(ctx, t)
 		result[name] = n
 		if err != nil {
@@ -275,7 +275,7 @@ func (r *replayer) verify(ctx context.Context) error {
 		err := v.Verify(vctx)
 		cancel()
 		if err != nil {
-			return &VerifyError{Topic: t.name, Err: err}
+			return &VerifyError{Topic: t.topic, Err: err}
 		}
 	}
 	return nil
@@ -299,7 +299,7 @@ type page struct {
 // records the previous one as sent, through channels of one page each, so
 // memory stays at five pages whatever the backlog (see PageSize).
 func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
-	name, store := t.name, t.store
+	name, store := t.topic, t.store
 	id, err := identityWithin(ctx, r.cfg.StatementTimeout, t)
 	if err != nil {
 		return 0, err
@@ -356,7 +356,7 @@ func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 		return sent, err
 	}
 	if err := ctx.Err(); err != nil {
-		return sent, &ReplayError{Topic: name, AfterID: lastID, Err: err}
+		return sent, &ResendError{Topic: name, AfterID: lastID, Err: err}
 	}
 	return sent, nil
 }
@@ -365,7 +365,7 @@ func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 func (r *replayer) sendPages(ctx context.Context, t *tracked, identity string, pages <-chan page, stamps chan<- []recordstore.Record) (sent int, lastID int64, err error) {
 	for p := range pages {
 		if p.err != nil {
-			return sent, lastID, &ReplayError{Topic: t.name, AfterID: lastID, Err: p.err}
+			return sent, lastID, &ResendError{Topic: t.topic, AfterID: lastID, Err: p.err}
 		}
 		if err := r.out.send(ctx, t, identity, p.records); err != nil {
 			return sent, lastID, err
@@ -375,7 +375,7 @@ func (r *replayer) sendPages(ctx context.Context, t *tracked, identity string, p
 		select {
 		case stamps <- p.records:
 		case <-ctx.Done():
-			return sent, lastID, &ReplayError{Topic: t.name, AfterID: lastID, Err: ctx.Err()}
+			return sent, lastID, &ResendError{Topic: t.topic, AfterID: lastID, Err: ctx.Err()}
 		}
 	}
 	return sent, lastID, nil
@@ -386,7 +386,7 @@ func (r *replayer) sendPages(ctx context.Context, t *tracked, identity string, p
 // Router.Running is closed.
 //
 // A replay that fails aborts the start: Router.Run returns the
-// [*ReplayError], or the [*VerifyError] of a store that is not ready (wrapped
+// [*ResendError], or the [*VerifyError] of a store that is not ready (wrapped
 // by the router), without the service ever counting as started, as it does
 // when a subscription fails; the handlers already
 // subscribed stop with Run's context. Like any router whose Run failed, it
@@ -565,10 +565,10 @@ func (r *replayer) replayClaimed(ctx context.Context, t *tracked, claimer record
 	reads := newPageReads(r.cfg.PageSize, r.cfg.MaxPageBytes)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-		recs, more, err := reads.replay(cctx, claimer, t.name, after, r.cfg.ClaimGrace)
+		recs, more, err := reads.replay(cctx, claimer, t.topic, after, r.cfg.ClaimGrace)
 		cancel()
 		if err != nil {
-			return sent, &ReplayError{Topic: t.name, Err: fmt.Errorf("claiming pending records: %w", err)}
+			return sent, &ResendError{Topic: t.topic, Err: fmt.Errorf("claiming pending records: %w", err)}
 		}
 		if len(recs) > 0 {
 			after = recs[len(recs)-1].ID
@@ -598,14 +598,14 @@ func (r *replayer) reportUncompleted(router *message.Router) {
 				"%w: no handler of this router receives tracked topic %q, and it declares no receivers elsewhere: its records stay pending and are resent for ever. "+
 					"Declare who completes them: Tracked.Consumers for handlers in services that share this store, "+
 					"Tracked.RemoteConsumers for handlers in services with a database of their own (they confirm over the broker), "+
-					"or CompletedBy: outbox.OnSend for receivers that do not run the outbox", ErrInvalidConfig, t.name),
-				watermill.LogFields{"topic": t.name})
+					"or CompletedBy: outbox.OnSend for receivers that do not run the outbox", ErrInvalidConfig, t.topic),
+				watermill.LogFields{"topic": t.topic})
 		}
 		if t.confirmTo != "" && handlers[ConfirmationHandlerName+":"+t.confirmTo] == nil {
 			r.logger.Error("The remote consumers' confirmations of a tracked topic are not consumed", fmt.Errorf(
 				"%w: tracked topic %q declares remote consumers %q, but this router has no handler of their confirmations on %q: its records stay pending. "+
-					"Add outbox.AddConfirmationHandler(router, reg, subscriber, logger)", ErrInvalidConfig, t.name, t.remote, t.confirmTo),
-				watermill.LogFields{"topic": t.name, "confirm_topic": t.confirmTo})
+					"Add outbox.AddConfirmationHandler(router, reg, subscriber, logger)", ErrInvalidConfig, t.topic, t.remote, t.confirmTo),
+				watermill.LogFields{"topic": t.topic, "confirm_topic": t.confirmTo})
 		}
 	}
 }

@@ -56,7 +56,7 @@ func (s *handledSet) snapshot() map[string]int {
 func crashBeforeConsumption(t *testing.T, b *bundle, n int) []string {
 	t.Helper()
 	gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-	pub, err := outbox.NewPublisher(gc, b.reg)
+	pub, err := outbox.NewPublisher(b.reg, gc)
 	require.NoError(t, err)
 	uuids := make([]string, n)
 	for i := range uuids {
@@ -137,7 +137,7 @@ func TestReplay(t *testing.T) {
 			b := setup(t, backend, sqlstore.Mark)
 			broken := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 			require.NoError(t, broken.Close())
-			pub, err := outbox.NewPublisher(broken, b.reg)
+			pub, err := outbox.NewPublisher(b.reg, broken)
 			require.NoError(t, err)
 			var sendErr *outbox.SendError
 			require.ErrorAs(t, pub.Publish(b.topic, message.NewMessage("late", []byte("x"))), &sendErr)
@@ -164,7 +164,7 @@ func TestReplay(t *testing.T) {
 
 			router, _ := restartedService(t, b, newHandledSet(3), nil, outbox.ReplayConfig{})
 			err = router.Run(context.Background())
-			var replayErr *outbox.ReplayError
+			var replayErr *outbox.ResendError
 			require.ErrorAs(t, err, &replayErr, "the router does not start")
 			assert.Equal(t, b.topic, replayErr.Topic)
 		})
@@ -182,7 +182,7 @@ func TestReplay(t *testing.T) {
 			require.NoError(t, broken.Close())
 			router, _ := restartedService(t, b, newHandledSet(3), broken, outbox.ReplayConfig{})
 			err = router.Run(context.Background())
-			var replayErr *outbox.ReplayError
+			var replayErr *outbox.ResendError
 			require.ErrorAs(t, err, &replayErr)
 			assert.Equal(t, recs[0].ID, replayErr.ID)
 			assert.Contains(t, err.Error(), fmt.Sprintf("record %d", recs[0].ID))
@@ -201,7 +201,7 @@ func TestReplay(t *testing.T) {
 
 			res, err := outbox.Replay(b.ctx(t), b.reg, sent, outbox.ReplayConfig{PageSize: 2}, nil)
 			require.NoError(t, err)
-			assert.Equal(t, outbox.ReplayResult{b.topic: 7}, res)
+			assert.Equal(t, outbox.ResendResult{b.topic: 7}, res)
 			assert.Equal(t, []int{2, 2, 2, 1}, sent.batches, "one Publish per page")
 			require.Len(t, sent.msgs, 7)
 			var prev int64
@@ -222,7 +222,7 @@ func TestReplay(t *testing.T) {
 			crashBeforeConsumption(t, b, 3)
 			gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 			defer gc.Close()
-			pub, err := outbox.NewPublisher(gc, b.reg)
+			pub, err := outbox.NewPublisher(b.reg, gc)
 			require.NoError(t, err)
 			res, err := outbox.Replay(b.ctx(t), b.reg, pub, outbox.ReplayConfig{}, nil)
 			require.NoError(t, err)
@@ -238,7 +238,7 @@ func TestReplay(t *testing.T) {
 		gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 		defer gc.Close()
 		inner := &countingPublisher{Publisher: gc}
-		decorated, err := outbox.NewPublisher(wrappingPublisher{inner}, b.reg)
+		decorated, err := outbox.NewPublisher(b.reg, wrappingPublisher{inner})
 		require.NoError(t, err)
 		res, err := outbox.Replay(b.ctx(t), b.reg, wrappingPublisher{decorated}, outbox.ReplayConfig{}, nil)
 		require.NoError(t, err)
@@ -269,7 +269,7 @@ func TestHandlerPublishesTrackedOnOneConnection(t *testing.T) {
 
 		gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 		defer gc.Close()
-		pub, err := outbox.NewPublisher(gc, reg)
+		pub, err := outbox.NewPublisher(reg, gc)
 		require.NoError(t, err)
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		require.NoError(t, err)
@@ -363,7 +363,7 @@ func TestReplayAfterRunning(t *testing.T) {
 			router.AddPlugin(outbox.ReplayPlugin(b.reg, broken, outbox.ReplayConfig{AfterRunning: true, OnError: func(err error) { reported <- err }}, nil))
 			router.AddNoPublisherHandler("consume", b.topic, gc, newHandledSet(2).handle)
 			require.NoError(t, router.Run(b.ctx(t)), "Run returns once the failed replay closed the router")
-			var replayErr *outbox.ReplayError
+			var replayErr *outbox.ResendError
 			require.ErrorAs(t, <-reported, &replayErr)
 			assert.True(t, router.IsClosed())
 			assert.Equal(t, 2, b.pendingCount(t))

@@ -7,20 +7,26 @@ import (
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
-// ReadStatus reports the records of every tracked name, in name order, from
-// the stores that implement [recordstore.StatusReader]; a name whose store does not is
-// left out, and a name without records reports zeros. With full false it
-// reads only pending records (Abandoned and Completed stay zero), which is
-// cheap enough for frequent health checks and metric scrapes. On a ctx
-// without a deadline each store's read is bounded by
+// StatusOptions choose what [ReadStatus] reads.
+type StatusOptions struct {
+	// Full also counts abandoned and completed records. Without it only
+	// pending records are read (Abandoned and Completed stay zero), which
+	// is cheap enough for frequent health checks and metric scrapes.
+	Full bool
+}
+
+// ReadStatus reports the records of every tracked topic, in topic order,
+// from the stores that implement [recordstore.StatusReader]; a topic whose
+// store does not is left out, and a topic without records reports zeros.
+// On a ctx without a deadline each store's read is bounded by
 // [DefaultStatementTimeout].
-func ReadStatus(ctx context.Context, reg *Registry, full bool) ([]TopicStatus, error) {
+func ReadStatus(ctx context.Context, reg *Registry, opts StatusOptions) ([]TopicStatus, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
 	}
 	found := map[string]TopicStatus{}
 	for _, t := range reg.stores() {
-		name := t.name
+		name := t.topic
 		sr, ok := t.store.(recordstore.StatusReader)
 		if !ok {
 			continue
@@ -28,7 +34,7 @@ func ReadStatus(ctx context.Context, reg *Registry, full bool) ([]TopicStatus, e
 		var sts []TopicStatus
 		var err error
 		sctx, cancel := withDefaultDeadline(ctx)
-		if full {
+		if opts.Full {
 			sts, err = sr.Status(sctx)
 		} else {
 			sts, err = sr.PendingStatus(sctx)
@@ -41,13 +47,13 @@ func ReadStatus(ctx context.Context, reg *Registry, full bool) ([]TopicStatus, e
 			found[st.Topic] = st
 		}
 	}
-	out := make([]TopicStatus, 0, len(reg.names))
+	out := make([]TopicStatus, 0, len(reg.topics))
 	for _, t := range reg.entries() {
 		if _, ok := t.store.(recordstore.StatusReader); !ok {
 			continue
 		}
-		st := found[t.name]
-		st.Topic = t.name
+		st := found[t.topic]
+		st.Topic = t.topic
 		out = append(out, st)
 	}
 	return out, nil

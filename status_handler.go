@@ -12,7 +12,7 @@ import (
 
 // StatusHandlerConfig configures [NewStatusHandler].
 type StatusHandlerConfig struct {
-	// MaxPendingAge makes the status unhealthy when a tracked name's oldest
+	// MaxPendingAge makes the status unhealthy when a tracked topic's oldest
 	// pending record is older than this. Defaults to 15 minutes.
 	MaxPendingAge time.Duration
 	// Full adds the abandoned and completed counts, which read the whole
@@ -87,7 +87,7 @@ func (h *statusHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), h.cfg.Timeout)
 	defer cancel()
 	report := StatusReport{Healthy: true, Topics: []TopicStatus{}}
-	names, err := ReadStatus(ctx, h.reg, h.cfg.Full)
+	names, err := ReadStatus(ctx, h.reg, StatusOptions{Full: h.cfg.Full})
 	if err != nil {
 		h.logger.Error("Reading the outbox status failed", err, nil)
 		report.Healthy, report.Error = false, statusReadFailed

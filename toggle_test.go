@@ -32,7 +32,7 @@ func TestToggleOffInTestBinary(t *testing.T) {
 
 	gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	defer gc.Close()
-	pub, err := outbox.NewPublisher(gc, reg)
+	pub, err := outbox.NewPublisher(reg, gc)
 	require.NoError(t, err)
 	assert.Same(t, gc, pub, "the publisher is returned undecorated")
 	require.NoError(t, pub.Publish("orders", message.NewMessage("u", nil)))
@@ -53,7 +53,7 @@ func TestToggleOffInTestBinary(t *testing.T) {
 	tracking, err := outbox.NewTrackingRegistry(outbox.Tracked{Topic: "orders", Store: store})
 	require.NoError(t, err)
 	assert.True(t, tracking.Enabled(), "NewTrackingRegistry tracks without the toggle")
-	trackedPub, err := outbox.NewPublisher(gc, tracking)
+	trackedPub, err := outbox.NewPublisher(tracking, gc)
 	require.NoError(t, err)
 	require.NoError(t, trackedPub.Publish("orders", message.NewMessage("u", nil)))
 	require.NoError(t, db.Get(&n, "SELECT COUNT(*) FROM "+store.Table()))

@@ -49,7 +49,7 @@ type Tracer interface {
 
 	// TraceCheck is called before the middleware checks the record of a
 	// delivery, with the delivery's context. The check runs in the context
-	// it returns, under [MiddlewareConfig.FetchTimeout]; the step ends
+	// it returns, under [MiddlewareConfig.CheckTimeout]; the step ends
 	// with the check's outcome, and the error that made it refuse the
 	// delivery, if any.
 	TraceCheck(ctx context.Context, ref RecordRef) (context.Context, func(CheckOutcome, error))

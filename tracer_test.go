@@ -118,7 +118,7 @@ func TestTracerSeesEveryTrackedStep(t *testing.T) {
 		b.reg.SetTracer(tr)
 
 		sent := &contextPublisher{Publisher: failingPublisher{}}
-		pub, err := outbox.NewPublisher(sent, b.reg)
+		pub, err := outbox.NewPublisher(b.reg, sent)
 		require.NoError(t, err)
 		msg := message.NewMessage(watermill.NewUUID(), []byte("order"))
 		require.Error(t, pub.Publish(b.topic, msg), "the broker is down: the record stays pending")
@@ -173,7 +173,7 @@ func TestTracerSeesEveryTrackedStep(t *testing.T) {
 		b.reg.SetTracer(tr)
 		gc := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1}, watermill.NopLogger{})
 		t.Cleanup(func() { _ = gc.Close() })
-		txPub, err := outbox.NewTxPublisher(gc, b.reg)
+		txPub, err := outbox.NewTxPublisher(b.reg, gc)
 		require.NoError(t, err)
 
 		tx, err := b.db.BeginTxx(b.ctx(t), nil)

@@ -36,7 +36,7 @@ func forEachBackendB(b *testing.B, fn func(b *testing.B, backend testenv.Backend
 func BenchmarkTrackedPublish(b *testing.B) {
 	forEachBackendB(b, func(b *testing.B, backend testenv.Backend) {
 		_, reg := benchBundle(b, backend)
-		pub, err := outbox.NewPublisher(discardPublisher{}, reg)
+		pub, err := outbox.NewPublisher(reg, discardPublisher{})
 		require.NoError(b, err)
 		b.ReportAllocs()
 		for b.Loop() {
@@ -52,7 +52,7 @@ func BenchmarkTrackedPublish(b *testing.B) {
 func BenchmarkTrackedPublishParallel(b *testing.B) {
 	forEachBackendB(b, func(b *testing.B, backend testenv.Backend) {
 		_, reg := benchBundle(b, backend)
-		pub, err := outbox.NewPublisher(discardPublisher{}, reg)
+		pub, err := outbox.NewPublisher(reg, discardPublisher{})
 		require.NoError(b, err)
 		b.SetParallelism(8)
 		b.ReportAllocs()

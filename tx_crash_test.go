@@ -106,7 +106,7 @@ func TestTxPublishCrashChild(t *testing.T) {
 	require.NoError(t, err)
 	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders_" + table, Store: store})
 	require.NoError(t, err)
-	p, err := outbox.NewTxPublisher(haltingPublisher{}, reg)
+	p, err := outbox.NewTxPublisher(reg, haltingPublisher{})
 	require.NoError(t, err)
 
 	ctx := context.Background()

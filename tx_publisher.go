@@ -39,7 +39,7 @@ type TxPublisher struct {
 // NewTxPublisher returns a transactional publisher over pub. Messages to
 // untracked topics are not recorded; they too are sent only after the
 // commit.
-func NewTxPublisher(pub message.Publisher, reg *Registry) (*TxPublisher, error) {
+func NewTxPublisher(reg *Registry, pub message.Publisher) (*TxPublisher, error) {
 	if pub == nil {
 		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
 	}
@@ -89,7 +89,7 @@ func (p *TxPublisher) PublishTx(ctx context.Context, tx Tx, topic string, msgs .
 
 // save inserts the records of msgs through tx and stamps the messages.
 func (p *TxPublisher) save(ctx context.Context, tx Tx, t *tracked, inserter recordstore.TxInserter, msgs []*message.Message) (SendFunc, error) {
-	topic := t.name
+	topic := t.topic
 	records, err := recordsOf(t, msgs)
 	if err != nil {
 		return nil, err

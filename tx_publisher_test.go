@@ -44,7 +44,7 @@ func (b *bundle) txPublisher(t *testing.T) (*outbox.TxPublisher, *countingPublis
 	sub, err := gc.Subscribe(b.ctx(t), b.topic)
 	require.NoError(t, err)
 	counting := &countingPublisher{Publisher: gc}
-	p, err := outbox.NewTxPublisher(counting, b.reg)
+	p, err := outbox.NewTxPublisher(b.reg, counting)
 	require.NoError(t, err)
 	return p, counting, sub
 }
@@ -168,7 +168,7 @@ func TestTxPublisher(t *testing.T) {
 		b := setup(t, testenv.Backends()[0], sqlstore.Mark)
 		reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: plainStore{b.store}})
 		require.NoError(t, err)
-		p, err := outbox.NewTxPublisher(gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}), reg)
+		p, err := outbox.NewTxPublisher(reg, gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}))
 		require.NoError(t, err)
 		tx, err := b.db.BeginTxx(b.ctx(t), nil)
 		require.NoError(t, err)

@@ -57,7 +57,7 @@ func waitSeen(t *testing.T, ctx context.Context, seen chan string, consumer stri
 // topicStatus reads the status of one topic of the peer's registry.
 func (p *peer) topicStatus(t *testing.T, topic string, full bool) outbox.TopicStatus {
 	t.Helper()
-	sts, err := outbox.ReadStatus(testCtx(t), p.reg, full)
+	sts, err := outbox.ReadStatus(testCtx(t), p.reg, outbox.StatusOptions{Full: full})
 	require.NoError(t, err)
 	for _, st := range sts {
 		if st.Topic == topic {
@@ -195,7 +195,7 @@ func TestUncheckedRecords(t *testing.T) {
 			// Sent where nobody subscribes: they stay pending.
 			elsewhere := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 			t.Cleanup(func() { _ = elsewhere.Close() })
-			unheard, err := outbox.NewPublisher(elsewhere, a.reg)
+			unheard, err := outbox.NewPublisher(a.reg, elsewhere)
 			require.NoError(t, err)
 			publishN(t, unheard, "orders", "after", 2)
 

@@ -51,7 +51,7 @@ func TestBrokerOutage(t *testing.T) {
 	}, watermill.NopLogger{})
 	require.NoError(t, err)
 	defer rawViaProxy.Close()
-	pub, err := outbox.NewPublisher(rawViaProxy, reg)
+	pub, err := outbox.NewPublisher(reg, rawViaProxy)
 	require.NoError(t, err)
 	require.NoError(t, pub.Publish(topic, message.NewMessage("before-outage", []byte("x"))), "the proxy forwards while it is up")
 

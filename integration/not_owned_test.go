@@ -76,7 +76,7 @@ func TestNotOwnedCountsEveryUntrackedMessage(t *testing.T) {
 			go func() { runErr <- router.Run(context.Background()) }()
 			<-router.Running()
 
-			pub, err := outbox.NewPublisher(gc, reg)
+			pub, err := outbox.NewPublisher(reg, gc)
 			require.NoError(t, err)
 			for i := range n {
 				require.NoError(t, pub.Publish(topic, message.NewMessage(fmt.Sprintf("m-%d", i), []byte("{}"))))
@@ -131,11 +131,11 @@ func (c *notOwnedCounter) NotOwned(_, consumer string) {
 	c.mu.Unlock()
 }
 
-func (c *notOwnedCounter) Published(string, int)           {}
-func (c *notOwnedCounter) Handled(string, string)          {}
-func (c *notOwnedCounter) DuplicateSkipped(string, string) {}
-func (c *notOwnedCounter) Failed(string, string)           {}
-func (c *notOwnedCounter) Abandoned(string, string)        {}
-func (c *notOwnedCounter) Replayed(string, int)            {}
-func (c *notOwnedCounter) UnknownRecord(string, string)    {}
-func (c *notOwnedCounter) Mismatched(string, string)       {}
+func (c *notOwnedCounter) Published(string, int)                 {}
+func (c *notOwnedCounter) Handled(string, string)                {}
+func (c *notOwnedCounter) DuplicateSkipped(string, string)       {}
+func (c *notOwnedCounter) Failed(string, string)                 {}
+func (c *notOwnedCounter) Abandoned(string, string)              {}
+func (c *notOwnedCounter) Resent(string, outbox.ResendKind, int) {}
+func (c *notOwnedCounter) UnknownRecord(string, string)          {}
+func (c *notOwnedCounter) Mismatched(string, string)             {}

@@ -179,7 +179,7 @@ func startRestartLoopService(t *testing.T, store *sqlstore.Store, topic string, 
 	router.AddMiddleware(mw)
 	router.AddPublisherDecorators(outbox.PublisherDecorator(reg))
 	router.AddPlugin(outbox.ReplayPlugin(reg, pub, outbox.ReplayConfig{}, logger))
-	decorated, err := outbox.NewPublisher(pub, reg)
+	decorated, err := outbox.NewPublisher(reg, pub)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &restartLoopService{router: router, publisher: decorated, cancel: cancel, stopped: make(chan struct{})}

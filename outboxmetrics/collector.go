@@ -43,6 +43,7 @@ func (c Config) Validate() error {
 const (
 	nameLabel     = "topic"
 	consumerLabel = "consumer"
+	kindLabel     = "kind"
 )
 
 // Collector is the outbox's Prometheus collector; see the package
@@ -94,7 +95,7 @@ func NewCollector(reg *outbox.Registry, cfg Config, logger watermill.LoggerAdapt
 		"duplicates_skipped_total":  {"Deliveries acknowledged without handling because the consumer had already completed the record.", perConsumer},
 		"handler_failures_total":    {"Handler failures of tracked messages.", perConsumer},
 		"records_abandoned_total":   {"Deliveries abandoned after their last allowed attempt.", perConsumer},
-		"records_replayed_total":    {"Records sent again by startup replay, the stale resubmitter or a requeue.", perName},
+		"records_resent_total":      {"Records sent again, by kind: replay (startup), resubmit (stale resubmitter) or requeue.", []string{nameLabel, kindLabel}},
 		"not_owned_total":           {"Messages with outbox metadata this service does not own (another service's or topic's record, or an undeclared consumer); handled untracked.", perConsumer},
 		"unknown_records_total":     {"Messages naming a record of this service's table that does not exist; acknowledged without handling.", perConsumer},
 		"mismatched_messages_total": {"Messages naming a record of this service's table that was saved for another message (another UUID); acknowledged without handling.", perConsumer},
@@ -136,7 +137,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ScrapeTimeout)
 	defer cancel()
-	sts, err := outbox.ReadStatus(ctx, c.reg, false)
+	sts, err := outbox.ReadStatus(ctx, c.reg, outbox.StatusOptions{})
 	failed := 0.0
 	if err != nil {
 		c.logger.Error("Reading the outbox backlog for metrics failed", err, nil)
@@ -178,8 +179,10 @@ func (c *Collector) Abandoned(name, consumer string) {
 	c.add("records_abandoned_total", 1, name, consumer)
 }
 
-// Replayed implements [outbox.Observer].
-func (c *Collector) Replayed(name string, n int) { c.add("records_replayed_total", n, name) }
+// Resent implements [outbox.Observer].
+func (c *Collector) Resent(topic string, kind outbox.ResendKind, n int) {
+	c.add("records_resent_total", n, topic, string(kind))
+}
 
 // NotOwned implements [outbox.Observer].
 func (c *Collector) NotOwned(topic, consumer string) { c.add("not_owned_total", 1, topic, consumer) }

@@ -70,7 +70,7 @@ func TestCollectorCountsTheFlowAndReadsTheBacklog(t *testing.T) {
 			t.Cleanup(func() { _ = gc.Close() })
 			sub, err := gc.Subscribe(ctx, name)
 			require.NoError(t, err)
-			pub, err := outbox.NewPublisher(gc, reg)
+			pub, err := outbox.NewPublisher(reg, gc)
 			require.NoError(t, err)
 			require.NoError(t, pub.Publish(name,
 				message.NewMessage("ok", nil), message.NewMessage("poison", nil), message.NewMessage("waiting", nil)))
@@ -101,15 +101,15 @@ func TestCollectorCountsTheFlowAndReadsTheBacklog(t *testing.T) {
 
 			got := gather(t, c)
 			assert.Equal(t, map[string]float64{
-				"app_outbox_records_published_total{orders}":     3,
-				"app_outbox_records_handled_total{}{orders}":     1,
-				"app_outbox_duplicates_skipped_total{}{orders}":  1,
-				"app_outbox_handler_failures_total{}{orders}":    1,
-				"app_outbox_records_abandoned_total{}{orders}":   1,
-				"app_outbox_mismatched_messages_total{}{orders}": 1,
-				"app_outbox_records_replayed_total{orders}":      1,
-				"app_outbox_pending_records{orders}":             1,
-				"app_outbox_oldest_pending_age_seconds{orders}":  got["app_outbox_oldest_pending_age_seconds{orders}"],
+				"app_outbox_records_published_total{orders}":      3,
+				"app_outbox_records_handled_total{}{orders}":      1,
+				"app_outbox_duplicates_skipped_total{}{orders}":   1,
+				"app_outbox_handler_failures_total{}{orders}":     1,
+				"app_outbox_records_abandoned_total{}{orders}":    1,
+				"app_outbox_mismatched_messages_total{}{orders}":  1,
+				"app_outbox_records_resent_total{replay}{orders}": 1,
+				"app_outbox_pending_records{orders}":              1,
+				"app_outbox_oldest_pending_age_seconds{orders}":   got["app_outbox_oldest_pending_age_seconds{orders}"],
 				// The receiver's check is recorded off the handler's path:
 				// 1 or 0 here (TestCollectorReportsUncheckedRecords).
 				"app_outbox_unchecked_records{orders}": got["app_outbox_unchecked_records{orders}"],

@@ -13,7 +13,7 @@
 //	outbox_duplicates_skipped_total              copies acknowledged without handling (per consumer)
 //	outbox_handler_failures_total                handler failures (per consumer)
 //	outbox_records_abandoned_total               deliveries abandoned after MaxAttempts (per consumer)
-//	outbox_records_replayed_total                records sent again (replay, resubmit, requeue)
+//	outbox_records_resent_total{kind}            records sent again (kind: replay, resubmit, requeue)
 //	outbox_not_owned_total                       messages of another table, topic or consumer, handled untracked
 //	outbox_unknown_records_total                 messages naming a record the table does not have
 //	outbox_mismatched_messages_total             messages naming a record saved for another message (another UUID)

@@ -219,11 +219,11 @@ func TestTraceSurvivesACrashChild(t *testing.T) {
 	msg.SetContext(ctx)
 	switch mode {
 	case "publisher":
-		pub, err := outbox.NewPublisher(haltingPublisher{}, reg)
+		pub, err := outbox.NewPublisher(reg, haltingPublisher{})
 		require.NoError(t, err)
 		_ = pub.Publish(topic, msg) // halts in the send
 	case "tx":
-		txPub, err := outbox.NewTxPublisher(haltingPublisher{}, reg)
+		txPub, err := outbox.NewTxPublisher(reg, haltingPublisher{})
 		require.NoError(t, err)
 		tx, err := db.BeginTxx(ctx, nil)
 		require.NoError(t, err)

@@ -79,7 +79,7 @@
 //	outbox.duplicates_skipped             counter  copies acknowledged without handling (per consumer)
 //	outbox.handler_failures               counter  handler failures (per consumer)
 //	outbox.records_abandoned              counter  deliveries abandoned after MaxAttempts (per consumer)
-//	outbox.records_replayed               counter  records sent again (replay, resubmit, requeue)
+//	outbox.records_resent                 counter  records sent again (kind: replay, resubmit, requeue)
 //	outbox.not_owned                      counter  messages of another table, topic or consumer, handled untracked
 //	outbox.unknown_records                counter  messages naming a record the table does not have
 //	outbox.mismatched_messages            counter  messages naming a record saved for another message (another UUID)

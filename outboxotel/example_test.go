@@ -76,7 +76,7 @@ func ExampleNewTracer() {
 	go func() { _ = router.Run(context.Background()) }()
 	<-router.Running()
 
-	pub, _ := outbox.NewPublisher(pubSub, reg)
+	pub, _ := outbox.NewPublisher(reg, pubSub)
 	ctx, span := provider.Tracer("checkout").Start(context.Background(), "place order")
 	msg := message.NewMessage(watermill.NewUUID(), []byte("order-1"))
 	msg.SetContext(ctx)
@@ -128,7 +128,7 @@ func ExampleNewMetrics() {
 	defer metrics.Close()
 	reg.SetObserver(metrics)
 
-	pub, _ := outbox.NewPublisher(gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}), reg)
+	pub, _ := outbox.NewPublisher(reg, gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}))
 	_ = pub.Publish("orders", message.NewMessage(watermill.NewUUID(), nil), message.NewMessage(watermill.NewUUID(), nil))
 
 	var rm metricdata.ResourceMetrics

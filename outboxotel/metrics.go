@@ -66,6 +66,9 @@ const (
 	// AttrMetricConsumer is the consumer (the handler name) of a delivery
 	// measurement; "" outside a router.
 	AttrMetricConsumer = attribute.Key("consumer")
+	// AttrResendKind is the kind of a resend measurement: replay,
+	// resubmit or requeue ([outbox.ResendKind]).
+	AttrResendKind = attribute.Key("kind")
 )
 
 // Metrics is an [outbox.Observer] that counts the outbox's flow with
@@ -77,7 +80,7 @@ type Metrics struct {
 	cfg    MetricsConfig
 	logger watermill.LoggerAdapter
 
-	published, handled, duplicates, failures, abandoned, replayed, notOwned, unknown, mismatched metric.Int64Counter
+	published, handled, duplicates, failures, abandoned, resent, notOwned, unknown, mismatched metric.Int64Counter
 
 	pending, consumerPending, readErrors metric.Int64ObservableGauge
 	oldest, consumerOldest               metric.Float64ObservableGauge
@@ -120,7 +123,7 @@ func NewMetrics(reg *outbox.Registry, cfg MetricsConfig, logger watermill.Logger
 	m.duplicates = counter("duplicates_skipped", "{delivery}", "Deliveries acknowledged without handling because the consumer had already completed the record.")
 	m.failures = counter("handler_failures", "{delivery}", "Handler failures of tracked messages.")
 	m.abandoned = counter("records_abandoned", "{delivery}", "Deliveries abandoned after their last allowed attempt.")
-	m.replayed = counter("records_replayed", "{record}", "Records sent again by startup replay, the stale resubmitter or a requeue.")
+	m.resent = counter("records_resent", "{record}", "Records sent again, by kind: replay (startup), resubmit (stale resubmitter) or requeue.")
 	m.notOwned = counter("not_owned", "{message}", "Messages with outbox metadata this service does not own (another service's or topic's record, or an undeclared consumer); handled untracked.")
 	m.unknown = counter("unknown_records", "{message}", "Messages naming a record of this service's table that does not exist; acknowledged without handling.")
 	m.mismatched = counter("mismatched_messages", "{message}", "Messages naming a record of this service's table that was saved for another message (another UUID); acknowledged without handling.")
@@ -175,7 +178,7 @@ func (m *Metrics) Close() error { return m.registration.Unregister() }
 func (m *Metrics) observeBacklog(ctx context.Context, o metric.Observer) error {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReadTimeout)
 	defer cancel()
-	sts, err := outbox.ReadStatus(ctx, m.reg, false)
+	sts, err := outbox.ReadStatus(ctx, m.reg, outbox.StatusOptions{})
 	if err != nil {
 		m.logger.Error("Reading the outbox backlog for metrics failed", err, nil)
 		o.ObserveInt64(m.readErrors, 1)
@@ -242,9 +245,9 @@ func (m *Metrics) Abandoned(name, consumer string) {
 	m.abandoned.Add(context.Background(), 1, m.opt(name, consumer, true))
 }
 
-// Replayed implements [outbox.Observer].
-func (m *Metrics) Replayed(name string, n int) {
-	m.replayed.Add(context.Background(), int64(n), m.opt(name, "", false))
+// Resent implements [outbox.Observer].
+func (m *Metrics) Resent(topic string, kind outbox.ResendKind, n int) {
+	m.resent.Add(context.Background(), int64(n), metric.WithAttributes(AttrTopic.String(topic), AttrResendKind.String(string(kind))))
 }
 
 // NotOwned implements [outbox.Observer].

@@ -83,7 +83,7 @@ func TestMetricsCountTheFlowAndReadTheBacklog(t *testing.T) {
 	b.reg.SetObserver(m)
 
 	gc, sub := receive(t)
-	pub, err := outbox.NewPublisher(gc, b.reg)
+	pub, err := outbox.NewPublisher(b.reg, gc)
 	require.NoError(t, err)
 	require.NoError(t, pub.Publish(topic,
 		message.NewMessage("ok", nil), message.NewMessage("poison", nil), message.NewMessage("waiting", nil)))
@@ -115,15 +115,15 @@ func TestMetricsCountTheFlowAndReadTheBacklog(t *testing.T) {
 	age := got["app.outbox.oldest_pending_age{orders}"]
 	assert.True(t, age >= 0 && age < time.Hour.Seconds(), "oldest pending age %v s by the database clock", age)
 	assert.Equal(t, map[string]float64{
-		"app.outbox.records_published{orders}":     3,
-		"app.outbox.records_handled{}{orders}":     1,
-		"app.outbox.duplicates_skipped{}{orders}":  1,
-		"app.outbox.handler_failures{}{orders}":    1,
-		"app.outbox.records_abandoned{}{orders}":   1,
-		"app.outbox.mismatched_messages{}{orders}": 1,
-		"app.outbox.records_replayed{orders}":      1,
-		"app.outbox.pending_records{orders}":       1,
-		"app.outbox.oldest_pending_age{orders}":    age,
+		"app.outbox.records_published{orders}":      3,
+		"app.outbox.records_handled{}{orders}":      1,
+		"app.outbox.duplicates_skipped{}{orders}":   1,
+		"app.outbox.handler_failures{}{orders}":     1,
+		"app.outbox.records_abandoned{}{orders}":    1,
+		"app.outbox.mismatched_messages{}{orders}":  1,
+		"app.outbox.records_resent{replay}{orders}": 1,
+		"app.outbox.pending_records{orders}":        1,
+		"app.outbox.oldest_pending_age{orders}":     age,
 		// The receiver's check is recorded off the handler's path: 1 or
 		// 0 here (TestMetricsReportUncheckedRecords).
 		"app.outbox.unchecked_records{orders}": got["app.outbox.unchecked_records{orders}"],

@@ -64,7 +64,7 @@ func TestTraceContextIsSavedWhateverTheDecoratorOrder(t *testing.T) {
 		gc, sub := receive(t)
 		// The order that lost the context on replay: the inner decorator
 		// injects into what it sends, after the record was saved.
-		pub, err := outbox.NewPublisher(tracingPublisher{Publisher: gc, tracer: tr.app}, b.reg)
+		pub, err := outbox.NewPublisher(b.reg, tracingPublisher{Publisher: gc, tracer: tr.app})
 		require.NoError(t, err)
 
 		ctx, root := tr.app.Start(context.Background(), "place order")
@@ -115,7 +115,7 @@ func TestTraceContextIsSavedWhateverTheDecoratorOrder(t *testing.T) {
 		b, tr := setup(t, nil), newTraced(t)
 		b.reg.SetTracer(tr.tracer)
 		gc, sub := receive(t)
-		decorated, err := outbox.NewPublisher(gc, b.reg)
+		decorated, err := outbox.NewPublisher(b.reg, gc)
 		require.NoError(t, err)
 		// It puts its span into the metadata only, not into the context.
 		pub := tracingPublisher{Publisher: decorated, tracer: tr.app}
@@ -142,7 +142,7 @@ func TestTraceContextIsSavedWhateverTheDecoratorOrder(t *testing.T) {
 		b, tr := setup(t, nil), newTraced(t)
 		b.reg.SetTracer(tr.tracer)
 		gc, sub := receive(t)
-		txPub, err := outbox.NewTxPublisher(gc, b.reg)
+		txPub, err := outbox.NewTxPublisher(b.reg, gc)
 		require.NoError(t, err)
 
 		ctx, root := tr.app.Start(testContext(t), "place order")
@@ -177,7 +177,7 @@ func TestTraceContextIsSavedWhateverTheDecoratorOrder(t *testing.T) {
 		require.NoError(t, err)
 		tr := newTraced(t)
 		reg.SetTracer(tr.tracer)
-		pub, err := outbox.NewPublisher(gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}), reg)
+		pub, err := outbox.NewPublisher(reg, gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}))
 		require.NoError(t, err)
 		msg := message.NewMessage(watermill.NewUUID(), nil)
 		msg.Metadata.Set(outbox.MetadataID, "7") // a stale id of an earlier publish
@@ -207,7 +207,7 @@ func TestDeliverySpans(t *testing.T) {
 		b, tr := setup(t, nil), newTraced(t)
 		b.reg.SetTracer(tr.tracer)
 		gc, sub := receive(t)
-		pub, err := outbox.NewPublisher(gc, b.reg)
+		pub, err := outbox.NewPublisher(b.reg, gc)
 		require.NoError(t, err)
 		require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), nil)))
 		delivered := next(t, sub)
@@ -242,7 +242,7 @@ func TestDeliverySpans(t *testing.T) {
 		b, tr := setup(t, nil), newTraced(t)
 		b.reg.SetTracer(tr.tracer)
 		gc, sub := receive(t)
-		pub, err := outbox.NewPublisher(gc, b.reg)
+		pub, err := outbox.NewPublisher(b.reg, gc)
 		require.NoError(t, err)
 		require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), nil)))
 		delivered := next(t, sub)
@@ -265,7 +265,7 @@ func TestDeliverySpans(t *testing.T) {
 		b, tr := setup(t, nil), newTraced(t)
 		b.reg.SetTracer(tr.tracer)
 		gc, sub := receive(t)
-		pub, err := outbox.NewPublisher(gc, b.reg)
+		pub, err := outbox.NewPublisher(b.reg, gc)
 		require.NoError(t, err)
 		require.NoError(t, pub.Publish(topic, message.NewMessage(watermill.NewUUID(), nil)))
 		delivered := next(t, sub)
@@ -277,7 +277,7 @@ func TestDeliverySpans(t *testing.T) {
 		require.NoError(t, err)
 		h := handler{ran: make(chan trace.SpanContext, 1)}
 		_, err = mw(h.handle)(delivered)
-		var fetchErr *outbox.FetchError
+		var fetchErr *outbox.CheckError
 		require.ErrorAs(t, err, &fetchErr)
 		check := tr.span(t, "outbox check "+topic)
 		assert.Equal(t, "refused", attr(check, string(outboxotel.AttrCheck)))
@@ -294,7 +294,7 @@ func TestUntrackedMessagesPassThroughUnchanged(t *testing.T) {
 	t.Cleanup(func() { _ = gc.Close() })
 	sub, err := gc.Subscribe(testContext(t), "audit")
 	require.NoError(t, err)
-	pub, err := outbox.NewPublisher(gc, b.reg)
+	pub, err := outbox.NewPublisher(b.reg, gc)
 	require.NoError(t, err)
 
 	ctx, root := tr.app.Start(context.Background(), "audit")

@@ -35,7 +35,7 @@ type Outcome struct {
 	Runs int
 	// Err is what the router's handler returned: the handler's error (a
 	// panic is recovered into one), or the outbox's, such as an
-	// [*outbox.FetchError] or an [*outbox.AbandonedError]; nil when the
+	// [*outbox.CheckError] or an [*outbox.AbandonedError]; nil when the
 	// message was acknowledged, and for a copy that the outbox held until
 	// its next attempt was due and nacked itself (Acked false, Runs 0).
 	Err error

@@ -191,7 +191,7 @@ func ExampleStore_InsertTx() {
 	reg := outboxtest.NewRegistry(t, outbox.Tracked{Topic: "orders", Store: store})
 	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	defer broker.Close()
-	txPub, err := outbox.NewTxPublisher(broker, reg)
+	txPub, err := outbox.NewTxPublisher(reg, broker)
 	if err != nil {
 		t.Fatal(err)
 	}

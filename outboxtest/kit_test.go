@@ -319,7 +319,7 @@ func TestInsertTxKeepsIDOrder(t *testing.T) {
 	k := setup(t, outbox.Tracked{Topic: "orders"})
 	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = broker.Close() })
-	txPub, err := outbox.NewTxPublisher(broker, k.reg)
+	txPub, err := outbox.NewTxPublisher(k.reg, broker)
 	require.NoError(t, err)
 	tx := txPub.Wrap(outboxtest.NewTx())
 	require.NoError(t, tx.Publish(t.Context(), "orders", message.NewMessage(watermill.NewUUID(), []byte("in tx"))))

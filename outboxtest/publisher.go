@@ -24,7 +24,7 @@ type Publisher struct {
 func NewPublisher(tb testing.TB, reg *outbox.Registry) *Publisher {
 	tb.Helper()
 	sent := &sentMessages{byTopic: map[string][]*message.Message{}}
-	pub, err := outbox.NewPublisher(sent, reg)
+	pub, err := outbox.NewPublisher(reg, sent)
 	if err != nil {
 		tb.Fatalf("outboxtest: %v", err)
 	}

@@ -10,7 +10,7 @@ import (
 type Record struct {
 	// ID is assigned by the store on insert; ids only grow and are never reused.
 	ID int64
-	// Topic is the tracked name the message was published to.
+	// Topic is the tracked topic the message was published to.
 	Topic string
 	// UUID, Payload and Metadata are the message's own, as published
 	// (without the outbox keys).

@@ -68,7 +68,7 @@ func run(broker string) (err error) {
 	router.AddMiddleware(mw)                                                            // outbox
 	router.AddPlugin(outbox.ReplayPlugin(reg, conn.pub, outbox.ReplayConfig{}, logger)) // outbox
 	router.AddMiddleware(middleware.Recoverer)
-	orders, err := outbox.NewPublisher(conn.pub, reg) // outbox
+	orders, err := outbox.NewPublisher(reg, conn.pub) // outbox
 	if err != nil {
 		return err
 	}

@@ -85,7 +85,7 @@ func publishThenCrash(dbPath string) error {
 		return err
 	}
 	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-	pub, err := outbox.NewPublisher(pubSub, reg)
+	pub, err := outbox.NewPublisher(reg, pubSub)
 	if err != nil {
 		return err
 	}

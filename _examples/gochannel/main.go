@@ -59,7 +59,7 @@ func run() error {
 	}
 	router.AddMiddleware(mw)                                                          // outbox
 	router.AddPlugin(outbox.ReplayPlugin(reg, pubSub, outbox.ReplayConfig{}, logger)) // outbox
-	orders, err := outbox.NewPublisher(pubSub, reg)                                   // outbox
+	orders, err := outbox.NewPublisher(reg, pubSub)                                   // outbox
 	if err != nil {
 		return err
 	}

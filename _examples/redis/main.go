@@ -80,7 +80,7 @@ func run() error {
 	}
 	router.AddMiddleware(mw)                                                       // outbox
 	router.AddPlugin(outbox.ReplayPlugin(reg, pub, outbox.ReplayConfig{}, logger)) // outbox
-	orders, err := outbox.NewPublisher(pub, reg)                                   // outbox
+	orders, err := outbox.NewPublisher(reg, pub)                                   // outbox
 	if err != nil {
 		return err
 	}

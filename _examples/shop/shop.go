@@ -95,7 +95,7 @@ func Run(ctx context.Context, example string, router *message.Router, sub messag
 		return err
 	}
 
-	status, err := outbox.ReadStatus(ctx, reg, false)
+	status, err := outbox.ReadStatus(ctx, reg, outbox.StatusOptions{})
 	if err != nil {
 		return err
 	}

@@ -82,7 +82,7 @@ func (e *env) connect() (message.Publisher, message.Subscriber) {
 
 // tracked returns a publisher that saves a record for every tracked message.
 func (e *env) tracked(pub message.Publisher) message.Publisher {
-	p, err := outbox.NewPublisher(pub, e.reg)
+	p, err := outbox.NewPublisher(e.reg, pub)
 	require.NoError(e.t, err)
 	return p
 }

@@ -55,12 +55,12 @@ func (c *counts) get(what, consumer string) int {
 	return c.n[event{what, consumer}]
 }
 
-func (c *counts) Published(string, int)               {}
-func (c *counts) Replayed(string, int)                {}
-func (c *counts) Handled(_, consumer string)          { c.add("handled", consumer, 1) }
-func (c *counts) DuplicateSkipped(_, consumer string) { c.add("duplicate", consumer, 1) }
-func (c *counts) Failed(_, consumer string)           { c.add("failed", consumer, 1) }
-func (c *counts) Abandoned(_, consumer string)        { c.add("abandoned", consumer, 1) }
-func (c *counts) NotOwned(_, consumer string)         { c.add("not-owned", consumer, 1) }
-func (c *counts) UnknownRecord(_, consumer string)    { c.add("unknown", consumer, 1) }
-func (c *counts) Mismatched(_, consumer string)       { c.add("mismatched", consumer, 1) }
+func (c *counts) Published(string, int)                 {}
+func (c *counts) Resent(string, outbox.ResendKind, int) {}
+func (c *counts) Handled(_, consumer string)            { c.add("handled", consumer, 1) }
+func (c *counts) DuplicateSkipped(_, consumer string)   { c.add("duplicate", consumer, 1) }
+func (c *counts) Failed(_, consumer string)             { c.add("failed", consumer, 1) }
+func (c *counts) Abandoned(_, consumer string)          { c.add("abandoned", consumer, 1) }
+func (c *counts) NotOwned(_, consumer string)           { c.add("not-owned", consumer, 1) }
+func (c *counts) UnknownRecord(_, consumer string)      { c.add("unknown", consumer, 1) }
+func (c *counts) Mismatched(_, consumer string)         { c.add("mismatched", consumer, 1) }

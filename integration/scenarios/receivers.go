@@ -114,7 +114,7 @@ func consumerDownIsServedByReplay(t *testing.T, e *env) {
 		waiting[u] = false
 	}
 	e.requireTable(waiting)
-	sts, err := outbox.ReadStatus(e.ctx(), e.reg, false)
+	sts, err := outbox.ReadStatus(e.ctx(), e.reg, outbox.StatusOptions{})
 	require.NoError(t, err)
 	require.Len(t, sts, 1)
 	// stats has never run, so its deliveries are unchecked too.
@@ -172,7 +172,7 @@ func (e *env) requireDeliveriesComplete(consumers []string, n int) {
 	require.NoError(t, err)
 	assert.Empty(t, pending, "records pending after every consumer handled them")
 
-	sts, err := outbox.ReadStatus(ctx, e.reg, true)
+	sts, err := outbox.ReadStatus(ctx, e.reg, outbox.StatusOptions{Full: true})
 	require.NoError(t, err)
 	require.Len(t, sts, 1)
 	st := sts[0]

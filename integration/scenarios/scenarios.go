@@ -193,7 +193,7 @@ func crashRecovered(t *testing.T, e *env) {
 }
 
 // metadataSurvives checks that the broker's marshaler carries the record id,
-// tracked name and table identity both for a replayed message and for a
+// tracked topic and table identity both for a replayed message and for a
 // live publish, and that the handler gets the message's own metadata
 // without them.
 func metadataSurvives(t *testing.T, e *env) {
@@ -217,7 +217,7 @@ func metadataSurvives(t *testing.T, e *env) {
 		d := got[m.UUID]
 		id := e.recordID(m.UUID)
 		assert.Equal(t, fmt.Sprint(id), d.Received.Get(outbox.MetadataID), "%s: record id as delivered", m.UUID)
-		assert.Equal(t, e.topic, d.Received.Get(outbox.MetadataTopic), "%s: tracked name as delivered", m.UUID)
+		assert.Equal(t, e.topic, d.Received.Get(outbox.MetadataTopic), "%s: tracked topic as delivered", m.UUID)
 		assert.Equal(t, identity, d.Received.Get(outbox.MetadataStore), "%s: table identity as delivered", m.UUID)
 		assert.True(t, d.Tracked, "%s: handler sees the record", m.UUID)
 		assert.Equal(t, outbox.RecordRef{Topic: e.topic, ID: id, Consumer: "handle_" + e.topic}, d.Record)

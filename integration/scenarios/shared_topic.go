@@ -43,7 +43,7 @@ func (e *env) startSharingService(name string, db *sqlx.DB, store *sqlstore.Stor
 	reg.SetObserver(s.obs)
 	s.reg = reg
 	pub, sub := e.connectAs(name)
-	s.tracked, err = outbox.NewPublisher(pub, reg)
+	s.tracked, err = outbox.NewPublisher(reg, pub)
 	require.NoError(e.t, err)
 	s.svc = e.startServiceWith(serviceConfig{reg: reg, pub: pub, decide: succeed, logger: s.logger,
 		receivers: []receiver{{name: name, topic: e.topic, sub: sub}}})

@@ -283,7 +283,7 @@ func untrackedPipeline() (pipeline, error) {
 // outboxPipeline is GoChannel with the outbox's decorator and middleware.
 func outboxPipeline(reg *outbox.Registry, cleanup func()) (pipeline, error) {
 	gc := newGoChannel()
-	pub, err := outbox.NewPublisher(gc, reg)
+	pub, err := outbox.NewPublisher(reg, gc)
 	if err != nil {
 		return pipeline{}, err
 	}

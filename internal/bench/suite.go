@@ -62,7 +62,7 @@ func untrackedAllocs() (publish, delivery float64, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	pub, err := outbox.NewPublisher(discard{}, reg)
+	pub, err := outbox.NewPublisher(reg, discard{})
 	if err != nil {
 		return 0, 0, err
 	}

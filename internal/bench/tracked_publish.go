@@ -37,7 +37,7 @@ func trackedPublish(ctx context.Context, d *database, writers, perCall int, co s
 	if err != nil {
 		return result{}, err
 	}
-	pub, err := outbox.NewPublisher(discard{}, reg)
+	pub, err := outbox.NewPublisher(reg, discard{})
 	if err != nil {
 		return result{}, err
 	}

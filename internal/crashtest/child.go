@@ -188,7 +188,7 @@ func child(cfg ChildConfig) error {
 		return drainChild(ctx, router, base, topic)
 	}
 
-	pub, err := outbox.NewPublisher(&haltingPublisher{Publisher: rawPub, st: st}, reg)
+	pub, err := outbox.NewPublisher(reg, &haltingPublisher{Publisher: rawPub, st: st})
 	if err != nil {
 		return err
 	}

@@ -102,7 +102,7 @@ func serviceA(cfg ChildConfig) error {
 	}
 	fmt.Println("READY")
 	if st.mode != Drain {
-		pub, err := outbox.NewPublisher(&haltingPublisher{Publisher: rawPub, st: st}, reg)
+		pub, err := outbox.NewPublisher(reg, &haltingPublisher{Publisher: rawPub, st: st})
 		if err != nil {
 			return err
 		}
