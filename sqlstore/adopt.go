@@ -26,7 +26,7 @@ import (
 
 // buildAdopt builds the statements of adoption. adoptLock writes the
 // record's row first, as every writer of its deliveries does (see
-// consumers.go); adoptRead reads its consumer count while it is pending;
+// complete.go); adoptRead reads its consumer count while it is pending;
 // adoptHave lists its deliveries; adoptCount sets the new count.
 func (q *queries) buildAdopt(f fragments) {
 	t, tc, p := f.t, f.tc, f.p

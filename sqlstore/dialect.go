@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -183,53 +182,7 @@ type rerunTolerant interface {
 	alreadyApplied(err error) bool
 }
 
-// insertSingle saves one record with a statement of fixed text, for
-// dialects with INSERT … RETURNING: the common case of one message per
-// Publish needs no array and no statement built per call.
-func insertSingle(ctx context.Context, db executor, st *insertStatements, r *recordstore.Record, metadata string) error {
-	if st.origin {
-		return db.QueryRowContext(ctx, st.one, r.Topic, r.UUID, payloadOf(r.Payload), metadata, originArg(r.Origin)).Scan(&r.ID)
-	}
-	return db.QueryRowContext(ctx, st.one, r.Topic, r.UUID, payloadOf(r.Payload), metadata).Scan(&r.ID)
-}
-
 // onConflictUpdate is the upsert of the dialects with INSERT … ON CONFLICT.
 func onConflictUpdate(conflict, set string) string {
 	return " ON CONFLICT (" + conflict + ") DO UPDATE SET " + set
-}
-
-// originArg is a record's origin as a statement argument: NULL for none,
-// so that the unique index leaves records without one alone.
-func originArg(origin string) any {
-	if origin == "" {
-		return nil
-	}
-	return origin
-}
-
-// valuesInsert is st's multi-row INSERT … VALUES of records, for the
-// dialects with ? placeholders, and its arguments; topic is a record's
-// topic as the column takes it; suffix ends the statement (RETURNING id,
-// or "").
-func valuesInsert(st *insertStatements, records []recordstore.Record, metadata []string, topic func(string) any, suffix string) (string, []any) {
-	row, perRow := "(?,?,?,?)", 4
-	if st.origin {
-		row, perRow = "(?,?,?,?,?)", 5
-	}
-	var b strings.Builder
-	b.Grow(len(st.values) + len(records)*(len(row)+1) + len(suffix))
-	b.WriteString(st.values)
-	args := make([]any, 0, len(records)*perRow)
-	for i, r := range records {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(row)
-		args = append(args, topic(r.Topic), r.UUID, payloadOf(r.Payload), metadata[i])
-		if st.origin {
-			args = append(args, originArg(r.Origin))
-		}
-	}
-	b.WriteString(suffix)
-	return b.String(), args
 }

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -154,17 +153,6 @@ type versionQueries struct {
 	databaseName          string
 }
 
-// insertStatements are the statements that save records, with or without
-// the origin column.
-type insertStatements struct {
-	values string // INSERT ... VALUES prefix, for dialects that append rows
-	one    string // one row, RETURNING id
-	batch  string // fixed-text batch insert, if the dialect has one
-	// origin is true when each row carries Record.Origin as a fifth
-	// value (originArg).
-	origin bool
-}
-
 // fragments are the pieces the statements are built from: the quoted
 // tables, the dialect's clock and placeholders, and the conditions that say
 // what is pending.
@@ -238,104 +226,6 @@ func buildQueries(d Dialect, table tableName, mode Completion, durable bool) *qu
 	q.buildBrowse(f)
 	q.buildSchema(f)
 	return q
-}
-
-// buildInsert builds the statements of Insert.
-func (q *queries) buildInsert(f fragments) {
-	t, tc, p := f.t, f.tc, f.p
-	values := fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata) VALUES ", t)
-	q.insert = insertStatements{values: values, batch: f.d.insertQuery(t, false),
-		one: fmt.Sprintf("%s(%s, %s, %s, %s) RETURNING id", values, p(1), p(2), p(3), p(4))}
-	values = fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata, origin) VALUES ", t)
-	q.insertKeyed = insertStatements{values: values, batch: f.d.insertQuery(t, true), origin: true,
-		one: fmt.Sprintf("%s(%s, %s, %s, %s, %s) RETURNING id", values, p(1), p(2), p(3), p(4), p(5))}
-	q.savedOrigins = fmt.Sprintf("SELECT id, uuid, payload, metadata, origin FROM %s WHERE origin IN ", t)
-	q.insertDeliveries = fmt.Sprintf("INSERT INTO %s (record_id, consumer) VALUES ", tc)
-	q.setConsumers = fmt.Sprintf("UPDATE %s SET consumers = %s WHERE id IN ", t, p(1))
-}
-
-// buildCheck builds the statements of CheckPending and of the lease.
-func (q *queries) buildCheck(f fragments) {
-	t, tc, p, d := f.t, f.tc, f.p, f.d
-	recordDone, completedBy := "0", "''"
-	if f.mark {
-		recordDone, completedBy = "CASE WHEN r.processed_at IS NULL THEN 0 ELSE 1 END", "COALESCE(r.completed_by, '')"
-	}
-	columns := fmt.Sprintf(`r.topic, r.uuid, r.consumers, %s, %s, CASE WHEN r.abandoned_at IS NULL THEN 0 ELSE 1 END, %s,
-    CASE WHEN c.record_id IS NULL THEN 0 ELSE 1 END, CASE WHEN c.processed_at IS NULL THEN 0 ELSE 1 END,
-    CASE WHEN c.abandoned_at IS NULL THEN 0 ELSE 1 END, %s`, recordDone, completedBy, f.wait("r.due_at"), f.wait("c.due_at"))
-	q.state = fmt.Sprintf(`SELECT %s
-FROM %s r LEFT JOIN %s c ON c.record_id = r.id AND c.consumer = %s
-WHERE r.id = %s`, columns, t, tc, p(1), p(2))
-	if pairs := d.deliveryPairs(); pairs != "" {
-		// Each delivery is looked up on its own (LATERAL … LIMIT 1 keeps
-		// the planner from turning the lookups into a join): a plan
-		// cached while the table was small would otherwise hash-join a
-		// scan of the whole table, and keep doing so as it grows.
-		q.stateMany = fmt.Sprintf(`SELECT x.id, x.consumer, s.*
-FROM %s CROSS JOIN LATERAL (SELECT %s
-FROM %s r LEFT JOIN %s c ON c.record_id = r.id AND c.consumer = x.consumer
-WHERE r.id = x.id LIMIT 1) AS s`, pairs, columns, t, tc)
-	}
-
-	free := fmt.Sprintf("(lease_until IS NULL OR lease_until < %s)", f.clock)
-	q.claimRecord = fmt.Sprintf("UPDATE %s SET lease_until = %s, lease_owner = %s WHERE id = %s AND topic = %s AND %s AND consumers = 0 AND %s AND %s AND %s",
-		t, d.leaseUntil(1), p(2), p(3), p(4), f.message("uuid", 5), f.pending, f.due("due_at"), free)
-	// The topic and the message were checked by the state query that
-	// comes first.
-	q.claimDelivery = fmt.Sprintf("UPDATE %s SET lease_until = %s, lease_owner = %s WHERE record_id = %s AND consumer = %s AND %s AND %s AND %s",
-		tc, d.leaseUntil(1), p(2), p(3), p(4), deliveryPending, f.due("due_at"), free)
-	q.releaseRecord = fmt.Sprintf("UPDATE %s SET lease_until = NULL, lease_owner = NULL WHERE id = %s AND lease_owner = %s", t, p(1), p(2))
-	q.releaseDelivery = fmt.Sprintf("UPDATE %s SET lease_until = NULL, lease_owner = NULL WHERE record_id = %s AND consumer = %s AND lease_owner = %s",
-		tc, p(1), p(2), p(3))
-}
-
-// buildComplete builds the statements of Complete: of a record without
-// consumers, alone or many at once, and of one consumer's delivery with the
-// roll-up of its record.
-func (q *queries) buildComplete(f fragments, mode Completion) {
-	t, tc, p, clock := f.t, f.tc, f.p, f.clock
-	// lazyFrom and lazyUsing join an UPDATE and a DELETE with the lazy
-	// commit's row source; empty without one.
-	lazyFrom, lazyUsing := "", ""
-	if f.lazy != "" {
-		lazyFrom, lazyUsing = " FROM "+f.lazy, " USING "+f.lazy
-	}
-	if f.mark {
-		complete := "UPDATE %s SET processed_at = %s, completed_by = %s%s WHERE id = %s AND %s AND processed_at IS NULL AND consumers = 0"
-		q.complete = fmt.Sprintf(complete, t, clock, p(1), "", p(2), f.message("uuid", 3))
-		q.completeAlone = fmt.Sprintf(complete, t, clock, p(1), lazyFrom, p(2), f.message("uuid", 3))
-		if skip := f.d.lockRows(true); skip != "" && f.d.batchComplete(mode) {
-			q.completeSkipLocked = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s%s WHERE id = (SELECT id FROM %s WHERE id = %s AND %s AND processed_at IS NULL AND consumers = 0%s)",
-				t, clock, p(1), lazyFrom, t, p(2), f.message("uuid", 3), skip)
-		}
-		q.completeIn = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s WHERE processed_at IS NULL AND consumers = 0 AND id IN (",
-			t, clock, p(1))
-		q.finishRecord = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE id = %s", t, clock, p(1))
-		q.abandonRecord = fmt.Sprintf("UPDATE %s SET abandoned_at = %s, processed_at = %s WHERE id = %s", t, clock, clock, p(1))
-	} else {
-		complete := "DELETE FROM %s%s WHERE id = %s AND %s AND consumers = 0 AND abandoned_at IS NULL"
-		q.complete = fmt.Sprintf(complete, t, "", p(1), f.message("uuid", 2))
-		q.completeAlone = fmt.Sprintf(complete, t, lazyUsing, p(1), f.message("uuid", 2))
-		if skip := f.d.lockRows(true); skip != "" && f.d.batchComplete(mode) {
-			q.completeSkipLocked = fmt.Sprintf("DELETE FROM %s%s WHERE id = (SELECT id FROM %s WHERE id = %s AND %s AND consumers = 0 AND abandoned_at IS NULL%s)",
-				t, lazyUsing, t, p(1), f.message("uuid", 2), skip)
-		}
-		q.completeIn = fmt.Sprintf("DELETE FROM %s WHERE consumers = 0 AND abandoned_at IS NULL AND id IN (", t)
-		q.finishRecord = fmt.Sprintf("DELETE FROM %s WHERE id = %s", t, p(1))
-		q.abandonRecord = fmt.Sprintf("UPDATE %s SET abandoned_at = %s WHERE id = %s", t, clock, p(1))
-	}
-	q.completeMany = f.d.completeManyQuery(t, mode, f.lazy)
-	lock := "UPDATE %s SET consumers = consumers%s WHERE id = %s AND consumers > 0"
-	q.lockRecord = fmt.Sprintf(lock, t, "", p(1))
-	q.lockRecordAlone = fmt.Sprintf(lock, t, lazyFrom, p(1))
-	// The delivery rows do not know the message: the record's row, locked
-	// by then, does.
-	q.completeDelivery = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE record_id = %s AND consumer = %s AND %s AND EXISTS (SELECT 1 FROM %s r WHERE r.id = %s AND %s)",
-		tc, clock, p(1), p(2), deliveryPending, t, p(3), f.message("r.uuid", 4))
-	q.deliveries = fmt.Sprintf("SELECT CASE WHEN %s THEN 1 ELSE 0 END, CASE WHEN abandoned_at IS NULL THEN 0 ELSE 1 END FROM %s WHERE record_id = %s%s",
-		deliveryPending, tc, p(1), f.d.lockRows(false))
-	q.dropDeliveries = fmt.Sprintf("DELETE FROM %s WHERE record_id = %s", tc, p(1))
 }
 
 // buildFailure builds the statements of RecordFailure and of Requeue, which
@@ -468,52 +358,6 @@ func buildVersionQueries(d Dialect, table tableName) versionQueries {
 		updateVersion:         fmt.Sprintf("UPDATE %s SET version = %s, table_identity = %s WHERE table_name = %s", vt, p(1), p(2), p(3)),
 		databaseName:          d.databaseQuery(),
 	}
-}
-
-// The statements whose text depends on a number of ids are built per call,
-// from a prefix built once.
-
-// idList is "(p1, p2, …)" for n ids starting at placeholder first.
-func idList(d Dialect, first, n int) string {
-	var b strings.Builder
-	b.WriteByte('(')
-	for i := range n {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(d.placeholder(first + i))
-	}
-	b.WriteByte(')')
-	return b.String()
-}
-
-// completeInQuery lists n ids after the completion prefix, from placeholder
-// first on, and returns the ids completed, for dialects that have RETURNING
-// but no array parameter. The named ids among them, those whose delivery
-// names its message, follow as (id, UUID) pairs of placeholders, and a
-// record of one of them completes only when it was saved with that UUID
-// (ids are distinct, so each pair is the one of its id).
-func completeInQuery(d Dialect, q *queries, first, n, named int) string {
-	var b strings.Builder
-	b.Grow(len(q.completeIn) + n*4 + named*16 + 40)
-	b.WriteString(q.completeIn)
-	for i := first; i < first+n; i++ {
-		if i > first {
-			b.WriteByte(',')
-		}
-		b.WriteString(d.placeholder(i))
-	}
-	b.WriteByte(')')
-	if named > 0 {
-		b.WriteString(" AND uuid = CASE id")
-		for i := range named {
-			p := first + n + 2*i
-			fmt.Fprintf(&b, " WHEN %s THEN %s", d.placeholder(p), d.placeholder(p+1))
-		}
-		b.WriteString(" ELSE uuid END")
-	}
-	b.WriteString(" RETURNING id")
-	return b.String()
 }
 
 // micros is a duration as the integer argument of [Dialect.ago].

@@ -1,9 +1,11 @@
 package sqlstore
 
 import (
+	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/wmoutbox/outbox/recordstore"
 )
@@ -16,23 +18,6 @@ type rowsScanner interface {
 	Scan(dest ...any) error
 	Err() error
 	Close() error
-}
-
-// scanIDs reads the ids a batch insert returned and assigns them in
-// ascending order, which is the order the rows were inserted in.
-func scanIDs(rows rowsScanner, records []recordstore.Record) error {
-	ids, err := scanIDList(rows, make([]int64, 0, len(records)))
-	if err != nil {
-		return err
-	}
-	if len(ids) != len(records) {
-		return fmt.Errorf("insert returned %d ids for %d records", len(ids), len(records))
-	}
-	slices.Sort(ids)
-	for i := range records {
-		records[i].ID = ids[i]
-	}
-	return nil
 }
 
 // scanIDList reads a column of ids.
@@ -80,29 +65,6 @@ func completeRecord(r *recordstore.Record, md string) error {
 		r.Payload = []byte{}
 	}
 	return nil
-}
-
-// scanPending reads id, uuid, payload, metadata rows of records of one
-// topic. Each record's metadata is a map of its own, which the caller may
-// change.
-func (s *Store) scanPending(rows rowsScanner, topic string, capacity, maxBytes int) ([]recordstore.Record, error) {
-	defer rows.Close()
-	out := make([]recordstore.Record, 0, capacity)
-	var md string
-	for bytes := 0; (maxBytes == 0 || bytes < maxBytes) && rows.Next(); bytes += out[len(out)-1].Size() {
-		r := recordstore.Record{Topic: topic}
-		if err := rows.Scan(&r.ID, &r.UUID, &r.Payload, &md); err != nil {
-			return nil, s.fail("read pending", err)
-		}
-		if err := completeRecord(&r, md); err != nil {
-			return nil, s.fail("read pending", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.fail("read pending", err)
-	}
-	return out, nil
 }
 
 // scanInfos reads the rows of q.list and q.get, the columns of buildAdmin,
@@ -154,4 +116,15 @@ func (s *Store) scanDeliveryInfos(rows rowsScanner, infos []RecordInfo, at map[i
 		return s.fail("list deliveries", err)
 	}
 	return nil
+}
+
+func decodeMetadata(s string) (message.Metadata, error) {
+	md := message.Metadata{}
+	if s == "" || s == "{}" {
+		return md, nil
+	}
+	if err := json.Unmarshal([]byte(s), &md); err != nil {
+		return nil, fmt.Errorf("metadata is not a JSON object of strings: %w", err)
+	}
+	return md, nil
 }

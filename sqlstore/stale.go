@@ -74,10 +74,6 @@ func (s *Store) claimSent(ctx context.Context, query, topic string, afterID int6
 
 var _ recordstore.SendStamper = (*Store)(nil)
 
-// stampChunk bounds the ids of one UPDATE, well within every database's
-// limit on bound parameters.
-const stampChunk = 1000
-
 // StampSent implements [recordstore.SendStamper], with one UPDATE per thousand
 // ids.
 func (s *Store) StampSent(ctx context.Context, ids []int64) error {

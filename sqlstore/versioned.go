@@ -28,17 +28,6 @@ type versioned struct {
 	vq   *versionQueries
 }
 
-// fail names the table and the operation an error happened in, and turns a
-// driver error into the package's sentinels. An error already named for
-// this table is returned as it is, so that callers can name every error of
-// a call without naming any twice.
-func (v *versioned) fail(op string, err error) error {
-	if te, ok := err.(*TableError); ok && te.Table == v.table { //nolint:errorlint // only an error named here, not one it wraps
-		return err
-	}
-	return &TableError{Table: v.table, Op: op, Err: v.dialect.convertError(err)}
-}
-
 // withMigrationLock runs fn on a connection of its own that holds the
 // migration lock of the table's schema, on the dialects that take it for
 // the session (see [sessionLocker]); the others lock inside the migration

@@ -1,8 +1,11 @@
 package sqlstore
 
+// The helpers every operation runs its statements through.
+
 import (
 	"context"
 	"database/sql"
+	"strings"
 
 	"github.com/jmoiron/sqlx"
 )
@@ -45,3 +48,52 @@ func (s *Store) inTxWith(ctx context.Context, db executor, op string, opts *sql.
 	}
 	return nil
 }
+
+// exec runs a statement and returns the number of rows it changed.
+func (s *Store) exec(ctx context.Context, db executor, op, query string, args ...any) (int64, error) {
+	res, err := db.ExecContext(ctx, query, args...)
+	if err != nil {
+		return 0, s.fail(op, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, s.fail(op, err)
+	}
+	return n, nil
+}
+
+// fail names the table and the operation an error happened in, and turns a
+// driver error into the package's sentinels. An error already named for
+// this table is returned as it is, so that callers can name every error of
+// a call without naming any twice.
+func (v *versioned) fail(op string, err error) error {
+	if te, ok := err.(*TableError); ok && te.Table == v.table { //nolint:errorlint // only an error named here, not one it wraps
+		return err
+	}
+	return &TableError{Table: v.table, Op: op, Err: v.dialect.convertError(err)}
+}
+
+// The statements whose text depends on a number of ids are built per call,
+// from a prefix built once.
+
+// idList is "(p1, p2, …)" for n ids starting at placeholder first.
+func idList(d Dialect, first, n int) string {
+	var b strings.Builder
+	b.WriteByte('(')
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(d.placeholder(first + i))
+	}
+	b.WriteByte(')')
+	return b.String()
+}
+
+// deliveryChunk bounds the rows of one statement that lists them, well
+// within every database's limit on bound parameters.
+const deliveryChunk = 500
+
+// stampChunk bounds the ids of one UPDATE, well within every database's
+// limit on bound parameters.
+const stampChunk = 1000
