@@ -134,6 +134,6 @@ func TestAdoptionResendsARequeuedRecordWhileRunning(t *testing.T) {
 	}
 	s.run(t) // the replay at start leaves the abandoned record alone
 
-	require.NoError(t, s.store.RequeueLater(ctx, id), "what outboxctl requeue does")
+	require.NoError(t, s.store.Operator().RequeueLater(ctx, id), "what outboxctl requeue does")
 	s.requireHandledByBoth(t, "order-2")
 }

@@ -7,19 +7,19 @@ import (
 )
 
 // State is where a record, or one consumer's delivery of it, is in its
-// life.
-type State string
+// life; it is [recordstore.State].
+type State = recordstore.State
 
 // The states of a record or a delivery.
 const (
 	// Pending waits for a consumer to complete it.
-	Pending State = "pending"
+	Pending = recordstore.Pending
 	// Completed was completed by its consumer, or by every declared
 	// consumer; on a store that deletes completed records it is gone.
-	Completed State = "completed"
+	Completed = recordstore.Completed
 	// Abandoned failed its last allowed attempt
 	// (outbox.MiddlewareConfig.MaxAttempts).
-	Abandoned State = "abandoned"
+	Abandoned = recordstore.Abandoned
 )
 
 // RecordInfo is a record as the store saved it, with its bookkeeping.

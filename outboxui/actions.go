@@ -104,7 +104,7 @@ func (h *Handler) recordAction(done string, act func(ctx context.Context, id int
 }
 
 func (h *Handler) requeue(ctx context.Context, id int64) error {
-	err := h.store.RequeueLater(ctx, id)
+	err := h.ops.RequeueLater(ctx, id)
 	if errors.Is(err, recordstore.ErrNotAbandoned) {
 		return &conflict{"Not abandoned", "The record is not abandoned (any more): nothing was changed."}
 	}
@@ -112,7 +112,7 @@ func (h *Handler) requeue(ctx context.Context, id int64) error {
 }
 
 func (h *Handler) makeDue(ctx context.Context, id int64) error {
-	pending, err := h.store.MakeRecordDue(ctx, id)
+	pending, err := h.ops.MakeRecordDue(ctx, id)
 	if err == nil && !pending {
 		return &conflict{"Not pending", "The record is not pending (any more): nothing was changed."}
 	}

@@ -175,7 +175,7 @@ func TestBrowserActionsOff(t *testing.T) {
 
 func recordState(t *testing.T, d *seeded, id int64) sqlstore.State {
 	t.Helper()
-	r, err := d.store.Get(testCtx(t), id)
+	r, err := d.store.Operator().Get(testCtx(t), id)
 	require.NoError(t, err)
 	return r.State
 }

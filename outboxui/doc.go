@@ -22,8 +22,8 @@
 //     and next due time, and its payload as text or hex, cut at
 //     [Config.PayloadLimit].
 //
-// Every page reads through the table's indexes (see [sqlstore.Store.Browse]
-// and [sqlstore.Store.Activity]), never the whole table, so it answers as
+// Every page reads through the table's indexes (see [sqlstore.Operator.Browse]
+// and [sqlstore.Operator.Activity]), never the whole table, so it answers as
 // fast on a table of millions of completed records as on an empty one; the
 // pending and abandoned records are read for the overview.
 //

@@ -24,6 +24,7 @@ var assets embed.FS
 // links are relative to that path.
 type Handler struct {
 	store  *sqlstore.Store
+	ops    *sqlstore.Operator
 	cfg    Config
 	logger watermill.LoggerAdapter
 	// token is the secret of this process that every action's form
@@ -52,7 +53,7 @@ func New(store *sqlstore.Store, cfg Config, logger watermill.LoggerAdapter) (*Ha
 	if _, err := rand.Read(secret); err != nil {
 		return nil, fmt.Errorf("outboxui: making the action token: %w", err)
 	}
-	h := &Handler{store: store, cfg: cfg, logger: logger, token: hex.EncodeToString(secret), cop: http.NewCrossOriginProtection()}
+	h := &Handler{store: store, ops: store.Operator(), cfg: cfg, logger: logger, token: hex.EncodeToString(secret), cop: http.NewCrossOriginProtection()}
 	var err error
 	if h.pages, err = parsePages(); err != nil {
 		return nil, err

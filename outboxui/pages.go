@@ -47,7 +47,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	activity, err := h.store.Activity(ctx)
+	activity, err := h.ops.Activity(ctx)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -116,7 +116,7 @@ func (h *Handler) records(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.ctx(r)
 	defer cancel()
-	recs, err := h.store.Browse(ctx, f, after, h.cfg.PageSize)
+	recs, err := h.ops.Browse(ctx, f, after, h.cfg.PageSize)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -171,12 +171,12 @@ func (h *Handler) record(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.ctx(r)
 	defer cancel()
-	rec, err := h.store.Get(ctx, id)
+	rec, err := h.ops.Get(ctx, id)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
-	retry, err := h.store.RetryDue(ctx, id)
+	retry, err := h.ops.RetryDue(ctx, id)
 	if err != nil {
 		h.fail(w, r, err)
 		return

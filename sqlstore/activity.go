@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// The window of [Store.Activity]: the last hour, in one-minute steps.
+// The window of [Operator.Activity]: the last hour, in one-minute steps.
 const (
 	ActivityWindow = time.Hour
 	ActivityStep   = time.Minute
@@ -67,7 +67,8 @@ WHERE r.abandoned_at IS NOT NULL AND c.abandoned_at IS NOT NULL GROUP BY r.topic
 // completed in the window, or abandoned, in topic order. It reads the
 // pending and abandoned records and those completed in the window, never
 // the whole table.
-func (s *Store) Activity(ctx context.Context) ([]Activity, error) {
+func (o *Operator) Activity(ctx context.Context) ([]Activity, error) {
+	s := o.s
 	db, err := s.pool()
 	if err != nil {
 		return nil, err

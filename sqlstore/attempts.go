@@ -104,12 +104,12 @@ func (s *Store) Requeue(ctx context.Context, id int64) (recordstore.Record, erro
 		return recordstore.Record{}, err
 	}
 	var rec recordstore.Record
-	err = s.inTx(ctx, db, "resubmit", func(tx executor) error {
-		rows, err := tx.QueryContext(ctx, s.q.resubmitSelect, id)
+	err = s.inTx(ctx, db, "requeue", func(tx executor) error {
+		rows, err := tx.QueryContext(ctx, s.q.requeueSelect, id)
 		if err != nil {
-			return s.fail("resubmit", err)
+			return s.fail("requeue", err)
 		}
-		recs, err := s.scanRecords(rows, "resubmit", 0)
+		recs, err := s.scanRecords(rows, "requeue", 0)
 		if err != nil {
 			return err
 		}
@@ -117,11 +117,11 @@ func (s *Store) Requeue(ctx context.Context, id int64) (recordstore.Record, erro
 			return fmt.Errorf("record %d: %w", id, recordstore.ErrNotAbandoned)
 		}
 		rec = recs[0]
-		if _, err := tx.ExecContext(ctx, s.q.resubmitRecord, id); err != nil {
-			return s.fail("resubmit", err)
+		if _, err := tx.ExecContext(ctx, s.q.requeueRecord, id); err != nil {
+			return s.fail("requeue", err)
 		}
-		if _, err := tx.ExecContext(ctx, s.q.resubmitDeliveries, id); err != nil {
-			return s.fail("resubmit", err)
+		if _, err := tx.ExecContext(ctx, s.q.requeueDeliveries, id); err != nil {
+			return s.fail("requeue", err)
 		}
 		return nil
 	})

@@ -62,7 +62,7 @@ ORDER BY id`, columns, t, tc, t, p(1), p(2), p(3), cPending, p(4))
 	b.buildActivity(f)
 }
 
-// RecordFilter selects the records of one topic that [Store.Browse]
+// RecordFilter selects the records of one topic that [Operator.Browse]
 // lists.
 type RecordFilter struct {
 	// Topic is the records' topic; required.
@@ -81,7 +81,8 @@ type RecordFilter struct {
 // consumers table's pending index and primary key), so that a page costs
 // the same however many records the table keeps. Completed records are not
 // browsed: no index keeps them by topic.
-func (s *Store) Browse(ctx context.Context, f RecordFilter, afterID int64, limit int) ([]RecordInfo, error) {
+func (o *Operator) Browse(ctx context.Context, f RecordFilter, afterID int64, limit int) ([]RecordInfo, error) {
+	s := o.s
 	if f.State == "" {
 		f.State = Pending
 	}
@@ -143,7 +144,8 @@ type RetryTimes struct {
 
 // RetryDue reads when the next attempts of the record's deliveries are
 // due, or an error wrapping [ErrRecordNotFound].
-func (s *Store) RetryDue(ctx context.Context, id int64) (RetryTimes, error) {
+func (o *Operator) RetryDue(ctx context.Context, id int64) (RetryTimes, error) {
+	s := o.s
 	db, err := s.pool()
 	if err != nil {
 		return RetryTimes{}, err
@@ -186,9 +188,10 @@ func waitOf(micros sql.NullInt64) time.Duration {
 }
 
 // MakeRecordDue marks one pending record as last sent long ago, as
-// [Store.MakeDue] does, so that the service's outbox.StaleResubmitter
+// [Operator.MakeDue] does, so that the service's outbox.StaleResubmitter
 // sends it at its next round. It reports whether the record was pending.
-func (s *Store) MakeRecordDue(ctx context.Context, id int64) (bool, error) {
+func (o *Operator) MakeRecordDue(ctx context.Context, id int64) (bool, error) {
+	s := o.s
 	db, err := s.pool()
 	if err != nil {
 		return false, err

@@ -17,7 +17,7 @@ import (
 
 // TestCleanWhilePublishing: the Cleaner deletes completed records in
 // batches while publishers insert new ones into the same table. No insert
-// fails (on MariaDB the purge's locking read once took gap locks that new
+// fails (on MariaDB the cleaning's locking read once took gap locks that new
 // rows wait for, and InnoDB cancelled the insert as a deadlock victim), and
 // the Cleaner deletes exactly the completed records.
 func TestCleanWhilePublishing(t *testing.T) {
@@ -66,20 +66,20 @@ func TestCleanWhilePublishing(t *testing.T) {
 				}
 			})
 		}
-		purged := 0
+		cleaned := 0
 		for {
 			n, err := s.Clean(ctx, 0, 250)
 			require.NoError(t, err)
-			purged += n
+			cleaned += n
 			if n == 0 {
 				break
 			}
 		}
 		stop()
 		wg.Wait()
-		t.Logf("%s: purged %d completed records while %d were inserted", b.Name, purged, inserted.Load())
+		t.Logf("%s: cleaned %d completed records while %d were inserted", b.Name, cleaned, inserted.Load())
 		assert.Empty(t, failures, "no insert fails while the Cleaner runs")
-		assert.Equal(t, completed, purged)
+		assert.Equal(t, completed, cleaned)
 		var left int
 		require.NoError(t, db.GetContext(ctx, &left, "SELECT COUNT(*) FROM "+s.Table()))
 		assert.EqualValues(t, inserted.Load(), left, "every new record is kept")

@@ -14,11 +14,11 @@ var _ recordstore.Cleaner = (*Store)(nil)
 // at most limit completed records whose processed_at is older than
 // olderThan by the database clock, oldest first, with the delivery rows of
 // those that had consumers. Abandoned records are kept. On PostgreSQL and
-// MySQL/MariaDB it skips rows another purge holds (FOR UPDATE SKIP LOCKED),
+// MySQL/MariaDB it skips rows another cleaning holds (FOR UPDATE SKIP LOCKED),
 // so that two cleaners take different rows instead of queueing behind each
 // other; on MySQL/MariaDB the transaction is READ COMMITTED, so that its
 // locking read takes no gap locks that concurrent inserts would wait for. A
-// large backlog is purged in bounded batches that never hold locks for
+// large backlog is cleaned in bounded batches that never hold locks for
 // long. A deleting table keeps no completed records, so there it deletes
 // nothing.
 func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
@@ -32,11 +32,11 @@ func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (
 	if err != nil {
 		return 0, err
 	}
-	var purged int
-	err = s.inTxWith(ctx, db, "purge", d.purgeTxOptions(), func(tx executor) error {
-		rows, err := tx.QueryContext(ctx, s.q.purgeSelect, micros(olderThan), limit)
+	var cleaned int
+	err = s.inTxWith(ctx, db, "clean", d.cleanTxOptions(), func(tx executor) error {
+		rows, err := tx.QueryContext(ctx, s.q.cleanSelect, micros(olderThan), limit)
 		if err != nil {
-			return s.fail("purge", err)
+			return s.fail("clean", err)
 		}
 		var ids, withConsumers []int64
 		for rows.Next() {
@@ -44,7 +44,7 @@ func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (
 			var consumers int
 			if err := rows.Scan(&id, &consumers); err != nil {
 				rows.Close()
-				return s.fail("purge", err)
+				return s.fail("clean", err)
 			}
 			ids = append(ids, id)
 			if consumers > 0 {
@@ -53,18 +53,18 @@ func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return s.fail("purge", err)
+			return s.fail("clean", err)
 		}
-		if err := s.deleteIDs(ctx, tx, d, s.q.purgeDeliveries, withConsumers); err != nil {
+		if err := s.deleteIDs(ctx, tx, d, s.q.cleanDeliveries, withConsumers); err != nil {
 			return err
 		}
-		if err := s.deleteIDs(ctx, tx, d, s.q.purgeRecords, ids); err != nil {
+		if err := s.deleteIDs(ctx, tx, d, s.q.cleanRecords, ids); err != nil {
 			return err
 		}
-		purged = len(ids)
+		cleaned = len(ids)
 		return nil
 	})
-	return purged, err
+	return cleaned, err
 }
 
 // deleteIDs runs a statement prefix ending in "IN " for ids, in chunks.
@@ -76,7 +76,7 @@ func (s *Store) deleteIDs(ctx context.Context, tx executor, d Dialect, prefix st
 			args[i] = id
 		}
 		if _, err := tx.ExecContext(ctx, prefix+idList(d, 1, len(chunk)), args...); err != nil {
-			return s.fail("purge", err)
+			return s.fail("clean", err)
 		}
 	}
 	return nil

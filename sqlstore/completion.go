@@ -1,23 +1,14 @@
 package sqlstore
 
-// Completion says what a store does with a record once it is handled.
-type Completion int
+import "github.com/wmoutbox/outbox/recordstore"
+
+// Completion says what a store does with a record once it is handled; it
+// is [recordstore.Completion], named here for [Config].
+type Completion = recordstore.Completion
 
 const (
 	// Mark sets processed_at from the database clock and keeps the row.
-	Mark Completion = iota
+	Mark = recordstore.Mark
 	// Delete removes the row; the table has no processed_at column.
-	Delete
+	Delete = recordstore.Delete
 )
-
-// String returns "mark" or "delete".
-func (c Completion) String() string {
-	switch c {
-	case Mark:
-		return "mark"
-	case Delete:
-		return "delete"
-	default:
-		return "unknown"
-	}
-}

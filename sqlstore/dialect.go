@@ -30,7 +30,7 @@ type Dialect interface {
 	// argument, in the form leaseArg gives it.
 	leaseUntil(n int) string
 	// ago is the database clock minus the microseconds in placeholder n,
-	// for the ages the operational queries (stale resubmit, retention)
+	// for the ages the operational queries (stale resubmit, cleaning)
 	// compare with.
 	ago(n int) string
 	// lockRows is the row-locking clause of a SELECT in a transaction, ""
@@ -59,9 +59,9 @@ type Dialect interface {
 	// insertsAloneBelow is Coalescing.InsertsAloneBelow's default; 0 is
 	// off.
 	insertsAloneBelow() int
-	// purgeTxOptions are the options of the purge's transaction; nil for
+	// cleanTxOptions are the options of the cleaning's transaction; nil for
 	// the defaults.
-	purgeTxOptions() *sql.TxOptions
+	cleanTxOptions() *sql.TxOptions
 	// lazyCommit is a one-row source that, joined to a statement run on
 	// its own, lets the statement's commit return before its log reaches
 	// the disk; "" when the dialect has none.

@@ -443,12 +443,12 @@ func (d mysql) forceIndex(index string) string {
 	return " FORCE INDEX (" + d.quote(index) + ")"
 }
 
-// purgeTxOptions: at InnoDB's default REPEATABLE READ, the purge's
+// cleanTxOptions: at InnoDB's default REPEATABLE READ, the cleaning's
 // SELECT … FOR UPDATE locks the gaps of the processed_at index it scans,
 // where new records (processed_at NULL) go: a concurrent insert waits for
-// them, and InnoDB resolves the deadlock with the purge's DELETE by
+// them, and InnoDB resolves the deadlock with the cleaning's DELETE by
 // cancelling the insert. READ COMMITTED takes no gap locks.
-func (mysql) purgeTxOptions() *sql.TxOptions {
+func (mysql) cleanTxOptions() *sql.TxOptions {
 	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 }
 

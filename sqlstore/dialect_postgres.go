@@ -115,8 +115,8 @@ func (postgres) deliveryPairs() string {
 // records, and no other index competes with it.
 func (postgres) forceIndex(string) string { return "" }
 
-// purgeTxOptions: READ COMMITTED, the default, takes no gap locks.
-func (postgres) purgeTxOptions() *sql.TxOptions { return nil }
+// cleanTxOptions: READ COMMITTED, the default, takes no gap locks.
+func (postgres) cleanTxOptions() *sql.TxOptions { return nil }
 
 // lazyCommit sets synchronous_commit off for the statement's own
 // transaction (set_config's third argument): its commit returns once the

@@ -77,8 +77,8 @@ func (sqlite) completeManyQuery(string, Completion, string) string { return "" }
 // forceIndex: SQLite's partial pending index holds only pending records.
 func (sqlite) forceIndex(string) string { return "" }
 
-// purgeTxOptions: SQLite locks the whole database for a write.
-func (sqlite) purgeTxOptions() *sql.TxOptions { return nil }
+// cleanTxOptions: SQLite locks the whole database for a write.
+func (sqlite) cleanTxOptions() *sql.TxOptions { return nil }
 
 // lazyCommit: SQLite's synchronous setting is per connection, not per
 // statement, so every completion waits for the disk as the connection says.

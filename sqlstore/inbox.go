@@ -259,7 +259,7 @@ func (in *Inbox) Clean(ctx context.Context, olderThan time.Duration, limit int) 
 	if err := checkClean(in.table, olderThan, limit); err != nil {
 		return 0, err
 	}
-	tx, err := in.db.BeginTxx(ctx, in.dialect.purgeTxOptions())
+	tx, err := in.db.BeginTxx(ctx, in.dialect.cleanTxOptions())
 	if err != nil {
 		return 0, in.fail("clean", err)
 	}

@@ -91,9 +91,9 @@ type queries struct {
 	failDelivery    string
 	abandonDelivery string
 
-	resubmitSelect     string
-	resubmitRecord     string
-	resubmitDeliveries string
+	requeueSelect     string
+	requeueRecord     string
+	requeueDeliveries string
 
 	pendingAfter string
 	claimStale   string
@@ -103,11 +103,11 @@ type queries struct {
 	// stamp is the prefix, ending in "id IN ", of a send time update.
 	stamp string
 
-	// purgeSelect picks a batch of completed records; purgeDeliveries and
-	// purgeRecords are prefixes ending in "IN ".
-	purgeSelect     string
-	purgeDeliveries string
-	purgeRecords    string
+	// cleanSelect picks a batch of completed records; cleanDeliveries and
+	// cleanRecords are prefixes ending in "IN ".
+	cleanSelect     string
+	cleanDeliveries string
+	cleanRecords    string
 
 	pendingStatus          string
 	status                 string
@@ -245,19 +245,19 @@ func (q *queries) buildFailure(f fragments) {
 	q.abandonDelivery = fmt.Sprintf("UPDATE %s SET attempts = %s, last_error = %s, abandoned_at = %s WHERE record_id = %s AND consumer = %s",
 		tc, p(1), p(2), clock, p(3), p(4))
 
-	q.resubmitSelect = fmt.Sprintf("SELECT id, topic, uuid, payload, metadata FROM %s WHERE id = %s AND abandoned_at IS NOT NULL%s", t, p(1), d.lockRows(false))
+	q.requeueSelect = fmt.Sprintf("SELECT id, topic, uuid, payload, metadata FROM %s WHERE id = %s AND abandoned_at IS NOT NULL%s", t, p(1), d.lockRows(false))
 	revive := "abandoned_at = NULL, attempts = 0, due_at = NULL, lease_until = NULL, lease_owner = NULL"
 	recordRevive := revive + ", last_sent_at = " + clock
 	if f.mark {
 		recordRevive += ", processed_at = NULL"
 	}
-	q.resubmitRecord = fmt.Sprintf("UPDATE %s SET %s WHERE id = %s", t, recordRevive, p(1))
-	q.resubmitDeliveries = fmt.Sprintf("UPDATE %s SET %s WHERE record_id = %s AND abandoned_at IS NOT NULL", tc, revive, p(1))
+	q.requeueRecord = fmt.Sprintf("UPDATE %s SET %s WHERE id = %s", t, recordRevive, p(1))
+	q.requeueDeliveries = fmt.Sprintf("UPDATE %s SET %s WHERE record_id = %s AND abandoned_at IS NOT NULL", tc, revive, p(1))
 }
 
 // buildResend builds the statements that read records to send again
 // (startup replay, stale resubmit) and stamp them sent, and those of the
-// retention purge.
+// cleaning.
 func (q *queries) buildResend(f fragments) {
 	t, tc, p, d := f.t, f.tc, f.p, f.d
 	q.pendingAfter = fmt.Sprintf("SELECT id, uuid, payload, metadata FROM %s%s WHERE topic = %s AND id > %s AND %s ORDER BY id LIMIT %s",
@@ -275,10 +275,10 @@ ORDER BY id LIMIT %s%s`,
 	q.claimReplay = claim("(last_sent_at IS NULL OR last_sent_at < " + d.ago(3) + ")")
 	q.stamp = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN ", t, f.clock)
 
-	q.purgeSelect = fmt.Sprintf("SELECT id, consumers FROM %s WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT %s%s",
+	q.cleanSelect = fmt.Sprintf("SELECT id, consumers FROM %s WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT %s%s",
 		t, d.ago(1), p(2), d.lockRows(true))
-	q.purgeDeliveries = fmt.Sprintf("DELETE FROM %s WHERE record_id IN ", tc)
-	q.purgeRecords = fmt.Sprintf("DELETE FROM %s WHERE id IN ", t)
+	q.cleanDeliveries = fmt.Sprintf("DELETE FROM %s WHERE record_id IN ", tc)
+	q.cleanRecords = fmt.Sprintf("DELETE FROM %s WHERE id IN ", t)
 }
 
 // buildStatus builds the statements of PendingStatus and Status.

@@ -150,7 +150,7 @@ func testSchemasSideBySide(t *testing.T, tn *tenants) {
 	require.NoError(t, err)
 	assert.Empty(t, statusHome, "the unqualified table is another table")
 
-	// Cleaning tenant_a purges only tenant_a's completed records.
+	// Cleaning tenant_a cleans only tenant_a's completed records.
 	require.NoError(t, tn.other.Complete(ctx, orders(recsB[0].ID, "")))
 	if tn.mode == sqlstore.Mark {
 		for _, table := range []string{tn.a.Table(), tn.other.Table()} {
@@ -160,19 +160,19 @@ func testSchemasSideBySide(t *testing.T, tn *tenants) {
 	}
 	n, err := tn.a.Clean(ctx, time.Hour, 10)
 	require.NoError(t, err)
-	kept, err := tn.other.List(ctx, sqlstore.Pending, 0, 10)
+	kept, err := tn.other.Operator().List(ctx, sqlstore.Pending, 0, 10)
 	require.NoError(t, err)
 	assert.Len(t, kept, 2, "tenant_b keeps its pending records")
 	if tn.mode == sqlstore.Mark {
-		assert.Equal(t, 1, n, "tenant_a's completed record is purged")
-		_, err = tn.a.Get(ctx, recsA[0].ID)
+		assert.Equal(t, 1, n, "tenant_a's completed record is cleaned")
+		_, err = tn.a.Operator().Get(ctx, recsA[0].ID)
 		assert.ErrorIs(t, err, sqlstore.ErrRecordNotFound)
-		info, err := tn.other.Get(ctx, recsB[0].ID)
+		info, err := tn.other.Operator().Get(ctx, recsB[0].ID)
 		require.NoError(t, err, "tenant_b's completed record with the same id is kept")
 		assert.Equal(t, sqlstore.Completed, info.State)
 		n, err = tn.other.Clean(ctx, time.Hour, 10)
 		require.NoError(t, err)
-		assert.Equal(t, 1, n, "tenant_b's own cleaning purges it")
+		assert.Equal(t, 1, n, "tenant_b's own cleaning cleans it")
 	} else {
 		assert.Zero(t, n, "a deleting table keeps no completed records")
 	}

@@ -42,7 +42,7 @@ func pageBytes(infos []sqlstore.RecordInfo) int {
 func (c *cli) list(ctx context.Context, s *sqlstore.Store) error {
 	// One more tells whether there are more; a page of large payloads
 	// stops at listBytes, and then there may be more too.
-	infos, err := s.ListBytes(ctx, sqlstore.State(c.state), c.after, c.limit+1, listBytes)
+	infos, err := s.Operator().ListBytes(ctx, sqlstore.State(c.state), c.after, c.limit+1, listBytes)
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func (c *cli) show(ctx context.Context, s *sqlstore.Store) error {
 	if err != nil {
 		return err
 	}
-	r, err := s.Get(ctx, ids[0])
+	r, err := s.Operator().Get(ctx, ids[0])
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ func (c *cli) due(ctx context.Context, s *sqlstore.Store) error {
 	var after int64
 	done := 0
 	for {
-		ids, err := s.MakeDue(ctx, after, c.batch, c.dryRun)
+		ids, err := s.Operator().MakeDue(ctx, after, c.batch, c.dryRun)
 		if err != nil {
 			return err
 		}
@@ -44,7 +44,7 @@ func (c *cli) requeue(ctx context.Context, s *sqlstore.Store) error {
 	}
 	bar := newProgress(c.errOut, int64(len(ids)))
 	for i, id := range ids {
-		if err := s.RequeueLater(ctx, id); err != nil {
+		if err := s.Operator().RequeueLater(ctx, id); err != nil {
 			bar.finish()
 			err = notFound(ctx, s, id, err)
 			if i > 0 {
@@ -92,7 +92,7 @@ func notFound(ctx context.Context, s *sqlstore.Store, id int64, err error) error
 	if !errors.Is(err, recordstore.ErrNotAbandoned) {
 		return err
 	}
-	if _, gerr := s.Get(ctx, id); errors.Is(gerr, sqlstore.ErrRecordNotFound) {
+	if _, gerr := s.Operator().Get(ctx, id); errors.Is(gerr, sqlstore.ErrRecordNotFound) {
 		return gerr
 	}
 	return err

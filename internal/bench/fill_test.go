@@ -55,7 +55,7 @@ func TestFillWritesWhatTheStoreWrites(t *testing.T) {
 					t.Errorf("column %s: the store wrote %v, the fill %v", col, want, got)
 				}
 			}
-			info, err := s.Get(ctx, own[0].ID+1)
+			info, err := s.Operator().Get(ctx, own[0].ID+1)
 			if err != nil {
 				t.Fatal(err)
 			}

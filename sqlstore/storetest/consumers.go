@@ -210,7 +210,7 @@ func (s *contract) testConsumers(t *testing.T) {
 		})
 	})
 
-	t.Run("PurgeDeletesTheDeliveryRows", func(t *testing.T) {
+	t.Run("CleanDeletesTheDeliveryRows", func(t *testing.T) {
 		t.Parallel()
 		store := s.store(t, Mark)
 		cleaner := need[recordstore.Cleaner](t, store)
@@ -224,7 +224,7 @@ func (s *contract) testConsumers(t *testing.T) {
 		n, err := cleaner.Clean(ctx(t), time.Hour, 10)
 		require.NoError(t, err)
 		assert.Equal(t, 1, n)
-		assert.Zero(t, s.deliveryRows(t, store, recs[0].ID), "purged with their record")
+		assert.Zero(t, s.deliveryRows(t, store, recs[0].ID), "cleaned with their record")
 		assert.Equal(t, 2, s.deliveryRows(t, store, recs[1].ID), "a pending record keeps its deliveries")
 		assert.Equal(t, 1, s.rowCount(t, store))
 	})

@@ -27,18 +27,19 @@ type Contract struct {
 	Modes []Completion
 }
 
-// Completion is what a store does with a record once it is complete.
-type Completion int
+// Completion is what a store does with a record once it is complete; it
+// is [recordstore.Completion].
+type Completion = recordstore.Completion
 
 const (
 	// Mark keeps the record, marked completed.
-	Mark Completion = iota
+	Mark = recordstore.Mark
 	// Delete removes the record and its deliveries.
-	Delete
+	Delete = recordstore.Delete
 )
 
-// String returns "Mark" or "Delete", the subtest names of the modes.
-func (c Completion) String() string {
+// modeName is the subtest name of a completion mode.
+func modeName(c Completion) string {
 	if c == Mark {
 		return "Mark"
 	}
@@ -75,14 +76,15 @@ const (
 // than 20 years before any test runs.
 var LongAgo = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// State is where a record or a delivery is in its life.
-type State string
+// State is where a record or a delivery is in its life; it is
+// [recordstore.State].
+type State = recordstore.State
 
 // The states of a record or a delivery.
 const (
-	Pending   State = "pending"
-	Completed State = "completed"
-	Abandoned State = "abandoned"
+	Pending   = recordstore.Pending
+	Completed = recordstore.Completed
+	Abandoned = recordstore.Abandoned
 )
 
 // Stored is what a store holds of a record besides the record itself.
@@ -154,7 +156,7 @@ func RunContract(t *testing.T, c Contract) {
 	t.Run("Lease", s.testLease)
 	t.Run("Attempts", s.testAttempts)
 	t.Run("ClaimStale", s.testClaimStale)
-	t.Run("Purge", s.testPurge)
+	t.Run("Clean", s.testClean)
 	t.Run("Status", s.testStatus)
 	t.Run("Identity", s.testIdentity)
 	t.Run("Topic", s.testTopic)
@@ -187,7 +189,7 @@ func (s *contract) supports(mode Completion) bool {
 // forEachMode runs fn as a parallel subtest per completion mode.
 func (s *contract) forEachMode(t *testing.T, fn func(t *testing.T, mode Completion)) {
 	for _, mode := range []Completion{Mark, Delete} {
-		t.Run(mode.String(), func(t *testing.T) {
+		t.Run(modeName(mode), func(t *testing.T) {
 			t.Parallel()
 			s.skipUnless(t, mode)
 			fn(t, mode)

@@ -161,7 +161,7 @@ func (s *suite) testUpgrade(t *testing.T) {
 		require.NoError(t, store.Complete(ctx(t), dlv(recs[3].ID)), "an old record completes as one with one receiver")
 
 		got, err := store.Requeue(ctx(t), recs[1].ID)
-		require.NoError(t, err, "a record abandoned before the upgrade can be resubmitted")
+		require.NoError(t, err, "a record abandoned before the upgrade can be requeued")
 		assert.Equal(t, recs[1].UUID, got.UUID)
 
 		// New records, with consumers, live beside the old ones.

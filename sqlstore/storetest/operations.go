@@ -21,7 +21,7 @@ func failures(t *testing.T, store recordstore.Store) (recordstore.FailureRecorde
 }
 
 func (s *contract) testAttempts(t *testing.T) {
-	t.Run("FailuresCountThenAbandonAndResubmit", func(t *testing.T) {
+	t.Run("FailuresCountThenAbandonAndRequeue", func(t *testing.T) {
 		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
 			fr, rq := failures(t, store)
@@ -53,16 +53,16 @@ func (s *contract) testAttempts(t *testing.T) {
 			assert.Equal(t, "last boom", st.LastError)
 
 			_, err = rq.Requeue(ctx(t), recs[1].ID)
-			assert.ErrorIs(t, err, recordstore.ErrNotAbandoned, "a pending record is not resubmitted")
+			assert.ErrorIs(t, err, recordstore.ErrNotAbandoned, "a pending record is not requeued")
 			got, err := rq.Requeue(ctx(t), id)
 			require.NoError(t, err)
 			assert.Equal(t, recs[0].UUID, got.UUID)
 			assert.Equal(t, recs[0].Payload, got.Payload)
 			assert.Equal(t, "orders", got.Topic)
-			require.NoError(t, store.CheckPending(ctx(t), dlv(id)), "a resubmitted record is pending again")
-			n, abandoned, err = fr.RecordFailure(ctx(t), dlv(id), "after resubmit", 3, nil)
+			require.NoError(t, store.CheckPending(ctx(t), dlv(id)), "a requeued record is pending again")
+			n, abandoned, err = fr.RecordFailure(ctx(t), dlv(id), "after requeue", 3, nil)
 			require.NoError(t, err)
-			assert.Equal(t, 1, n, "resubmitting resets the attempts")
+			assert.Equal(t, 1, n, "requeuing resets the attempts")
 			assert.False(t, abandoned)
 		})
 	})
@@ -217,7 +217,7 @@ func (s *suite) testClaimStale(t *testing.T) {
 	})
 }
 
-func (s *contract) testPurge(t *testing.T) {
+func (s *contract) testClean(t *testing.T) {
 	t.Run("DeletesOldCompletedInBatches", func(t *testing.T) {
 		t.Parallel()
 		store := s.store(t, Mark)
@@ -253,7 +253,7 @@ func (s *contract) testPurge(t *testing.T) {
 		assert.Contains(t, ids, recs[4].UUID)
 	})
 
-	t.Run("DeletingTableHasNothingToPurge", func(t *testing.T) {
+	t.Run("DeletingTableHasNothingToClean", func(t *testing.T) {
 		t.Parallel()
 		store := s.store(t, Delete)
 		cleaner := need[recordstore.Cleaner](t, store)

@@ -122,19 +122,11 @@ var modes = []sqlstore.Completion{sqlstore.Mark, sqlstore.Delete}
 // forEachMode runs fn as a parallel subtest per completion mode.
 func forEachMode(t *testing.T, fn func(t *testing.T, mode sqlstore.Completion)) {
 	for _, mode := range modes {
-		t.Run(completion(mode).String(), func(t *testing.T) {
+		t.Run(modeName(mode), func(t *testing.T) {
 			t.Parallel()
 			fn(t, mode)
 		})
 	}
-}
-
-// completion is the contract's name of a sqlstore completion mode.
-func completion(m sqlstore.Completion) Completion {
-	if m == sqlstore.Mark {
-		return Mark
-	}
-	return Delete
 }
 
 // contractStore is [Contract.New] for sqlstore: a store on a fresh,

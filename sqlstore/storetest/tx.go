@@ -189,7 +189,7 @@ func (s *suite) testConsumers(t *testing.T) {
 			}
 			require.NoError(t, first.Commit())
 			assert.ErrorIs(t, <-second, recordstore.ErrNotPending)
-			s.c.assertCompleted(t, store, completion(mode), id)
+			s.c.assertCompleted(t, store, mode, id)
 		})
 	})
 }

@@ -10,14 +10,26 @@ import (
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
-// State is where a record is in its life, for the admin queries.
-type State string
+// Operator runs the queries of operators' tools (cmd/outboxctl, the
+// outboxui dashboard) on a store's table: listing, reading and browsing
+// records, and making them due. No [recordstore] interface needs them, so
+// they are kept off [Store]. Get one with [Store.Operator].
+type Operator struct {
+	s *Store
+}
+
+// Operator returns the operator's queries on the store's table.
+func (s *Store) Operator() *Operator { return &Operator{s: s} }
+
+// State is where a record, or a delivery, is in its life, for the
+// operator's queries; it is [recordstore.State].
+type State = recordstore.State
 
 // The states a record can be in.
 const (
-	Pending   State = "pending"
-	Abandoned State = "abandoned"
-	Completed State = "completed"
+	Pending   = recordstore.Pending
+	Abandoned = recordstore.Abandoned
+	Completed = recordstore.Completed
 )
 
 // RecordInfo is a record with its bookkeeping, as operators see it. Ages
@@ -36,8 +48,8 @@ type RecordInfo struct {
 	// that saved it, by a stale resubmit round or a startup replay. When
 	// it was not, SinceSent is Age.
 	Resent bool
-	// Due reports that the record was made due by [Store.MakeDue] or
-	// [Store.RequeueLater] and not sent since: the service's next stale
+	// Due reports that the record was made due by [Operator.MakeDue] or
+	// [Operator.RequeueLater] and not sent since: the service's next stale
 	// resubmit round sends it.
 	Due bool
 	// Deliveries are the per-consumer deliveries of a record saved with
@@ -106,14 +118,15 @@ const dueBefore = "2000-01-02"
 
 // List returns up to limit records in the state whose id is greater than
 // afterID, ordered by id.
-func (s *Store) List(ctx context.Context, st State, afterID int64, limit int) ([]RecordInfo, error) {
-	return s.ListBytes(ctx, st, afterID, limit, 0)
+func (o *Operator) List(ctx context.Context, st State, afterID int64, limit int) ([]RecordInfo, error) {
+	return o.ListBytes(ctx, st, afterID, limit, 0)
 }
 
 // ListBytes is List that also stops at the record whose payload and
 // metadata bring the page to maxBytes (0: no bound), so that a page of
 // large payloads holds about maxBytes rather than limit payloads.
-func (s *Store) ListBytes(ctx context.Context, st State, afterID int64, limit, maxBytes int) ([]RecordInfo, error) {
+func (o *Operator) ListBytes(ctx context.Context, st State, afterID int64, limit, maxBytes int) ([]RecordInfo, error) {
+	s := o.s
 	query, err := s.listQuery(st)
 	if err != nil {
 		return nil, err
@@ -137,7 +150,8 @@ func (s *Store) ListBytes(ctx context.Context, st State, afterID int64, limit, m
 }
 
 // Get returns one record, or an error wrapping [ErrRecordNotFound].
-func (s *Store) Get(ctx context.Context, id int64) (RecordInfo, error) {
+func (o *Operator) Get(ctx context.Context, id int64) (RecordInfo, error) {
+	s := o.s
 	db, d, err := s.bound(ctx)
 	if err != nil {
 		return RecordInfo{}, err
@@ -167,7 +181,8 @@ const dueLongAgo = "2000-01-01 00:00:00"
 // as last sent long ago, so that the service's outbox.StaleResubmitter
 // sends them at its next round, and returns their ids in order. With dryRun
 // it only returns the ids.
-func (s *Store) MakeDue(ctx context.Context, afterID int64, limit int, dryRun bool) ([]int64, error) {
+func (o *Operator) MakeDue(ctx context.Context, afterID int64, limit int, dryRun bool) ([]int64, error) {
+	s := o.s
 	if limit < 1 {
 		return nil, fmt.Errorf("%w: limit %d must be positive", ErrInvalidConfig, limit)
 	}
@@ -204,7 +219,8 @@ func (s *Store) MakeDue(ctx context.Context, afterID int64, limit int, dryRun bo
 // service: the record is due at once for its outbox.StaleResubmitter, and
 // its next startup replay sends it too. A record that is not abandoned is
 // an error wrapping [recordstore.ErrNotAbandoned].
-func (s *Store) RequeueLater(ctx context.Context, id int64) error {
+func (o *Operator) RequeueLater(ctx context.Context, id int64) error {
+	s := o.s
 	if _, err := s.Requeue(ctx, id); err != nil {
 		return err
 	}
