@@ -40,7 +40,7 @@ func TestCrashChildAMQP(t *testing.T) {
 }
 
 // crashChildConfig is a crash child on db with RabbitMQ as its broker.
-func crashChildConfig(db *sqlx.DB, dialect sqlstore.Dialect) crashtest.ChildConfig {
+func crashChildConfig(db *sqlx.DB, dialect *sqlstore.Dialect) crashtest.ChildConfig {
 	return crashtest.ChildConfig{
 		DB:      db,
 		Dialect: dialect,

@@ -12,9 +12,9 @@ import (
 // one, so the hot path reads both with one atomic load.
 type attachment struct {
 	db *sqlx.DB
-	// dialect is nil until a dialect that probes ([serverProber]) has
+	// dialect is nil until a dialect that probes (Dialect.probe) has
 	// probed db; dialects that do not probe are bound at once.
-	dialect Dialect
+	dialect *Dialect
 	// identity is the table's identity, once read through db.
 	identity string
 	// err refuses the pool: its driver is for another database.
@@ -28,7 +28,7 @@ type attachment struct {
 // with an error wrapping [ErrInvalidConfig].
 func (s *Store) Attach(db *sqlx.DB) {
 	a := &attachment{db: db, err: checkDriver(s.dialect, db)}
-	if _, probes := s.dialect.(serverProber); !probes {
+	if s.dialect.probe == nil {
 		a.dialect = s.dialect
 	}
 	s.att.Store(a)
@@ -57,7 +57,7 @@ func (s *Store) pool() (*sqlx.DB, error) {
 
 // bound returns the attached pool and the dialect bound to its server,
 // probing the server the first time.
-func (s *Store) bound(ctx context.Context) (*sqlx.DB, Dialect, error) {
+func (s *Store) bound(ctx context.Context) (*sqlx.DB, *Dialect, error) {
 	for {
 		a := s.att.Load()
 		if a == nil || a.db == nil {
@@ -82,13 +82,13 @@ func (s *Store) bound(ctx context.Context) (*sqlx.DB, Dialect, error) {
 // probe binds the dialect to the server of a, unless a is no longer the
 // attachment (another call probed it, or a new pool was attached), in which
 // case it returns nil and the caller looks again.
-func (s *Store) probe(ctx context.Context, a *attachment) (Dialect, error) {
+func (s *Store) probe(ctx context.Context, a *attachment) (*Dialect, error) {
 	s.probeMu.Lock()
 	defer s.probeMu.Unlock()
 	if s.att.Load() != a {
 		return nil, nil
 	}
-	d, err := s.dialect.(serverProber).probe(ctx, a.db)
+	d, err := s.dialect.probe(ctx, a.db)
 	if err != nil {
 		return nil, s.fail("probe server", err)
 	}

@@ -251,7 +251,7 @@ func (q *queries) buildCheck(f fragments) {
 	q.state = fmt.Sprintf(`SELECT %s
 FROM %s r LEFT JOIN %s c ON c.record_id = r.id AND c.consumer = %s
 WHERE r.id = %s`, columns, t, tc, p(1), p(2))
-	if pairs := d.deliveryPairs(); pairs != "" {
+	if pairs := d.deliveryPairs; pairs != "" {
 		// Each delivery is looked up on its own (LATERAL … LIMIT 1 keeps
 		// the planner from turning the lookups into a join): a plan
 		// cached while the table was small would otherwise hash-join a

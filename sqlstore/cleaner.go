@@ -33,7 +33,7 @@ func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (
 		return 0, err
 	}
 	var cleaned int
-	err = s.inTxWith(ctx, db, "clean", d.cleanTxOptions(), func(tx executor) error {
+	err = s.inTxWith(ctx, db, "clean", d.cleanTxOptions, func(tx executor) error {
 		rows, err := tx.QueryContext(ctx, s.q.cleanSelect, micros(olderThan), limit)
 		if err != nil {
 			return s.fail("clean", err)
@@ -68,7 +68,7 @@ func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (
 }
 
 // deleteIDs runs a statement prefix ending in "IN " for ids, in chunks.
-func (s *Store) deleteIDs(ctx context.Context, tx executor, d Dialect, prefix string, ids []int64) error {
+func (s *Store) deleteIDs(ctx context.Context, tx executor, d *Dialect, prefix string, ids []int64) error {
 	for start := 0; start < len(ids); start += stampChunk {
 		chunk := ids[start:min(start+stampChunk, len(ids))]
 		args := make([]any, len(chunk))

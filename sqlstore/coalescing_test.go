@@ -327,7 +327,7 @@ func TestCoalescing(t *testing.T) {
 
 	t.Run("Defaults", func(t *testing.T) {
 		t.Parallel()
-		for d, alone := range map[sqlstore.Dialect]int{sqlstore.Postgres(): 4, sqlstore.SQLite(): 0, sqlstore.MySQL(): 0} {
+		for d, alone := range map[*sqlstore.Dialect]int{sqlstore.Postgres(): 4, sqlstore.SQLite(): 0, sqlstore.MySQL(): 0} {
 			s, err := sqlstore.New(sqlstore.Config{Dialect: d})
 			require.NoError(t, err)
 			assert.Equal(t, sqlstore.Coalescing{MaxBatch: 1000, MaxInFlight: 1, InsertsAloneBelow: alone}, s.Coalescing(), d.Name())

@@ -190,7 +190,7 @@ func (s *Store) completeGroup(ctx context.Context, db *sqlx.DB, consumer string,
 			uuids = append(uuids, c.arg.UUID)
 		}
 	}
-	done, err := s.dialect.completeMany(ctx, db, s.q, consumer, ids, uuids)
+	done, err := s.dialect.completeMany(ctx, s.dialect, db, s.q, consumer, ids, uuids)
 	if err != nil {
 		err = s.fail("complete", err)
 		for _, c := range group {
@@ -300,7 +300,7 @@ func (q *queries) buildComplete(f fragments, mode Completion) {
 		complete := "UPDATE %s SET processed_at = %s, completed_by = %s%s WHERE id = %s AND %s AND processed_at IS NULL AND consumers = 0"
 		q.complete = fmt.Sprintf(complete, t, clock, p(1), "", p(2), f.message("uuid", 3))
 		q.completeAlone = fmt.Sprintf(complete, t, clock, p(1), lazyFrom, p(2), f.message("uuid", 3))
-		if skip := f.d.lockRows(true); skip != "" && f.d.batchComplete(mode) {
+		if skip := f.d.lockRows(true); skip != "" && f.d.batchComplete {
 			q.completeSkipLocked = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s%s WHERE id = (SELECT id FROM %s WHERE id = %s AND %s AND processed_at IS NULL AND consumers = 0%s)",
 				t, clock, p(1), lazyFrom, t, p(2), f.message("uuid", 3), skip)
 		}
@@ -312,7 +312,7 @@ func (q *queries) buildComplete(f fragments, mode Completion) {
 		complete := "DELETE FROM %s%s WHERE id = %s AND %s AND consumers = 0 AND abandoned_at IS NULL"
 		q.complete = fmt.Sprintf(complete, t, "", p(1), f.message("uuid", 2))
 		q.completeAlone = fmt.Sprintf(complete, t, lazyUsing, p(1), f.message("uuid", 2))
-		if skip := f.d.lockRows(true); skip != "" && f.d.batchComplete(mode) {
+		if skip := f.d.lockRows(true); skip != "" && f.d.batchComplete {
 			q.completeSkipLocked = fmt.Sprintf("DELETE FROM %s%s WHERE id = (SELECT id FROM %s WHERE id = %s AND %s AND consumers = 0 AND abandoned_at IS NULL%s)",
 				t, lazyUsing, t, p(1), f.message("uuid", 2), skip)
 		}
@@ -339,7 +339,7 @@ func (q *queries) buildComplete(f fragments, mode Completion) {
 // names its message, follow as (id, UUID) pairs of placeholders, and a
 // record of one of them completes only when it was saved with that UUID
 // (ids are distinct, so each pair is the one of its id).
-func completeInQuery(d Dialect, q *queries, first, n, named int) string {
+func completeInQuery(d *Dialect, q *queries, first, n, named int) string {
 	var b strings.Builder
 	b.Grow(len(q.completeIn) + n*4 + named*16 + 40)
 	b.WriteString(q.completeIn)

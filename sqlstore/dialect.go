@@ -3,6 +3,8 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -10,179 +12,278 @@ import (
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
-// Dialect is what differs between databases: identifier quoting,
-// placeholders, the clock, row locking, the batch insert, the completion of
-// many records at once, error codes and the schema. Use [Postgres],
-// [MySQL] or [SQLite]; its other methods are unexported, so no other
-// implementation exists.
-type Dialect interface {
-	// Name is the dialect's name, used in the schema version table and in
-	// migration paths.
-	Name() string
+// Dialect is what differs between databases: a table of SQL fragments
+// (identifier quoting, placeholders, the clock, row locking, the batch
+// insert, the completion of many records at once, the schema), read once
+// when a store builds its statements, and the few behaviours that differ
+// (how a batch is inserted and split, how driver errors read). A database
+// that lacks a fragment leaves it empty. Use [Postgres], [MySQL] or
+// [SQLite]; its fields are unexported, so no other dialect exists.
+type Dialect struct {
+	name string
 
-	// The fragments and fixed statements below are read once per store,
-	// when its statements are built (see buildQueries).
+	// The fragments below are read once per store, when its statements
+	// are built (see buildQueries). Those with holes name them in braces,
+	// filled by the method of the same name without "SQL".
 
-	quote(ident string) string
-	placeholder(n int) string
-	clock() string
-	// leaseUntil is the database clock plus the lease passed as the nth
-	// argument, in the form leaseArg gives it.
-	leaseUntil(n int) string
-	// ago is the database clock minus the microseconds in placeholder n,
-	// for the ages the operational queries (stale resubmit, cleaning)
-	// compare with.
-	ago(n int) string
-	// lockRows is the row-locking clause of a SELECT in a transaction, ""
-	// where the database locks more coarsely (SQLite).
-	lockRows(skipLocked bool) string
-	// ageMicros is the microseconds from the timestamp expression ts to
-	// the database clock.
-	ageMicros(ts string) string
-	// insertQuery is the batch insert statement for the quoted table, when
-	// the dialect has one of fixed text; "" when it builds one per batch.
-	// With origin, the rows carry the origin column too.
-	insertQuery(table string, origin bool) string
-	// completeManyQuery is completeMany's statement for the quoted table,
-	// when the dialect has one of fixed text; "" when it lists the ids.
-	// lazy is lazyCommit's row source, or "" for a statement that waits
-	// for the disk.
-	completeManyQuery(table string, mode Completion, lazy string) string
+	// quoteMark quotes an identifier, doubled inside it.
+	quoteMark string
+	// numbered placeholders are $1, $2, …; the others are all ?.
+	numbered bool
+	clock    string
+	// leaseUntilSQL is the database clock plus the lease passed as the
+	// {arg} placeholder, in the form leaseArg gives it.
+	leaseUntilSQL string
+	// agoSQL is the database clock minus the microseconds in the {arg}
+	// placeholder, for the ages the operational queries (stale resubmit,
+	// cleaning) compare with.
+	agoSQL string
+	// lockRowsSQL and skipLockedSQL are the row-locking clauses of a
+	// SELECT in a transaction, waiting for or skipping the rows another
+	// transaction holds; "" where the database locks more coarsely
+	// (SQLite).
+	lockRowsSQL   string
+	skipLockedSQL string
+	// ageMicrosSQL is the microseconds from the timestamp expression {ts}
+	// to the database clock.
+	ageMicrosSQL string
+	// insertBatchSQL and insertOriginBatchSQL are the batch insert of
+	// fixed text for the quoted {table}, without and with the origin
+	// column; "" when the dialect builds one per batch.
+	insertBatchSQL       string
+	insertOriginBatchSQL string
+	// batchComplete reports whether completeMany exists. It needs
+	// UPDATE … RETURNING (Mark) or DELETE … RETURNING (Delete), so that
+	// each caller of a combined completion learns whether its own record
+	// was pending; without it the store completes one id per statement.
+	batchComplete bool
+	// completeMarkSQL and completeDeleteSQL are completeMany's statement
+	// for the quoted {table}, when the dialect has one of fixed text; ""
+	// when it lists the ids. {lazy} is ", " and lazyCommit's row source,
+	// or "" for a statement that waits for the disk.
+	completeMarkSQL   string
+	completeDeleteSQL string
 	// deliveryPairs is a row source x(id, consumer) of the deliveries in
 	// the arrays passed as arguments 1 (ids) and 2 (consumers); "" when
 	// the dialect has no arrays, and checks run one by one.
-	deliveryPairs() string
-	// forceIndex is the clause, after a table name in FROM, that makes the
-	// query use the named index of that table; "" where the planner needs
-	// no such hint.
-	forceIndex(index string) string
+	deliveryPairs string
+	// forceIndexSQL is the clause, after a table name in FROM, that makes
+	// the query use the quoted {index} of that table; "" where the planner
+	// needs no such hint.
+	forceIndexSQL string
 	// insertsAloneBelow is Coalescing.InsertsAloneBelow's default; 0 is
 	// off.
-	insertsAloneBelow() int
-	// cleanTxOptions are the options of the cleaning's transaction; nil for
-	// the defaults.
-	cleanTxOptions() *sql.TxOptions
+	insertsAloneBelow int
+	// cleanTxOptions are the options of the cleaning's transaction; nil
+	// for the defaults.
+	cleanTxOptions *sql.TxOptions
 	// lazyCommit is a one-row source that, joined to a statement run on
 	// its own, lets the statement's commit return before its log reaches
 	// the disk; "" when the dialect has none.
-	lazyCommit() string
+	lazyCommit string
 	// migrationLock is run inside the migration transaction to serialize
 	// concurrent migrations; "" when the database needs none.
-	migrationLock() string
-	// versionTableDDL creates the schema version table vt (quoted, in the
-	// record table's schema) if it is missing.
-	versionTableDDL(vt string) string
-	// versionIdentityColumn counts the identity columns of the schema
-	// version table of t (0 in one created before identities);
-	// addVersionIdentity adds the column to vt.
-	versionIdentityColumn(t tableName) string
-	addVersionIdentity(vt string) string
-	// schemaExistsQuery counts the schemas (MySQL: databases) named by its
-	// one argument; "" when the database has no schemas (SQLite), whose
-	// table names cannot be qualified.
-	schemaExistsQuery() string
+	migrationLock string
+	// beginImmediate begins a migration's transaction where it must take
+	// the write lock at once (SQLite): a deferred transaction that read
+	// first cannot wait for another writer and fails with SQLITE_BUSY at
+	// once, so concurrent Migrates of several pools on one file would fail
+	// instead of queueing behind the busy timeout. "" elsewhere.
+	beginImmediate string
+	// versionTableDDLSQL creates the schema version table {vt} (quoted, in
+	// the record table's schema) if it is missing.
+	versionTableDDLSQL string
+	// versionIdentitySQL counts the identity columns of the schema version
+	// table (0 in one created before identities): {vt} is its quoted name,
+	// {schema} the record table's schema as an SQL expression.
+	// addVersionIdentitySQL adds the column to {vt}.
+	versionIdentitySQL    string
+	addVersionIdentitySQL string
+	// schemaExists counts the schemas (MySQL: databases) named by its one
+	// argument; "" when the database has no schemas (SQLite), whose table
+	// names cannot be qualified.
+	schemaExists string
 	// databaseQuery reads the name of the database a connection is in,
 	// for errors that name it.
-	databaseQuery() string
+	databaseQuery string
 	// skipDuplicates ends an INSERT so that a row that conflicts with a
 	// unique key of the table is skipped (no row affected), once the
 	// transaction holding the conflicting row has ended, and the caller's
 	// transaction stays usable; "" when the dialect reports the conflict as
 	// an error that uniqueViolation recognizes and that leaves the
 	// transaction usable too.
-	skipDuplicates() string
-	// upsert ends an INSERT so that a row whose key columns (conflict, a
-	// column list) match a row of the table updates that row with set
+	skipDuplicates string
+	// upsertSQL ends an INSERT so that a row whose key columns ({conflict},
+	// a column list) match a row of the table updates that row with {set}
 	// instead.
-	upsert(conflict, set string) string
-	// deleteOldest deletes at most limit (a placeholder) rows of the
-	// quoted table that match cond, those first whose order column is
-	// lowest.
-	deleteOldest(table, cond, order, limit string) string
+	upsertSQL string
+	// deleteOldestSQL deletes at most {limit} (a placeholder) rows of the
+	// quoted {table} that match {cond}, those first whose {order} column
+	// is lowest.
+	deleteOldestSQL string
 
-	// The methods below run on every call.
+	// The behaviours below run on every call.
 
 	// leaseArg is a lease or a retry delay as the argument of leaseUntil.
-	leaseArg(lease time.Duration) any
-	// splitInsert returns the boundaries of the statements that save a
-	// batch: 0, then the end of each statement. Most batches need one
-	// statement; several run in one transaction (see Store.insertWith). A
-	// record that fits no statement is refused here, before anything is
-	// sent, with an error wrapping ErrRecordTooLarge.
-	splitInsert(st *insertStatements, records []recordstore.Record, metadata []string) ([]int, error)
+	leaseArg func(lease time.Duration) any
+	// split returns the boundaries of the statements that save a batch:
+	// 0, then the end of each statement; nil when one statement takes any
+	// batch (see splitInsert).
+	split func(st *insertStatements, records []recordstore.Record, metadata []string) ([]int, error)
 	// insert saves records, with their encoded metadata, in one statement
 	// of st and sets their ids in order.
-	insert(ctx context.Context, db executor, st *insertStatements, records []recordstore.Record, metadata []string) error
-	// batchComplete reports whether completeMany exists for the mode. It
-	// needs UPDATE … RETURNING (Mark) or DELETE … RETURNING (Delete), so that
-	// each caller of a combined completion learns whether its own record was
-	// pending; without it the store completes one id per statement.
-	batchComplete(mode Completion) bool
+	insert func(ctx context.Context, db executor, st *insertStatements, records []recordstore.Record, metadata []string) error
 	// completeMany completes the records without consumers of ids for the
 	// consumer with one statement and returns the ids it completed, those
-	// that were pending, in any order. ids are distinct; uuids[i] is the
-	// message UUID of the delivery of ids[i], and a record whose delivery
-	// names one ("" names none) completes only when it was saved with it.
-	completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64, uuids []string) ([]int64, error)
-	// recordError reports whether err is the database refusing the data of
-	// a row (a value, a constraint) rather than the connection or the
-	// statement failing: a combined insert that fails so is retried call by
-	// call, so that only the call whose record was refused fails.
-	recordError(err error) bool
+	// that were pending, in any order; nil unless batchComplete. ids are
+	// distinct; uuids[i] is the message UUID of the delivery of ids[i],
+	// and a record whose delivery names one ("" names none) completes only
+	// when it was saved with it.
+	completeMany func(ctx context.Context, d *Dialect, db executor, q *queries, consumer string, ids []int64, uuids []string) ([]int64, error)
+	// recordError reports whether err is the database refusing the data
+	// of a row (a value, a constraint) rather than the connection or the
+	// statement failing: a combined insert that fails so is retried call
+	// by call, so that only the call whose record was refused fails.
+	recordError func(err error) bool
 	// answered reports whether err is the database's own answer to the
 	// statement (it refused it), or a failure before anything was sent,
-	// so that the statement surely took no effect. Any other error (a lost
-	// connection, a deadline while the statement or its commit was on its
-	// way) leaves an insert's outcome unknown.
-	answered(err error) bool
+	// so that the statement surely took no effect. Any other error (a
+	// lost connection, a deadline while the statement or its commit was
+	// on its way) leaves an insert's outcome unknown.
+	answered func(err error) bool
 	// convertError turns a driver error into the package's sentinels.
-	convertError(err error) error
+	convertError func(err error) error
 	// uniqueViolation reports whether err is the database refusing a row
 	// that duplicates a unique key: on the record table only a saved
 	// Record.Origin, on an inbox an entry already handled.
-	uniqueViolation(err error) bool
+	uniqueViolation func(err error) bool
+
+	// The behaviours below are MySQL's alone; nil elsewhere.
+
+	// probe looks at the server behind a pool before the store can
+	// insert: the MySQL dialect tells MariaDB from MySQL and checks the
+	// connection settings. The store probes once per attached pool and
+	// uses the dialect the probe returns.
+	probe func(ctx context.Context, db *sqlx.DB) (*Dialect, error)
+	// server is what the probe learned, in the dialect it returns.
+	server *mysqlServer
+	// lockSession and unlockSession hold the migration lock on the
+	// migration's connection, from before its transaction to after it,
+	// where DDL commits on its own (MySQL) and a lock taken inside the
+	// transaction would not cover the migration. The lock is the
+	// schema's: schema is the record table's, "" for the connection's own.
+	lockSession   func(ctx context.Context, conn *sqlx.Conn, schema string) error
+	unlockSession func(ctx context.Context, conn *sqlx.Conn, schema string) error
+	// alreadyApplied reports, where DDL commits on its own (MySQL), that a
+	// statement of a migration run again after it was cut short (after its
+	// DDL, before its version was written) was refused because its column
+	// or index already exists: it has already done its work.
+	alreadyApplied func(err error) bool
 }
 
-// The interfaces below are optional: only the MySQL dialect has these
-// behaviours, and the store finds them by type assertion, so that the other
-// dialects carry no methods that do nothing.
+// Name is the dialect's name, used in the schema version table and in
+// migration paths.
+func (d *Dialect) Name() string { return d.name }
 
-// immediateBeginner is implemented by dialects whose migration must take
-// the write lock when its transaction begins (SQLite): a deferred
-// transaction that read first cannot wait for another writer and fails
-// with SQLITE_BUSY at once, so concurrent Migrates of several pools on one
-// file would fail instead of queueing behind the busy timeout.
-type immediateBeginner interface {
-	beginImmediate() string
+// fill puts values into the holes of a fragment: pairs of a hole's name,
+// in braces, and its value.
+func fill(fragment string, pairs ...string) string {
+	return strings.NewReplacer(pairs...).Replace(fragment)
 }
 
-// serverProber is implemented by dialects that must look at the server
-// behind a pool before they can insert: the MySQL dialect tells MariaDB from
-// MySQL and checks the connection settings. The store probes once per
-// attached pool and uses the dialect value the probe returns.
-type serverProber interface {
-	probe(ctx context.Context, db *sqlx.DB) (Dialect, error)
+func (d *Dialect) quote(ident string) string {
+	return d.quoteMark + strings.ReplaceAll(ident, d.quoteMark, d.quoteMark+d.quoteMark) + d.quoteMark
 }
 
-// sessionLocker is implemented by dialects whose DDL commits on its own
-// (MySQL), where a lock taken inside the migration transaction would not
-// cover the migration. Migrate holds the lock on its connection instead, from
-// before the transaction to after it. The lock is the schema's: schema is
-// the record table's, "" for the connection's own.
-type sessionLocker interface {
-	lockSession(ctx context.Context, conn *sqlx.Conn, schema string) error
-	unlockSession(ctx context.Context, conn *sqlx.Conn, schema string) error
+func (d *Dialect) placeholder(n int) string {
+	if d.numbered {
+		return "$" + strconv.Itoa(n)
+	}
+	return "?"
 }
 
-// rerunTolerant is implemented by dialects whose DDL commits on its own
-// (MySQL): a migration cut short after its DDL and before its version was
-// written runs again, and a statement refused because its column or index
-// already exists has already done its work.
-type rerunTolerant interface {
-	alreadyApplied(err error) bool
+func (d *Dialect) leaseUntil(n int) string { return fill(d.leaseUntilSQL, "{arg}", d.placeholder(n)) }
+
+func (d *Dialect) ago(n int) string { return fill(d.agoSQL, "{arg}", d.placeholder(n)) }
+
+func (d *Dialect) lockRows(skipLocked bool) string {
+	if skipLocked {
+		return d.skipLockedSQL
+	}
+	return d.lockRowsSQL
 }
+
+func (d *Dialect) ageMicros(ts string) string { return fill(d.ageMicrosSQL, "{ts}", ts) }
+
+func (d *Dialect) insertQuery(table string, origin bool) string {
+	if origin {
+		return fill(d.insertOriginBatchSQL, "{table}", table)
+	}
+	return fill(d.insertBatchSQL, "{table}", table)
+}
+
+func (d *Dialect) completeManyQuery(table string, mode Completion, lazy string) string {
+	if lazy != "" {
+		lazy = ", " + lazy
+	}
+	if mode == Mark {
+		return fill(d.completeMarkSQL, "{table}", table, "{lazy}", lazy)
+	}
+	return fill(d.completeDeleteSQL, "{table}", table, "{lazy}", lazy)
+}
+
+func (d *Dialect) forceIndex(index string) string {
+	if d.forceIndexSQL == "" {
+		return ""
+	}
+	return fill(d.forceIndexSQL, "{index}", d.quote(index))
+}
+
+func (d *Dialect) versionTableDDL(vt string) string { return fill(d.versionTableDDLSQL, "{vt}", vt) }
+
+// versionIdentityColumn finds the version table as the statements do: in
+// the record table's schema, or where the database finds an unqualified
+// name. The names are validated identifiers, so they are safe in literals.
+func (d *Dialect) versionIdentityColumn(t tableName) string {
+	schema := "DATABASE()"
+	if t.schema != "" {
+		schema = "'" + t.schema + "'"
+	}
+	return fill(d.versionIdentitySQL, "{vt}", t.versionTable(d), "{schema}", schema)
+}
+
+func (d *Dialect) addVersionIdentity(vt string) string {
+	return fill(d.addVersionIdentitySQL, "{vt}", vt)
+}
+
+func (d *Dialect) upsert(conflict, set string) string {
+	return fill(d.upsertSQL, "{conflict}", conflict, "{set}", set)
+}
+
+func (d *Dialect) deleteOldest(table, cond, order, limit string) string {
+	return fill(d.deleteOldestSQL, "{table}", table, "{cond}", cond, "{order}", order, "{limit}", limit)
+}
+
+// splitInsert returns the boundaries of the statements that save a batch:
+// 0, then the end of each statement. Most batches need one statement;
+// several run in one transaction (see Store.insertRows). A record that
+// fits no statement is refused here, before anything is sent, with an
+// error wrapping ErrRecordTooLarge.
+func (d *Dialect) splitInsert(st *insertStatements, records []recordstore.Record, metadata []string) ([]int, error) {
+	if d.split == nil {
+		return []int{0, len(records)}, nil
+	}
+	return d.split(st, records, metadata)
+}
+
+// textVersionTableDDL is the schema version table of the dialects with a
+// TEXT type.
+const textVersionTableDDL = `CREATE TABLE IF NOT EXISTS {vt} (
+    table_name TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    completion TEXT NOT NULL,
+    table_identity TEXT
+)`
 
 // onConflictUpdate is the upsert of the dialects with INSERT … ON CONFLICT.
-func onConflictUpdate(conflict, set string) string {
-	return " ON CONFLICT (" + conflict + ") DO UPDATE SET " + set
-}
+const onConflictUpdate = " ON CONFLICT ({conflict}) DO UPDATE SET {set}"

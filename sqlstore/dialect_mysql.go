@@ -70,18 +70,107 @@ import (
 // in MySQL, so [Store.Migrate] serializes concurrent migrations with a named
 // lock (GET_LOCK) rather than inside a transaction, and its migrations are
 // written so that running one again after a failure is harmless.
-func MySQL() Dialect { return mysql{} }
+func MySQL() *Dialect { return mysqlDialect(false) }
 
-type mysql struct {
-	// server is what the probe of a pool learned; nil in the value a store
-	// is configured with, set in the value bound to a probed pool.
-	server *mysqlServer
-	// noReturning makes the probe choose the LAST_INSERT_ID() path even on
-	// a MariaDB that has RETURNING, so that tests can run it.
-	noReturning bool
+// mysqlDialect is the MySQL dialect; noReturning makes the probe choose the
+// LAST_INSERT_ID() path even on a MariaDB that has RETURNING, so that tests
+// can run it. The dialect inserts only once bound to a probed pool.
+func mysqlDialect(noReturning bool) *Dialect {
+	d := &Dialect{
+		name:          "mysql",
+		quoteMark:     "`",
+		clock:         "UTC_TIMESTAMP(6)",
+		leaseUntilSQL: "UTC_TIMESTAMP(6) + INTERVAL {arg} MICROSECOND",
+		agoSQL:        "UTC_TIMESTAMP(6) - INTERVAL {arg} MICROSECOND",
+		// SKIP LOCKED needs MySQL 8.0 or MariaDB 10.6.
+		lockRowsSQL:   " FOR UPDATE",
+		skipLockedSQL: " FOR UPDATE SKIP LOCKED",
+		ageMicrosSQL:  "TIMESTAMPDIFF(MICROSECOND, {ts}, UTC_TIMESTAMP(6))",
+		// No batchComplete: neither MySQL nor MariaDB has UPDATE …
+		// RETURNING, so a combined completion could not tell each caller
+		// whether its own record was pending. Completions run one
+		// statement per id.
+		//
+		// forceIndexSQL: MySQL and MariaDB have no partial indexes, so
+		// every pending record of a marking table has processed_at NULL in
+		// the processed index too, and the optimizer can read the page of
+		// a replay as a ref on that NULL, walking every pending record
+		// before the page's first id: 100 ms a page half way through a
+		// million-record backlog, against about a millisecond through the
+		// pending index (topic, processed_at, id).
+		forceIndexSQL: " FORCE INDEX ({index})",
+		// cleanTxOptions: at InnoDB's default REPEATABLE READ, the
+		// cleaning's SELECT … FOR UPDATE locks the gaps of the
+		// processed_at index it scans, where new records (processed_at
+		// NULL) go: a concurrent insert waits for them, and InnoDB
+		// resolves the deadlock with the cleaning's DELETE by cancelling
+		// the insert. READ COMMITTED takes no gap locks.
+		cleanTxOptions: &sql.TxOptions{Isolation: sql.LevelReadCommitted},
+		// No lazyCommit: InnoDB's innodb_flush_log_at_trx_commit is
+		// global, not per transaction, so every completion waits for the
+		// disk as the server says. No deliveryPairs: no arrays. No
+		// insertsAloneBelow: off until measured on MySQL/MariaDB. No
+		// migrationLock: MySQL's DDL commits the transaction it runs in,
+		// so a lock held by the transaction would not cover the
+		// migration; see mysqlLockSession.
+		versionTableDDLSQL: "CREATE TABLE IF NOT EXISTS {vt} (\n" +
+			"    table_name VARCHAR(64) NOT NULL PRIMARY KEY,\n" +
+			"    version INT NOT NULL,\n" +
+			"    completion VARCHAR(16) NOT NULL,\n" +
+			"    table_identity VARCHAR(64) NULL DEFAULT NULL\n" +
+			") ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
+		// versionIdentitySQL looks in the record table's database: the
+		// connection's, or the schema of a qualified name.
+		versionIdentitySQL: "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = {schema} AND table_name = '" + VersionTable + "' AND column_name = 'table_identity'",
+		// addVersionIdentitySQL runs under the migration lock; a rerun
+		// after a concurrent add is refused as a duplicate column, which
+		// alreadyApplied accepts.
+		addVersionIdentitySQL: "ALTER TABLE {vt} ADD COLUMN table_identity VARCHAR(64) NULL DEFAULT NULL",
+		// A MySQL schema is a database.
+		schemaExists:  "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?",
+		databaseQuery: "SELECT DATABASE()",
+		// No skipDuplicates: a duplicate key error (uniqueViolation) rolls
+		// back only its statement in InnoDB, so the caller's transaction
+		// stays usable, and the INSERT waits for an uncommitted
+		// conflicting row's transaction before it reports one. INSERT
+		// IGNORE would turn other errors into warnings too, and ON
+		// DUPLICATE KEY UPDATE counts a skipped row as affected when the
+		// DSN sets clientFoundRows.
+		//
+		// upsertSQL: ON DUPLICATE KEY UPDATE acts on a conflict with any
+		// unique key, which is the one named on the tables it is used on
+		// (their primary key).
+		upsertSQL: " ON DUPLICATE KEY UPDATE {set}",
+		// deleteOldestSQL: MySQL's single-table DELETE has ORDER BY and
+		// LIMIT (and refuses a LIMIT in an IN subquery of its own table).
+		deleteOldestSQL: "DELETE FROM {table} WHERE {cond} ORDER BY {order} LIMIT {limit}",
+
+		leaseArg: func(lease time.Duration) any { return lease.Microseconds() },
+		// Until the dialect is bound to a probed pool, it cannot insert:
+		// the store binds it before every insert, so this is a bug.
+		split: func(*insertStatements, []recordstore.Record, []string) ([]int, error) { return nil, errNotProbed },
+		insert: func(context.Context, executor, *insertStatements, []recordstore.Record, []string) error {
+			return errNotProbed
+		},
+		recordError:     mysqlRecordError,
+		answered:        mysqlAnswered,
+		convertError:    mysqlConvertError,
+		uniqueViolation: mysqlUniqueViolation,
+		lockSession:     mysqlLockSession,
+		unlockSession:   mysqlUnlockSession,
+		alreadyApplied:  mysqlAlreadyApplied,
+	}
+	d.probe = func(ctx context.Context, db *sqlx.DB) (*Dialect, error) {
+		srv, err := probeMySQL(ctx, db, noReturning)
+		if err != nil {
+			return nil, err
+		}
+		bound := *d
+		bound.server, bound.split, bound.insert = srv, srv.split, srv.insertRows
+		return &bound, nil
+	}
+	return d
 }
-
-var _ Dialect = mysql{}
 
 // mysqlServer is what the store needs to know about the server behind a pool.
 type mysqlServer struct {
@@ -96,24 +185,14 @@ type mysqlServer struct {
 // does not set maxAllowedPacket.
 const mysqlDriverMaxPacket = 64 << 20
 
-func (mysql) Name() string { return "mysql" }
-
-func (mysql) quote(ident string) string { return "`" + strings.ReplaceAll(ident, "`", "``") + "`" }
-
-func (mysql) placeholder(int) string { return "?" }
-
-func (mysql) clock() string { return "UTC_TIMESTAMP(6)" }
-
-func (mysql) insertQuery(string, bool) string { return "" }
-
 // mysqlTopic: the topic goes as bytes, since the column is VARBINARY,
 // compared byte for byte.
 func mysqlTopic(topic string) any { return []byte(topic) }
 
-// probe learns, once per pool, which server this is and checks the
+// probeMySQL learns, once per pool, which server this is and checks the
 // settings the store relies on. It pins one connection so that the
 // interpolation check sees the statements it runs.
-func (d mysql) probe(ctx context.Context, db *sqlx.DB) (Dialect, error) {
+func probeMySQL(ctx context.Context, db *sqlx.DB, noReturning bool) (*mysqlServer, error) {
 	conn, err := db.Connx(ctx)
 	if err != nil {
 		return nil, err
@@ -158,10 +237,9 @@ func (d mysql) probe(ctx context.Context, db *sqlx.DB) (Dialect, error) {
 	case srv.increment < 1:
 		return nil, fmt.Errorf("%w: unexpected auto_increment_increment %d", ErrInvalidConfig, srv.increment)
 	}
-	srv.returning = !d.noReturning && mariaDBHasReturning(srv.version)
+	srv.returning = !noReturning && mariaDBHasReturning(srv.version)
 	srv.maxStatement = int(min(maxPacket, mysqlDriverMaxPacket)) - 1024
-	d.server = &srv
-	return d, nil
+	return &srv, nil
 }
 
 // mariaDBHasReturning reports whether VERSION() is a MariaDB of 10.5 or later,
@@ -182,21 +260,6 @@ func mariaDBHasReturning(version string) bool {
 // errNotProbed is a MySQL dialect value used without the server it was
 // bound to; the store binds it before every insert, so this is a bug.
 var errNotProbed = errors.New("sqlstore: MySQL dialect used before its pool was probed")
-
-// splitInsert: see mysqlServer.split.
-func (d mysql) splitInsert(st *insertStatements, records []recordstore.Record, metadata []string) ([]int, error) {
-	if d.server == nil {
-		return nil, errNotProbed
-	}
-	return d.server.split(st, records, metadata)
-}
-
-func (d mysql) insert(ctx context.Context, db executor, st *insertStatements, records []recordstore.Record, metadata []string) error {
-	if d.server == nil {
-		return errNotProbed
-	}
-	return d.server.insertRows(ctx, db, st, records, metadata)
-}
 
 // split returns the boundaries of the statements a batch needs: 0, then the
 // end of each statement. A statement holds as many rows as fit in
@@ -272,10 +335,6 @@ func (srv *mysqlServer) insertRows(ctx context.Context, db executor, st *insertS
 	return nil
 }
 
-// migrationLock: MySQL's DDL commits the transaction it runs in, so a lock
-// held by the transaction would not cover the migration; see lockSession.
-func (mysql) migrationLock() string { return "" }
-
 // mysqlMigrationLock names the lock that serializes migrations. GET_LOCK names
 // are server-wide, so the name carries the database the tables are in: the
 // connection's own, or the schema of a qualified table name, so that
@@ -293,10 +352,10 @@ func migrationLockName(schema string) string {
 	return "LEFT(CONCAT('watermill_outbox_migrate:', '" + schema + "'), 64)"
 }
 
-// lockSession takes the migration lock on the connection the migration runs
+// mysqlLockSession takes the migration lock on the connection the migration runs
 // on. It waits in short slices so that a cancelled context stops the wait
 // within a second or so, while a long migration elsewhere is waited for.
-func (mysql) lockSession(ctx context.Context, conn *sqlx.Conn, schema string) error {
+func mysqlLockSession(ctx context.Context, conn *sqlx.Conn, schema string) error {
 	lock := "SELECT GET_LOCK(" + migrationLockName(schema) + ", ?)"
 	for {
 		wait := 5 * time.Second
@@ -320,41 +379,9 @@ func (mysql) lockSession(ctx context.Context, conn *sqlx.Conn, schema string) er
 	}
 }
 
-func (mysql) unlockSession(ctx context.Context, conn *sqlx.Conn, schema string) error {
+func mysqlUnlockSession(ctx context.Context, conn *sqlx.Conn, schema string) error {
 	_, err := conn.ExecContext(ctx, "DO RELEASE_LOCK("+migrationLockName(schema)+")")
 	return err
-}
-
-func (mysql) versionTableDDL(vt string) string {
-	return "CREATE TABLE IF NOT EXISTS " + vt + " (\n" +
-		"    table_name VARCHAR(64) NOT NULL PRIMARY KEY,\n" +
-		"    version INT NOT NULL,\n" +
-		"    completion VARCHAR(16) NOT NULL,\n" +
-		"    table_identity VARCHAR(64) NULL DEFAULT NULL\n" +
-		") ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin"
-}
-
-// versionIdentityColumn looks in the record table's database: the
-// connection's, or the schema of a qualified name (a validated identifier,
-// safe in the literal).
-func (mysql) versionIdentityColumn(t tableName) string {
-	schema := "DATABASE()"
-	if t.schema != "" {
-		schema = "'" + t.schema + "'"
-	}
-	return "SELECT COUNT(*) FROM information_schema.columns WHERE table_schema = " + schema + " AND table_name = '" + VersionTable + "' AND column_name = 'table_identity'"
-}
-
-// addVersionIdentity runs under the migration lock; a rerun after a
-// concurrent add is refused as a duplicate column, which alreadyApplied
-// accepts.
-func (mysql) addVersionIdentity(vt string) string {
-	return "ALTER TABLE " + vt + " ADD COLUMN table_identity VARCHAR(64) NULL DEFAULT NULL"
-}
-
-// schemaExistsQuery: a MySQL schema is a database.
-func (mysql) schemaExistsQuery() string {
-	return "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = ?"
 }
 
 // Server error numbers, the same on MySQL and MariaDB.
@@ -364,15 +391,15 @@ const (
 	mysqlNetPacketTooLarge = 1153 // ER_NET_PACKET_TOO_LARGE
 )
 
-// answered: a MySQLError is the server's answer; the driver returns
+// mysqlAnswered: a MySQLError is the server's answer; the driver returns
 // driver.ErrBadConn only when it wrote nothing, and ErrPktTooLarge before it
 // writes.
-func (mysql) answered(err error) bool {
+func mysqlAnswered(err error) bool {
 	var myErr *mysqldriver.MySQLError
 	return errors.As(err, &myErr) || errors.Is(err, driver.ErrBadConn) || errors.Is(err, mysqldriver.ErrPktTooLarge)
 }
 
-func (mysql) convertError(err error) error {
+func mysqlConvertError(err error) error {
 	var myErr *mysqldriver.MySQLError
 	switch {
 	case errors.As(err, &myErr) && myErr.Number == mysqlNoSuchTable:
@@ -386,82 +413,24 @@ func (mysql) convertError(err error) error {
 	return err
 }
 
-func (mysql) databaseQuery() string { return "SELECT DATABASE()" }
-
-func (mysql) leaseUntil(int) string { return "UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND" }
-
-func (mysql) leaseArg(lease time.Duration) any { return lease.Microseconds() }
-
-func (mysql) ago(int) string { return "UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND" }
-
-// lockRows: SKIP LOCKED needs MySQL 8.0 or MariaDB 10.6.
-func (mysql) lockRows(skipLocked bool) string {
-	if skipLocked {
-		return " FOR UPDATE SKIP LOCKED"
-	}
-	return " FOR UPDATE"
-}
-
-func (mysql) ageMicros(ts string) string {
-	return "TIMESTAMPDIFF(MICROSECOND, " + ts + ", UTC_TIMESTAMP(6))"
-}
-
 // MySQL error numbers of DDL whose change is already there.
 const (
 	mysqlDupColumn  = 1060 // ER_DUP_FIELDNAME
 	mysqlDupKeyName = 1061 // ER_DUP_KEYNAME
 )
 
-var _ rerunTolerant = mysql{}
-
-// alreadyApplied: MySQL 8 has no ADD COLUMN IF NOT EXISTS or ADD KEY IF NOT
+// mysqlAlreadyApplied: MySQL 8 has no ADD COLUMN IF NOT EXISTS or ADD KEY IF NOT
 // EXISTS, so each ALTER of migration 002 is all or nothing on its own, and a
 // rerun of one that was applied is refused with these.
-func (mysql) alreadyApplied(err error) bool {
+func mysqlAlreadyApplied(err error) bool {
 	var myErr *mysqldriver.MySQLError
 	return errors.As(err, &myErr) && (myErr.Number == mysqlDupColumn || myErr.Number == mysqlDupKeyName)
 }
 
-// batchComplete is false: neither MySQL nor MariaDB has UPDATE … RETURNING,
-// so a combined completion could not tell each caller whether its own record
-// was pending. Completions run one statement per id.
-func (mysql) batchComplete(Completion) bool { return false }
-
-func (mysql) completeMany(context.Context, executor, *queries, string, []int64, []string) ([]int64, error) {
-	return nil, errors.New("sqlstore: the MySQL dialect has no combined completion")
-}
-
-func (mysql) completeManyQuery(string, Completion, string) string { return "" }
-
-// forceIndex: MySQL and MariaDB have no partial indexes, so every
-// pending record of a marking table has processed_at NULL in the
-// processed index too, and the optimizer can read the page of a replay as
-// a ref on that NULL, walking every pending record before the page's first
-// id: 100 ms a page half way through a million-record backlog, against
-// about a millisecond through the pending index (topic, processed_at, id).
-func (d mysql) forceIndex(index string) string {
-	return " FORCE INDEX (" + d.quote(index) + ")"
-}
-
-// cleanTxOptions: at InnoDB's default REPEATABLE READ, the cleaning's
-// SELECT … FOR UPDATE locks the gaps of the processed_at index it scans,
-// where new records (processed_at NULL) go: a concurrent insert waits for
-// them, and InnoDB resolves the deadlock with the cleaning's DELETE by
-// cancelling the insert. READ COMMITTED takes no gap locks.
-func (mysql) cleanTxOptions() *sql.TxOptions {
-	return &sql.TxOptions{Isolation: sql.LevelReadCommitted}
-}
-
-// lazyCommit: InnoDB's innodb_flush_log_at_trx_commit is global, not per
-// transaction, so every completion waits for the disk as the server says.
-func (mysql) lazyCommit() string { return "" }
-
-func (mysql) deliveryPairs() string { return "" }
-
-// recordError reports the server refusing a row's data: a value too long or
+// mysqlRecordError reports the server refusing a row's data: a value too long or
 // of the wrong kind, a NULL where none is allowed, a duplicate, a CHECK
 // (MariaDB's JSON check) or a value out of range.
-func (mysql) recordError(err error) bool {
+func mysqlRecordError(err error) bool {
 	var myErr *mysqldriver.MySQLError
 	if !errors.As(err, &myErr) {
 		return false
@@ -473,29 +442,8 @@ func (mysql) recordError(err error) bool {
 	return false
 }
 
-// insertsAloneBelow: off until measured on MySQL/MariaDB.
-func (mysql) insertsAloneBelow() int { return 0 }
-
-// skipDuplicates is "": a duplicate key error (uniqueViolation) rolls back
-// only its statement in InnoDB, so the caller's transaction stays usable,
-// and the INSERT waits for an uncommitted conflicting row's transaction
-// before it reports one. INSERT IGNORE would turn other errors into
-// warnings too, and ON DUPLICATE KEY UPDATE counts a skipped row as
-// affected when the DSN sets clientFoundRows.
-func (mysql) skipDuplicates() string { return "" }
-
-// upsert: ON DUPLICATE KEY UPDATE acts on a conflict with any unique key,
-// which is the one named on the tables it is used on (their primary key).
-func (mysql) upsert(_, set string) string { return " ON DUPLICATE KEY UPDATE " + set }
-
-// deleteOldest: MySQL's single-table DELETE has ORDER BY and LIMIT (and
-// refuses a LIMIT in an IN subquery of its own table).
-func (mysql) deleteOldest(table, cond, order, limit string) string {
-	return fmt.Sprintf("DELETE FROM %s WHERE %s ORDER BY %s LIMIT %s", table, cond, order, limit)
-}
-
-// uniqueViolation: ER_DUP_ENTRY (1062) and ER_DUP_ENTRY_WITH_KEY_NAME (1586).
-func (mysql) uniqueViolation(err error) bool {
+// mysqlUniqueViolation: ER_DUP_ENTRY (1062) and ER_DUP_ENTRY_WITH_KEY_NAME (1586).
+func mysqlUniqueViolation(err error) bool {
 	var myErr *mysqldriver.MySQLError
 	return errors.As(err, &myErr) && (myErr.Number == 1062 || myErr.Number == 1586)
 }

@@ -18,7 +18,7 @@ import (
 
 // mysqlDialects are the two ways the MySQL dialect inserts, both run here on
 // MariaDB: RETURNING, and the LAST_INSERT_ID() path MySQL 8 takes.
-var mysqlDialects = map[string]func() sqlstore.Dialect{
+var mysqlDialects = map[string]func() *sqlstore.Dialect{
 	"Returning":    sqlstore.MySQL,
 	"LastInsertID": sqlstore.MySQLWithoutReturning,
 }
@@ -32,7 +32,7 @@ func openMySQL(t *testing.T, edit func(cfg *mysqldriver.Config)) *sqlx.DB {
 	return testenv.Open(t, "MariaDB", "mysql", cfg.FormatDSN())
 }
 
-func mysqlStore(t *testing.T, d sqlstore.Dialect, db *sqlx.DB) *sqlstore.Store {
+func mysqlStore(t *testing.T, d *sqlstore.Dialect, db *sqlx.DB) *sqlstore.Store {
 	t.Helper()
 	return testenv.NewStore(t, testenv.Backend{Name: "MariaDB", Dialect: d}, db, sqlstore.Mark)
 }
@@ -66,7 +66,7 @@ func sessionCounters(t *testing.T, db *sqlx.DB) (questions, prepares int64) {
 
 // forEachMySQLDialect runs fn as a parallel subtest per way of inserting,
 // each on a pool of its own.
-func forEachMySQLDialect(t *testing.T, fn func(t *testing.T, d sqlstore.Dialect, db *sqlx.DB)) {
+func forEachMySQLDialect(t *testing.T, fn func(t *testing.T, d *sqlstore.Dialect, db *sqlx.DB)) {
 	for name, dialect := range mysqlDialects {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -77,7 +77,7 @@ func forEachMySQLDialect(t *testing.T, fn func(t *testing.T, d sqlstore.Dialect,
 
 func TestMySQLBatchIsOneStatement(t *testing.T) {
 	t.Parallel()
-	forEachMySQLDialect(t, func(t *testing.T, d sqlstore.Dialect, db *sqlx.DB) {
+	forEachMySQLDialect(t, func(t *testing.T, d *sqlstore.Dialect, db *sqlx.DB) {
 		db.SetMaxOpenConns(1) // one session, so its counters see every statement
 		store := mysqlStore(t, d, db)
 		require.NoError(t, store.Insert(testCtx(t), testRecords(1))) // the first use probes the server
@@ -141,7 +141,7 @@ func TestMySQLRefusesPoolsItCannotServe(t *testing.T) {
 
 func TestMySQLBatchLargerThanAPacket(t *testing.T) {
 	t.Parallel()
-	forEachMySQLDialect(t, func(t *testing.T, d sqlstore.Dialect, db *sqlx.DB) {
+	forEachMySQLDialect(t, func(t *testing.T, d *sqlstore.Dialect, db *sqlx.DB) {
 		var maxPacket int
 		require.NoError(t, db.GetContext(testCtx(t), &maxPacket, "SELECT @@max_allowed_packet"))
 		store := mysqlStore(t, d, db)

@@ -2,7 +2,6 @@ package sqlstore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,11 +12,7 @@ import (
 
 // SQLite is the SQLite dialect, for the pure Go modernc.org/sqlite driver
 // (import _ "modernc.org/sqlite", driver name "sqlite").
-func SQLite() Dialect { return sqlite{} }
-
-type sqlite struct{}
-
-var _ Dialect = sqlite{}
+func SQLite() *Dialect { return &sqlite }
 
 // sqliteMaxVars is SQLite's default limit of bound variables per statement.
 const sqliteMaxVars = 32766
@@ -27,20 +22,76 @@ const sqliteMaxVars = 32766
 // several statements in one transaction.
 const sqliteMaxRows = 8000
 
-func (sqlite) Name() string { return "sqlite" }
+// sqliteClock has millisecond precision, the finest SQLite's clock gives,
+// in UTC.
+const sqliteClock = "strftime('%Y-%m-%d %H:%M:%f', 'now')"
 
-func (sqlite) quote(ident string) string { return `"` + strings.ReplaceAll(ident, `"`, `""`) + `"` }
+var sqlite = Dialect{
+	name:      "sqlite",
+	quoteMark: `"`,
+	clock:     sqliteClock,
+	// leaseUntilSQL is in the clock's text format, so that it compares
+	// with it.
+	leaseUntilSQL: "strftime('%Y-%m-%d %H:%M:%f', 'now', {arg})",
+	// agoSQL turns the microseconds into an SQLite time modifier ("-1.5
+	// seconds").
+	agoSQL: "strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || ({arg} / 1000000.0) || ' seconds')",
+	// No lockRowsSQL: SQLite locks the whole database for a writer, and
+	// the operations that lock rows elsewhere are meant for a single node
+	// here. No insertBatchSQL: a batch is one INSERT … VALUES built per
+	// batch.
+	ageMicrosSQL: "CAST((julianday('now') - julianday({ts})) * 86400000000 AS INTEGER)",
+	// batchComplete: SQLite has UPDATE … RETURNING and DELETE …
+	// RETURNING; the statement lists the ids (completeInQuery).
+	batchComplete: true,
+	// No forceIndexSQL: SQLite's partial pending index holds only pending
+	// records. No cleanTxOptions: SQLite locks the whole database for a
+	// write. No lazyCommit: SQLite's synchronous setting is per
+	// connection, not per statement, so every completion waits for the
+	// disk as the connection says. No deliveryPairs: no arrays. No
+	// insertsAloneBelow: SQLite writes one statement at a time, so an
+	// insert alone would only wait for the lock instead of for the batch.
+	//
+	// beginImmediate takes the database's write lock, waiting for it
+	// within the busy timeout.
+	beginImmediate:     "BEGIN IMMEDIATE",
+	versionTableDDLSQL: textVersionTableDDL,
+	// versionIdentitySQL: SQLite table names are never qualified (see
+	// schemaExists).
+	versionIdentitySQL:    `SELECT COUNT(*) FROM pragma_table_info('` + VersionTable + `') WHERE name = 'table_identity'`,
+	addVersionIdentitySQL: `ALTER TABLE {vt} ADD COLUMN table_identity TEXT`,
+	// No schemaExists: SQLite's nearest thing to a schema is an attached
+	// database, which lives only as long as the connection that attached
+	// it, so a pool could not be relied on to have it. Table names are not
+	// qualified.
+	//
+	// databaseQuery reads the file of the main database; "" in memory.
+	databaseQuery: "SELECT file FROM pragma_database_list WHERE name = 'main'",
+	// skipDuplicates: an upsert without a conflict target covers every
+	// unique key. SQLite has one writer at a time, so there is no
+	// uncommitted row of another transaction to wait for: the writer waits
+	// for the write lock.
+	skipDuplicates: " ON CONFLICT DO NOTHING",
+	upsertSQL:      onConflictUpdate,
+	// deleteOldestSQL picks the rows by rowid, since the driver's SQLite is
+	// built without DELETE … LIMIT.
+	deleteOldestSQL: "DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {cond} ORDER BY {order} LIMIT {limit})",
 
-func (sqlite) placeholder(int) string { return "?" }
+	leaseArg:     func(lease time.Duration) any { return fmt.Sprintf("%+.3f seconds", lease.Seconds()) },
+	split:        sqliteSplit,
+	insert:       sqliteInsert,
+	completeMany: sqliteCompleteMany,
+	recordError:  sqliteRecordError,
+	// answered is always true: SQLite runs in the process, and a statement
+	// it interrupts, or a commit it could not make, is rolled back.
+	answered:        func(error) bool { return true },
+	convertError:    sqliteConvertError,
+	uniqueViolation: sqliteUniqueViolation,
+}
 
-// clock has millisecond precision, the finest SQLite's clock gives, in UTC.
-func (sqlite) clock() string { return "strftime('%Y-%m-%d %H:%M:%f', 'now')" }
-
-func (sqlite) insertQuery(string, bool) string { return "" }
-
-// splitInsert keeps each statement within SQLite's limit of bound
+// sqliteSplit keeps each statement within SQLite's limit of bound
 // variables.
-func (sqlite) splitInsert(st *insertStatements, records []recordstore.Record, _ []string) ([]int, error) {
+func sqliteSplit(st *insertStatements, records []recordstore.Record, _ []string) ([]int, error) {
 	rows := sqliteMaxRows
 	if st.origin {
 		rows = sqliteMaxRows * 4 / 5
@@ -52,7 +103,7 @@ func (sqlite) splitInsert(st *insertStatements, records []recordstore.Record, _ 
 	return append(bounds, len(records)), nil
 }
 
-func (sqlite) insert(ctx context.Context, db executor, st *insertStatements, records []recordstore.Record, metadata []string) error {
+func sqliteInsert(ctx context.Context, db executor, st *insertStatements, records []recordstore.Record, metadata []string) error {
 	if len(records) == 1 {
 		return insertSingle(ctx, db, st, &records[0], metadata[0])
 	}
@@ -69,27 +120,10 @@ func (sqlite) insert(ctx context.Context, db executor, st *insertStatements, rec
 // sqliteTopic: the topic column is TEXT.
 func sqliteTopic(topic string) any { return topic }
 
-// batchComplete: SQLite has UPDATE … RETURNING and DELETE … RETURNING.
-func (sqlite) batchComplete(Completion) bool { return true }
-
-func (sqlite) completeManyQuery(string, Completion, string) string { return "" }
-
-// forceIndex: SQLite's partial pending index holds only pending records.
-func (sqlite) forceIndex(string) string { return "" }
-
-// cleanTxOptions: SQLite locks the whole database for a write.
-func (sqlite) cleanTxOptions() *sql.TxOptions { return nil }
-
-// lazyCommit: SQLite's synchronous setting is per connection, not per
-// statement, so every completion waits for the disk as the connection says.
-func (sqlite) lazyCommit() string { return "" }
-
-func (sqlite) deliveryPairs() string { return "" }
-
 // completeMany binds each id once, and the id and UUID of each delivery
 // that names its message once more (completeInQuery), so a statement takes
 // at most three variables per id, and the consumer.
-func (d sqlite) completeMany(ctx context.Context, db executor, q *queries, consumer string, ids []int64, uuids []string) ([]int64, error) {
+func sqliteCompleteMany(ctx context.Context, d *Dialect, db executor, q *queries, consumer string, ids []int64, uuids []string) ([]int64, error) {
 	const perStatement = (sqliteMaxVars - 1) / 3
 	done := make([]int64, 0, len(ids))
 	for start := 0; start < len(ids); start += perStatement {
@@ -124,9 +158,9 @@ func (d sqlite) completeMany(ctx context.Context, db executor, q *queries, consu
 // without importing the driver into every program that uses sqlstore.
 type sqliteCoder interface{ Code() int }
 
-// recordError: the primary result codes SQLITE_TOOBIG (18), SQLITE_CONSTRAINT
+// sqliteRecordError: the primary result codes SQLITE_TOOBIG (18), SQLITE_CONSTRAINT
 // (19, which includes RAISE(ABORT) in a trigger) and SQLITE_MISMATCH (20).
-func (sqlite) recordError(err error) bool {
+func sqliteRecordError(err error) bool {
 	var c sqliteCoder
 	if !errors.As(err, &c) {
 		return false
@@ -138,92 +172,16 @@ func (sqlite) recordError(err error) bool {
 	return false
 }
 
-func (sqlite) migrationLock() string { return "" }
-
-var _ immediateBeginner = sqlite{}
-
-// beginImmediate takes the database's write lock, waiting for it within
-// the busy timeout.
-func (sqlite) beginImmediate() string { return "BEGIN IMMEDIATE" }
-
-func (sqlite) versionTableDDL(vt string) string {
-	return `CREATE TABLE IF NOT EXISTS ` + vt + ` (
-    table_name TEXT PRIMARY KEY,
-    version INTEGER NOT NULL,
-    completion TEXT NOT NULL,
-    table_identity TEXT
-)`
-}
-
-// versionIdentityColumn: SQLite table names are never qualified (see
-// schemaExistsQuery).
-func (sqlite) versionIdentityColumn(tableName) string {
-	return `SELECT COUNT(*) FROM pragma_table_info('` + VersionTable + `') WHERE name = 'table_identity'`
-}
-
-func (sqlite) addVersionIdentity(vt string) string {
-	return `ALTER TABLE ` + vt + ` ADD COLUMN table_identity TEXT`
-}
-
-// schemaExistsQuery is "": SQLite's nearest thing to a schema is an attached
-// database, which lives only as long as the connection that attached it, so
-// a pool could not be relied on to have it. Table names are not qualified.
-func (sqlite) schemaExistsQuery() string { return "" }
-
-// answered is always true: SQLite runs in the process, and a statement it
-// interrupts, or a commit it could not make, is rolled back.
-func (sqlite) answered(error) bool { return true }
-
-func (sqlite) convertError(err error) error {
+func sqliteConvertError(err error) error {
 	if err != nil && strings.Contains(err.Error(), "no such table") {
 		return fmt.Errorf("%w: %w", ErrTableMissing, err)
 	}
 	return err
 }
 
-// databaseQuery reads the file of the main database; "" in memory.
-func (sqlite) databaseQuery() string {
-	return "SELECT file FROM pragma_database_list WHERE name = 'main'"
-}
-
-// leaseUntil is in the clock's text format, so that it compares with it.
-func (sqlite) leaseUntil(int) string { return "strftime('%Y-%m-%d %H:%M:%f', 'now', ?)" }
-
-func (sqlite) leaseArg(lease time.Duration) any { return fmt.Sprintf("%+.3f seconds", lease.Seconds()) }
-
-// ago turns the microseconds into an SQLite time modifier ("-1.5 seconds").
-func (sqlite) ago(int) string {
-	return "strftime('%Y-%m-%d %H:%M:%f', 'now', '-' || (? / 1000000.0) || ' seconds')"
-}
-
-// lockRows is empty: SQLite locks the whole database for a writer, and the
-// operations that use it are meant for a single node.
-func (sqlite) lockRows(bool) string { return "" }
-
-func (sqlite) ageMicros(ts string) string {
-	return "CAST((julianday('now') - julianday(" + ts + ")) * 86400000000 AS INTEGER)"
-}
-
-// insertsAloneBelow: SQLite writes one statement at a time, so an insert
-// alone would only wait for the lock instead of for the batch.
-func (sqlite) insertsAloneBelow() int { return 0 }
-
-// skipDuplicates: an upsert without a conflict target covers every unique
-// key. SQLite has one writer at a time, so there is no uncommitted row of
-// another transaction to wait for: the writer waits for the write lock.
-func (sqlite) skipDuplicates() string { return " ON CONFLICT DO NOTHING" }
-
-func (sqlite) upsert(conflict, set string) string { return onConflictUpdate(conflict, set) }
-
-// deleteOldest picks the rows by rowid, since the driver's SQLite is built
-// without DELETE … LIMIT.
-func (sqlite) deleteOldest(table, cond, order, limit string) string {
-	return fmt.Sprintf("DELETE FROM %s WHERE rowid IN (SELECT rowid FROM %s WHERE %s ORDER BY %s LIMIT %s)", table, table, cond, order, limit)
-}
-
-// uniqueViolation: the extended result codes SQLITE_CONSTRAINT_PRIMARYKEY
+// sqliteUniqueViolation: the extended result codes SQLITE_CONSTRAINT_PRIMARYKEY
 // (1555) and SQLITE_CONSTRAINT_UNIQUE (2067).
-func (sqlite) uniqueViolation(err error) bool {
+func sqliteUniqueViolation(err error) bool {
 	var c sqliteCoder
 	return errors.As(err, &c) && (c.Code() == 1555 || c.Code() == 2067)
 }

@@ -53,7 +53,7 @@ func driverOf(db *sqlx.DB) (driver, dialect string) {
 // checkDriver refuses a pool whose driver is for another database than the
 // dialect, which would otherwise fail later with an error that does not
 // name the mismatch (no such function: pg_advisory_xact_lock).
-func checkDriver(d Dialect, db *sqlx.DB) error {
+func checkDriver(d *Dialect, db *sqlx.DB) error {
 	driver, want := driverOf(db)
 	if want == "" || want == d.Name() {
 		return nil

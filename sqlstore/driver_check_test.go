@@ -23,7 +23,7 @@ func TestDialectDriverMismatch(t *testing.T) {
 	t.Parallel()
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend) {
 		db := b.Open(t)
-		for _, d := range []sqlstore.Dialect{sqlstore.Postgres(), sqlstore.MySQL(), sqlstore.SQLite()} {
+		for _, d := range []*sqlstore.Dialect{sqlstore.Postgres(), sqlstore.MySQL(), sqlstore.SQLite()} {
 			if d.Name() == b.Dialect.Name() {
 				continue
 			}
@@ -61,7 +61,7 @@ func TestUnknownDriverIsAccepted(t *testing.T) {
 	db, err := sqlx.Open("wrapped-sqlite", testenv.SQLiteDSN(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = db.Close() })
-	for _, d := range []sqlstore.Dialect{sqlstore.Postgres(), sqlstore.MySQL(), sqlstore.SQLite()} {
+	for _, d := range []*sqlstore.Dialect{sqlstore.Postgres(), sqlstore.MySQL(), sqlstore.SQLite()} {
 		_, err := sqlstore.New(sqlstore.Config{Dialect: d, DB: db})
 		assert.NoError(t, err, d.Name())
 	}

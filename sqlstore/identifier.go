@@ -47,7 +47,7 @@ type tableName struct {
 // dialect. Each part must be a plain ASCII identifier, so that it is safe to
 // quote and to write in a string literal; a dialect without schemas (SQLite)
 // refuses a qualified name.
-func parseTable(d Dialect, full string) (tableName, error) {
+func parseTable(d *Dialect, full string) (tableName, error) {
 	schema, name, qualified := strings.Cut(full, ".")
 	if !qualified {
 		return tableName{name: full}, validateTable(full)
@@ -55,7 +55,7 @@ func parseTable(d Dialect, full string) (tableName, error) {
 	if strings.Contains(name, ".") {
 		return tableName{}, fmt.Errorf("%w: %q has more than one dot; write table or schema.table", ErrInvalidTable, full)
 	}
-	if d.schemaExistsQuery() == "" {
+	if d.schemaExists == "" {
 		return tableName{}, fmt.Errorf("%w: %q is qualified by a schema, which %s tables cannot be; write a plain table name", ErrInvalidTable, full, d.Name())
 	}
 	if err := validateSchema(full, schema); err != nil {
@@ -128,7 +128,7 @@ func isIdentifier(s string) bool {
 
 // in returns the quoted name of an object in the table's schema: the
 // table's own, its consumers table's or its schema version table's.
-func (t tableName) in(d Dialect, name string) string {
+func (t tableName) in(d *Dialect, name string) string {
 	if t.schema == "" {
 		return d.quote(name)
 	}
@@ -136,8 +136,8 @@ func (t tableName) in(d Dialect, name string) string {
 }
 
 // quoted is the table's quoted, qualified name.
-func (t tableName) quoted(d Dialect) string { return t.in(d, t.name) }
+func (t tableName) quoted(d *Dialect) string { return t.in(d, t.name) }
 
 // versionTable is the quoted schema version table that holds the table's
 // row: the one in the table's schema.
-func (t tableName) versionTable(d Dialect) string { return t.in(d, VersionTable) }
+func (t tableName) versionTable(d *Dialect) string { return t.in(d, VersionTable) }

@@ -27,7 +27,7 @@ func TestValidateTable(t *testing.T) {
 
 func TestParseTableWithSchema(t *testing.T) {
 	t.Parallel()
-	for _, d := range []Dialect{Postgres(), MySQL()} {
+	for _, d := range []*Dialect{Postgres(), MySQL()} {
 		for full, want := range map[string]tableName{
 			"watermill_outbox":          {name: "watermill_outbox"},
 			"tenant_a.watermill_outbox": {schema: "tenant_a", name: "watermill_outbox"},
@@ -68,7 +68,7 @@ func TestSQLiteRefusesASchema(t *testing.T) {
 func TestQualifiedStatementsOnlyQualifyTheTables(t *testing.T) {
 	t.Parallel()
 	plain, qualified := tableName{name: "t"}, tableName{schema: "s", name: "t"}
-	for _, d := range []Dialect{Postgres(), MySQL()} {
+	for _, d := range []*Dialect{Postgres(), MySQL()} {
 		q := func(name string) string { return d.quote(name) }
 		qualify := strings.NewReplacer(
 			q("t"), q("s")+"."+q("t"),
@@ -93,7 +93,7 @@ func TestQualifiedStatementsOnlyQualifyTheTables(t *testing.T) {
 
 // statementsOf returns every statement of a store on table, and of an
 // inbox on it, and their rendered migrations, by name.
-func statementsOf(t *testing.T, d Dialect, table tableName, mode Completion) map[string]string {
+func statementsOf(t *testing.T, d *Dialect, table tableName, mode Completion) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	addStatements(out, "", reflect.ValueOf(buildQueries(d, table, mode, false)).Elem())
@@ -180,9 +180,9 @@ func TestNewRefusesBadConfigBeforeSQL(t *testing.T) {
 // MySQL, have its Migrate alter the table every store of the schema shares.
 func TestNewRefusesTheVersionTable(t *testing.T) {
 	t.Parallel()
-	for _, d := range []Dialect{Postgres(), MySQL(), SQLite()} {
+	for _, d := range []*Dialect{Postgres(), MySQL(), SQLite()} {
 		for _, table := range []string{VersionTable, "app." + VersionTable, "orders_consumers"} {
-			if d.schemaExistsQuery() == "" && strings.Contains(table, ".") {
+			if d.schemaExists == "" && strings.Contains(table, ".") {
 				continue
 			}
 			if _, err := New(Config{Dialect: d, Table: table}); !errors.Is(err, ErrInvalidTable) {

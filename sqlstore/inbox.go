@@ -29,7 +29,7 @@ const inboxKind = "inbox"
 // InboxConfig configures an [Inbox].
 type InboxConfig struct {
 	// Dialect is the database's dialect. Required.
-	Dialect Dialect
+	Dialect *Dialect
 	// DB is the connection pool. Required.
 	DB *sqlx.DB
 	// Table is the inbox table, named as [Config.Table] is: a plain
@@ -95,7 +95,7 @@ type inboxQueries struct {
 	clean string
 }
 
-func buildInboxQueries(d Dialect, name tableName) inboxQueries {
+func buildInboxQueries(d *Dialect, name tableName) inboxQueries {
 	t, p := name.quoted(d), d.placeholder
 	return inboxQueries{
 		versionQueries: buildVersionQueries(d, name),
@@ -103,7 +103,7 @@ func buildInboxQueries(d Dialect, name tableName) inboxQueries {
 			t, p(1), p(2), p(3)),
 		handledUUID: fmt.Sprintf("SELECT 1 FROM %s WHERE consumer = %s AND message_uuid = %s", t, p(1), p(2)),
 		insert: fmt.Sprintf("INSERT INTO %s (consumer, message_uuid, business_key, source, record_id, handled_at) VALUES (%s, %s, %s, %s, %s, %s)%s",
-			t, p(1), p(2), p(3), p(4), p(5), d.clock(), d.skipDuplicates()),
+			t, p(1), p(2), p(3), p(4), p(5), d.clock, d.skipDuplicates),
 		clean: d.deleteOldest(t, "handled_at < "+d.ago(1), "handled_at", p(2)),
 	}
 }
@@ -259,7 +259,7 @@ func (in *Inbox) Clean(ctx context.Context, olderThan time.Duration, limit int) 
 	if err := checkClean(in.table, olderThan, limit); err != nil {
 		return 0, err
 	}
-	tx, err := in.db.BeginTxx(ctx, in.dialect.cleanTxOptions())
+	tx, err := in.db.BeginTxx(ctx, in.dialect.cleanTxOptions)
 	if err != nil {
 		return 0, in.fail("clean", err)
 	}

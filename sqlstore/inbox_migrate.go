@@ -11,11 +11,11 @@ import (
 
 // inboxMigrations is the directory of an inbox table's migrations, apart
 // from the record table's: the two are numbered on their own.
-func inboxMigrations(d Dialect) string { return path.Join("migrations", "inbox", d.Name()) }
+func inboxMigrations(d *Dialect) string { return path.Join("migrations", "inbox", d.Name()) }
 
 // InboxSchemaVersion is the version of the inbox table schema this code
 // expects for the dialect.
-func InboxSchemaVersion(d Dialect) (int, error) {
+func InboxSchemaVersion(d *Dialect) (int, error) {
 	ms, err := loadMigrations(migrationFiles, inboxMigrations(d))
 	if err != nil {
 		return 0, err

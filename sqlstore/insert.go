@@ -55,7 +55,7 @@ func (s *Store) insertNow(ctx context.Context, records []recordstore.Record) err
 // failInsert is fail for an insert, saying also whether the records may
 // have been saved ([recordstore.ErrOutcomeUnknown]) and, when ctx ended
 // while every connection of the pool was in use, what that usually means.
-func (s *Store) failInsert(db *sqlx.DB, d Dialect, err error) error {
+func (s *Store) failInsert(db *sqlx.DB, d *Dialect, err error) error {
 	te := *s.fail("insert", err).(*TableError) //nolint:errorlint // fail returns a *TableError
 	if st := db.Stats(); errors.Is(err, context.DeadlineExceeded) && st.MaxOpenConnections > 0 && st.InUse >= st.MaxOpenConnections {
 		te.Err = fmt.Errorf("%w (all %d connection(s) of the pool were in use: a publish inside a transaction of the same pool, such as a CompleteTx transaction, waits for a connection that transaction holds; publish with outbox.TxPublisher in that transaction, or give the pool more connections)", te.Err, st.MaxOpenConnections)
@@ -69,7 +69,7 @@ func (s *Store) failInsert(db *sqlx.DB, d Dialect, err error) error {
 // insertWith saves records through db, the pool or a caller's
 // transaction; a batch in which some records have an Origin goes through
 // insertKeyed.
-func (s *Store) insertWith(ctx context.Context, db executor, d Dialect, op string, records []recordstore.Record) error {
+func (s *Store) insertWith(ctx context.Context, db executor, d *Dialect, op string, records []recordstore.Record) error {
 	if keyed(records) {
 		return s.insertKeyed(ctx, db, d, op, records)
 	}
@@ -81,7 +81,7 @@ func (s *Store) insertWith(ctx context.Context, db executor, d Dialect, op strin
 // a batch that needs several statements, and the deliveries of records with
 // consumers, are saved in one transaction (inTx fails as op). Refused
 // records are reported before anything is sent.
-func (s *Store) insertRows(ctx context.Context, db executor, d Dialect, op string, st *insertStatements, records []recordstore.Record) error {
+func (s *Store) insertRows(ctx context.Context, db executor, d *Dialect, op string, st *insertStatements, records []recordstore.Record) error {
 	metadata := make([]string, len(records))
 	for i, r := range records {
 		md, err := encodeMetadata(r.Metadata)
@@ -125,7 +125,7 @@ func (s *Store) InsertTx(ctx context.Context, tx recordstore.Tx, records []recor
 		return nil
 	}
 	d := s.dialect
-	if _, probes := d.(serverProber); probes {
+	if d.probe != nil {
 		var err error
 		if _, d, err = s.bound(ctx); err != nil {
 			return err
@@ -405,7 +405,7 @@ func keyed(records []recordstore.Record) bool {
 // record of the batch has gets that one's. An insert of the same origin
 // that commits between the read and the insert makes this one fail with
 // the unique violation.
-func (s *Store) insertKeyed(ctx context.Context, db executor, d Dialect, op string, records []recordstore.Record) error {
+func (s *Store) insertKeyed(ctx context.Context, db executor, d *Dialect, op string, records []recordstore.Record) error {
 	if _, pool := db.(*sqlx.DB); pool {
 		err := s.insertRows(ctx, db, d, op, &s.q.insertKeyed, records)
 		if err == nil || !d.uniqueViolation(err) {
@@ -455,7 +455,7 @@ func reuse(r *recordstore.Record, saved recordstore.Record) {
 }
 
 // savedOrigins reads the saved records of the batch's origins, by origin.
-func (s *Store) savedOrigins(ctx context.Context, db executor, d Dialect, records []recordstore.Record) (map[string]recordstore.Record, error) {
+func (s *Store) savedOrigins(ctx context.Context, db executor, d *Dialect, records []recordstore.Record) (map[string]recordstore.Record, error) {
 	var origins []any
 	seen := map[string]bool{}
 	for _, r := range records {

@@ -71,7 +71,7 @@ func loadMigrations(fsys fs.FS, dir string) ([]migration, error) {
 
 // SchemaVersion is the version of the table schema this code expects for the
 // dialect.
-func SchemaVersion(d Dialect) (int, error) {
+func SchemaVersion(d *Dialect) (int, error) {
 	ms, err := loadMigrations(migrationFiles, recordMigrations(d))
 	if err != nil {
 		return 0, err
@@ -80,7 +80,7 @@ func SchemaVersion(d Dialect) (int, error) {
 }
 
 // recordMigrations is the directory of a record table's migrations.
-func recordMigrations(d Dialect) string { return path.Join("migrations", d.Name()) }
+func recordMigrations(d *Dialect) string { return path.Join("migrations", d.Name()) }
 
 // templateData is what migration templates see. Every name in it is a
 // validated identifier, quoted by the dialect. Tables are qualified by the
@@ -88,7 +88,7 @@ func recordMigrations(d Dialect) string { return path.Join("migrations", d.Name(
 // table's schema (PostgreSQL refuses a qualified name in CREATE INDEX), or
 // belongs to its table (MySQL).
 type templateData struct {
-	d     Dialect
+	d     *Dialect
 	table tableName
 	Mark  bool
 }
@@ -167,7 +167,7 @@ func (s *Store) migrateTo(ctx context.Context, version int) error {
 }
 
 // migrate runs the migrations the table lacks, in a transaction on conn.
-func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d Dialect, ms []migration, target int) error {
+func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d *Dialect, ms []migration, target int) error {
 	tx, err := s.beginMigration(ctx, conn, d)
 	if err != nil {
 		return err
@@ -220,12 +220,11 @@ type migrationTx interface {
 // beginTx begins a migration's transaction on conn: with the dialect's own
 // statement where it has one (SQLite's BEGIN IMMEDIATE, which queues for
 // the write lock instead of failing with SQLITE_BUSY when it upgrades).
-func beginTx(ctx context.Context, conn *sqlx.Conn, d Dialect) (migrationTx, error) {
-	b, ok := d.(immediateBeginner)
-	if !ok {
+func beginTx(ctx context.Context, conn *sqlx.Conn, d *Dialect) (migrationTx, error) {
+	if d.beginImmediate == "" {
 		return conn.BeginTxx(ctx, nil)
 	}
-	if _, err := conn.ExecContext(ctx, b.beginImmediate()); err != nil {
+	if _, err := conn.ExecContext(ctx, d.beginImmediate); err != nil {
 		return nil, err
 	}
 	return &connTx{ctx: ctx, Conn: conn}, nil

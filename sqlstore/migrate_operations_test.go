@@ -17,7 +17,7 @@ import (
 
 // firstMigrationOnly is the embedded migrations of the dialect up to 001, as
 // the first release shipped them.
-func firstMigrationOnly(t *testing.T, d sqlstore.Dialect) fs.FS {
+func firstMigrationOnly(t *testing.T, d *sqlstore.Dialect) fs.FS {
 	t.Helper()
 	name := path.Join("migrations", d.Name(), "001_create_table.sql")
 	text, err := fs.ReadFile(sqlstore.MigrationFiles, name)
@@ -68,7 +68,7 @@ func TestMigrateAddsOperationsToAFirstReleaseTable(t *testing.T) {
 // completeAsTheFirstRelease completes a record with the statement of the
 // first release, whose table has none of the later columns the store's own
 // completion uses.
-func completeAsTheFirstRelease(t *testing.T, db *sqlx.DB, d sqlstore.Dialect, mode sqlstore.Completion, table string, id int64) {
+func completeAsTheFirstRelease(t *testing.T, db *sqlx.DB, d *sqlstore.Dialect, mode sqlstore.Completion, table string, id int64) {
 	t.Helper()
 	now := map[string]string{"postgres": "now()", "mysql": "UTC_TIMESTAMP(6)", "sqlite": "strftime('%Y-%m-%d %H:%M:%f', 'now')"}[d.Name()]
 	q := "UPDATE " + table + " SET processed_at = " + now + " WHERE id = ? AND processed_at IS NULL"

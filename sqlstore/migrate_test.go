@@ -16,7 +16,7 @@ import (
 
 // withNextMigration is the embedded migrations of the dialect plus one more,
 // as the next release of the code would have them.
-func withNextMigration(t *testing.T, d sqlstore.Dialect) fs.FS {
+func withNextMigration(t *testing.T, d *sqlstore.Dialect) fs.FS {
 	t.Helper()
 	dir := path.Join("migrations", d.Name())
 	files := fstest.MapFS{}

@@ -15,7 +15,7 @@ import (
 //
 // A missing table is an error wrapping [ErrTableMissing]; a table of
 // another schema version one wrapping [ErrSchemaVersion].
-func OpenTable(ctx context.Context, db *sqlx.DB, d Dialect, table string) (*Store, error) {
+func OpenTable(ctx context.Context, db *sqlx.DB, d *Dialect, table string) (*Store, error) {
 	probe, err := New(Config{Dialect: d, Table: table, DB: db})
 	if err != nil {
 		return nil, err

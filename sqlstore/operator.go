@@ -66,7 +66,7 @@ type DeliveryInfo struct {
 }
 
 // addDeliveries fills in the deliveries of the records.
-func (s *Store) addDeliveries(ctx context.Context, db *sqlx.DB, d Dialect, infos []RecordInfo) error {
+func (s *Store) addDeliveries(ctx context.Context, db *sqlx.DB, d *Dialect, infos []RecordInfo) error {
 	at := make(map[int64]int, len(infos))
 	for i, r := range infos {
 		at[r.ID] = i

@@ -157,7 +157,7 @@ type versionQueries struct {
 // tables, the dialect's clock and placeholders, and the conditions that say
 // what is pending.
 type fragments struct {
-	d     Dialect
+	d     *Dialect
 	table tableName
 	t, tc string // the quoted record and consumers tables
 	tr    string // the quoted receivers table
@@ -203,11 +203,11 @@ func (f fragments) wait(col string) string {
 
 // buildQueries builds every statement of a store once, when the store is
 // made, so that its methods only execute them.
-func buildQueries(d Dialect, table tableName, mode Completion, durable bool) *queries {
+func buildQueries(d *Dialect, table tableName, mode Completion, durable bool) *queries {
 	f := fragments{d: d, table: table, t: table.quoted(d), tc: table.in(d, consumersTable(table.name)),
-		tr: table.in(d, receiversTable(table.name)), clock: d.clock(), mark: mode == Mark, pending: "abandoned_at IS NULL"}
+		tr: table.in(d, receiversTable(table.name)), clock: d.clock, mark: mode == Mark, pending: "abandoned_at IS NULL"}
 	if !durable {
-		f.lazy = d.lazyCommit()
+		f.lazy = d.lazyCommit
 	}
 	if f.mark {
 		f.pending = "processed_at IS NULL"
@@ -343,20 +343,20 @@ func (q *queries) buildSchema(f fragments) { q.versionQueries = buildVersionQuer
 
 // buildVersionQueries builds the statements on the schema version table of
 // the table's schema.
-func buildVersionQueries(d Dialect, table tableName) versionQueries {
+func buildVersionQueries(d *Dialect, table tableName) versionQueries {
 	p := d.placeholder
 	vt := table.versionTable(d)
 	return versionQueries{
 		versionTableDDL:       d.versionTableDDL(vt),
 		versionIdentityColumn: d.versionIdentityColumn(table),
 		addVersionIdentity:    d.addVersionIdentity(vt),
-		schemaExists:          d.schemaExistsQuery(),
-		migrationLock:         d.migrationLock(),
+		schemaExists:          d.schemaExists,
+		migrationLock:         d.migrationLock,
 		readVersion:           fmt.Sprintf("SELECT version, completion FROM %s WHERE table_name = %s", vt, p(1)),
 		readIdentity:          fmt.Sprintf("SELECT table_identity FROM %s WHERE table_name = %s", vt, p(1)),
 		insertVersion:         fmt.Sprintf("INSERT INTO %s (table_name, version, completion, table_identity) VALUES (%s, %s, %s, %s)", vt, p(1), p(2), p(3), p(4)),
 		updateVersion:         fmt.Sprintf("UPDATE %s SET version = %s, table_identity = %s WHERE table_name = %s", vt, p(1), p(2), p(3)),
-		databaseName:          d.databaseQuery(),
+		databaseName:          d.databaseQuery,
 	}
 }
 

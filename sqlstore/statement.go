@@ -77,7 +77,7 @@ func (v *versioned) fail(op string, err error) error {
 // from a prefix built once.
 
 // idList is "(p1, p2, …)" for n ids starting at placeholder first.
-func idList(d Dialect, first, n int) string {
+func idList(d *Dialect, first, n int) string {
 	var b strings.Builder
 	b.WriteByte('(')
 	for i := range n {

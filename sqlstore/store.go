@@ -18,7 +18,7 @@ const DefaultTable = "watermill_outbox"
 // Config configures a [Store].
 type Config struct {
 	// Dialect is the database's dialect. Required.
-	Dialect Dialect
+	Dialect *Dialect
 	// Table is the record table: a plain identifier ([A-Za-z_][A-Za-z0-9_]*,
 	// at most 48 bytes), or on PostgreSQL and MySQL/MariaDB one qualified by
 	// a schema, "schema.table" (on MySQL/MariaDB the schema is a database),
@@ -69,7 +69,7 @@ func (c *Config) setDefaults() {
 	}
 	c.Coalescing.setDefaults()
 	if c.Coalescing.InsertsAloneBelow == 0 && c.Dialect != nil {
-		c.Coalescing.InsertsAloneBelow = c.Dialect.insertsAloneBelow()
+		c.Coalescing.InsertsAloneBelow = c.Dialect.insertsAloneBelow
 	}
 }
 
@@ -152,7 +152,7 @@ func New(cfg Config) (*Store, error) {
 	if !co.DisableCheck && cfg.Lease == 0 && s.q.stateMany != "" {
 		s.checks = newCoalescer(co.MaxInFlight, co.MaxBatch, s.checkNow, s.checkBatch)
 	}
-	if !co.DisableComplete && cfg.Dialect.batchComplete(cfg.Completion) {
+	if !co.DisableComplete && cfg.Dialect.batchComplete {
 		s.completes = newCoalescer(co.MaxInFlight, co.MaxBatch, s.completeFast, s.completeBatch)
 		s.completes.alone = s.completeNow
 	}
@@ -174,4 +174,4 @@ func (s *Store) Completion() Completion { return s.mode }
 func (s *Store) Coalescing() Coalescing { return s.coalescing }
 
 // Dialect returns the store's dialect.
-func (s *Store) Dialect() Dialect { return s.dialect }
+func (s *Store) Dialect() *Dialect { return s.dialect }

@@ -7,7 +7,7 @@ import (
 
 // MySQLWithoutReturning is the MySQL dialect taking the LAST_INSERT_ID() path,
 // the one MySQL 8 takes, even on a MariaDB that has RETURNING.
-func MySQLWithoutReturning() Dialect { return mysql{noReturning: true} }
+func MySQLWithoutReturning() *Dialect { return mysqlDialect(true) }
 
 // UseMigrations makes s read its migrations from fsys, laid out as
 // migrations/<dialect>/NNN_name.sql, instead of the embedded ones.
@@ -20,7 +20,7 @@ func InsertsWithReturning(ctx context.Context, s *Store) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return d.(mysql).server.returning, nil
+	return d.server.returning, nil
 }
 
 // MigrationFiles are the embedded migrations.

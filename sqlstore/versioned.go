@@ -17,7 +17,7 @@ import (
 // [Inbox]. It holds what their Migrate and Verify share: the version row,
 // the migration lock, running numbered migrations, and naming errors.
 type versioned struct {
-	dialect Dialect
+	dialect *Dialect
 	// table is the name as configured, for errors; name is it parsed, for
 	// the statements and the version row's key.
 	table string
@@ -30,22 +30,22 @@ type versioned struct {
 
 // withMigrationLock runs fn on a connection of its own that holds the
 // migration lock of the table's schema, on the dialects that take it for
-// the session (see [sessionLocker]); the others lock inside the migration
+// the session (see Dialect.lockSession); the others lock inside the migration
 // transaction (beginMigration).
-func (v *versioned) withMigrationLock(ctx context.Context, db *sqlx.DB, d Dialect, fn func(conn *sqlx.Conn) error) error {
+func (v *versioned) withMigrationLock(ctx context.Context, db *sqlx.DB, d *Dialect, fn func(conn *sqlx.Conn) error) error {
 	conn, err := db.Connx(ctx)
 	if err != nil {
 		return v.fail("migrate", err)
 	}
 	defer conn.Close()
-	if locker, ok := d.(sessionLocker); ok {
-		if err := locker.lockSession(ctx, conn, v.name.schema); err != nil {
+	if d.lockSession != nil {
+		if err := d.lockSession(ctx, conn, v.name.schema); err != nil {
 			return v.fail("lock migrations", err)
 		}
 		defer func() {
 			// The lock lives as long as the session: a connection that
 			// cannot release it is discarded rather than pooled.
-			if err := locker.unlockSession(context.WithoutCancel(ctx), conn, v.name.schema); err != nil {
+			if err := d.unlockSession(context.WithoutCancel(ctx), conn, v.name.schema); err != nil {
 				_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 			}
 		}()
@@ -56,7 +56,7 @@ func (v *versioned) withMigrationLock(ctx context.Context, db *sqlx.DB, d Dialec
 // beginMigration begins the migration transaction on conn, takes the
 // dialect's in-transaction migration lock and makes sure the schema version
 // table exists. The caller rolls the transaction back unless it commits.
-func (v *versioned) beginMigration(ctx context.Context, conn *sqlx.Conn, d Dialect) (migrationTx, error) {
+func (v *versioned) beginMigration(ctx context.Context, conn *sqlx.Conn, d *Dialect) (migrationTx, error) {
 	tx, err := beginTx(ctx, conn, d)
 	if err != nil {
 		return nil, v.fail("migrate", err)
@@ -77,7 +77,7 @@ func (v *versioned) beginMigration(ctx context.Context, conn *sqlx.Conn, d Diale
 // prepareVersionTable creates the schema version table, or adds the
 // identity column to one created before identities existed. It runs under
 // the migration lock, so two processes never add the column at once.
-func (v *versioned) prepareVersionTable(ctx context.Context, tx executor, d Dialect) error {
+func (v *versioned) prepareVersionTable(ctx context.Context, tx executor, d *Dialect) error {
 	if _, err := tx.ExecContext(ctx, v.vq.versionTableDDL); err != nil {
 		return v.fail("create schema version table", err)
 	}
@@ -89,7 +89,7 @@ func (v *versioned) prepareVersionTable(ctx context.Context, tx executor, d Dial
 		return nil
 	}
 	if _, err := tx.ExecContext(ctx, v.vq.addVersionIdentity); err != nil {
-		if r, ok := d.(rerunTolerant); ok && r.alreadyApplied(err) {
+		if d.alreadyApplied != nil && d.alreadyApplied(err) {
 			return nil
 		}
 		return v.fail("add identity to schema version table", err)
@@ -99,7 +99,7 @@ func (v *versioned) prepareVersionTable(ctx context.Context, tx executor, d Dial
 
 // runMigrations renders each migration with data and runs its statements
 // through tx, in order.
-func (v *versioned) runMigrations(ctx context.Context, tx executor, d Dialect, ms []migration, data any) error {
+func (v *versioned) runMigrations(ctx context.Context, tx executor, d *Dialect, ms []migration, data any) error {
 	for _, m := range ms {
 		var b strings.Builder
 		if err := m.tmpl.Execute(&b, data); err != nil {
@@ -107,7 +107,7 @@ func (v *versioned) runMigrations(ctx context.Context, tx executor, d Dialect, m
 		}
 		for _, stmt := range statements(b.String()) {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				if r, ok := d.(rerunTolerant); ok && r.alreadyApplied(err) {
+				if d.alreadyApplied != nil && d.alreadyApplied(err) {
 					continue
 				}
 				return v.fail("migration "+m.name, err)

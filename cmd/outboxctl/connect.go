@@ -22,7 +22,7 @@ import (
 const connectTimeout = 15 * time.Second
 
 // dialectOf names the dialect and the database/sql driver of a DSN.
-func dialectOf(dsn, name string) (sqlstore.Dialect, string, error) {
+func dialectOf(dsn, name string) (*sqlstore.Dialect, string, error) {
 	if name == "" {
 		switch {
 		case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):

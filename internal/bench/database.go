@@ -23,7 +23,7 @@ const poolSize = 40
 // database is one database the suite runs on.
 type database struct {
 	name    string
-	dialect sqlstore.Dialect
+	dialect *sqlstore.Dialect
 	db      *sqlx.DB
 	version string
 	tmpDir  string

@@ -102,7 +102,7 @@ func (rep *report) print(w io.Writer) {
 			}
 			note := r.r.note
 			if r.r.lost > 0 {
-				note = strings.TrimSpace(fmt.Sprintf("%s **%d published message(s) never delivered**", note, r.r.lost))
+				note = strings.TrimSpace(fmt.Sprintf("%s *%d published message(s) never delivered*", note, r.r.lost))
 			}
 			if r.r.errors > 0 {
 				note = strings.TrimSpace(fmt.Sprintf("%s %d failed calls, first: %v", note, r.r.errors, r.r.firstErr))
@@ -133,7 +133,7 @@ func (rep *report) print(w io.Writer) {
 			case t.met:
 				fmt.Fprintf(w, "| %s | %s | met |\n", t.what, t.measured)
 			default:
-				fmt.Fprintf(w, "| %s | %s | **not met** |\n", t.what, t.measured)
+				fmt.Fprintf(w, "| %s | %s | *not met* |\n", t.what, t.measured)
 			}
 		}
 	}

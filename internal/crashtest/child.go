@@ -29,7 +29,7 @@ type ChildConfig struct {
 	// DB is the database of the record and handled tables.
 	DB *sqlx.DB
 	// Dialect is the store's dialect.
-	Dialect sqlstore.Dialect
+	Dialect *sqlstore.Dialect
 	// Publisher returns the raw publisher of the service's broker; close
 	// releases it.
 	Publisher func() (pub message.Publisher, close func(), err error)
@@ -45,7 +45,7 @@ type ChildConfig struct {
 func IsChild(test string) bool { return os.Getenv(EnvChild) == test }
 
 // Prepare creates the record table and its handled table for a run.
-func Prepare(t *testing.T, db *sqlx.DB, d sqlstore.Dialect, table string) {
+func Prepare(t *testing.T, db *sqlx.DB, d *sqlstore.Dialect, table string) {
 	t.Helper()
 	prepareRecords(t, db, d, table)
 	if _, err := db.Exec("CREATE TABLE " + table + "_handled (uuid VARCHAR(64) NOT NULL, consumer VARCHAR(64) NOT NULL)"); err != nil {
@@ -55,7 +55,7 @@ func Prepare(t *testing.T, db *sqlx.DB, d sqlstore.Dialect, table string) {
 }
 
 // prepareRecords creates the record table, dropped when the test ends.
-func prepareRecords(t *testing.T, db *sqlx.DB, d sqlstore.Dialect, table string) {
+func prepareRecords(t *testing.T, db *sqlx.DB, d *sqlstore.Dialect, table string) {
 	t.Helper()
 	s, err := sqlstore.New(sqlstore.Config{Dialect: d, Table: table, DB: db})
 	if err != nil {

@@ -61,7 +61,7 @@ func (s ServicesSummary) String() string {
 
 // PrepareServices creates A's record table in dbA and B's effect table and
 // inbox in dbB, dropped when the test ends.
-func PrepareServices(t *testing.T, dbA *sqlx.DB, dA sqlstore.Dialect, table string, dbB *sqlx.DB, dB sqlstore.Dialect) {
+func PrepareServices(t *testing.T, dbA *sqlx.DB, dA *sqlstore.Dialect, table string, dbB *sqlx.DB, dB *sqlstore.Dialect) {
 	t.Helper()
 	prepareRecords(t, dbA, dA, table)
 	inbox, err := sqlstore.NewInbox(sqlstore.InboxConfig{Dialect: dB, DB: dbB, Table: InboxTable})

@@ -131,7 +131,7 @@ func Table(tb testing.TB) string {
 // Backend is one database the suites run against.
 type Backend struct {
 	Name    string
-	Dialect sqlstore.Dialect
+	Dialect *sqlstore.Dialect
 	// Open opens the database (skipping or failing if it is unreachable).
 	Open func(tb testing.TB) *sqlx.DB
 	// Now is a query returning the database clock, comparable with
@@ -195,7 +195,7 @@ func NewStore(tb testing.TB, b Backend, db *sqlx.DB, mode sqlstore.Completion) *
 // DropTable removes a test table, its consumers table and its schema
 // version row. A schema-qualified table's row is in its schema's version
 // table, keyed by the name without the schema.
-func DropTable(tb testing.TB, db *sqlx.DB, d sqlstore.Dialect, table string) {
+func DropTable(tb testing.TB, db *sqlx.DB, d *sqlstore.Dialect, table string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table) // table names here are generated identifiers
@@ -218,7 +218,7 @@ func VersionRow(table string) (versionTable, key string) {
 // Schema creates a schema unique to this test run, named prefix_<random>
 // (on MySQL/MariaDB a database), and drops it with everything in it when
 // the test ends. It fails the test on a database without schemas.
-func Schema(tb testing.TB, db *sqlx.DB, d sqlstore.Dialect, prefix string) string {
+func Schema(tb testing.TB, db *sqlx.DB, d *sqlstore.Dialect, prefix string) string {
 	tb.Helper()
 	var b [4]byte
 	_, _ = rand.Read(b[:])
