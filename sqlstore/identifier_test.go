@@ -164,6 +164,9 @@ func TestNewRefusesBadConfigBeforeSQL(t *testing.T) {
 	if _, err := New(Config{}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("missing dialect: %v", err)
 	}
+	if _, err := New(Config{Dialect: &Dialect{}}); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("zero dialect: %v", err)
+	}
 	if _, err := New(Config{Dialect: SQLite(), Completion: Completion(9)}); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("bad completion: %v", err)
 	}

@@ -49,7 +49,7 @@ func (c *InboxConfig) setDefaults() {
 
 // Validate reports a configuration error, if any.
 func (c InboxConfig) Validate() error {
-	if c.Dialect == nil {
+	if c.Dialect == nil || c.Dialect.name == "" {
 		return fmt.Errorf("%w: Dialect is required (sqlstore.Postgres(), sqlstore.MySQL() or sqlstore.SQLite())", ErrInvalidConfig)
 	}
 	if c.DB == nil {

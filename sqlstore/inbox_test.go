@@ -113,6 +113,7 @@ func TestInboxConfig(t *testing.T) {
 		want error
 	}{
 		{"NoDialect", sqlstore.InboxConfig{DB: db}, sqlstore.ErrInvalidConfig},
+		{"ZeroDialect", sqlstore.InboxConfig{DB: db, Dialect: &sqlstore.Dialect{}}, sqlstore.ErrInvalidConfig},
 		{"NoDB", sqlstore.InboxConfig{Dialect: sqlstore.SQLite()}, sqlstore.ErrInvalidConfig},
 		{"InvalidTable", sqlstore.InboxConfig{Dialect: sqlstore.SQLite(), DB: db, Table: "inbox; DROP TABLE x"}, sqlstore.ErrInvalidTable},
 		{"QualifiedOnSQLite", sqlstore.InboxConfig{Dialect: sqlstore.SQLite(), DB: db, Table: "main.inbox"}, sqlstore.ErrInvalidTable},

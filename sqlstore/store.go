@@ -75,7 +75,7 @@ func (c *Config) setDefaults() {
 
 // Validate reports a configuration error, if any.
 func (c Config) Validate() error {
-	if c.Dialect == nil {
+	if c.Dialect == nil || c.Dialect.name == "" {
 		return fmt.Errorf("%w: Dialect is required (sqlstore.Postgres(), sqlstore.MySQL() or sqlstore.SQLite())", ErrInvalidConfig)
 	}
 	if c.Completion != Mark && c.Completion != Delete {
