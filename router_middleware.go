@@ -159,52 +159,20 @@ func (c MiddlewareConfig) Validate() error {
 	return c.Backoff.Validate()
 }
 
-// NewMiddleware returns the router middleware that checks and completes the
-// records of tracked messages (step 2 of [How it works]). Add it before
-// (outside of) Retry; see [Middleware order].
-//
-// A message is this service's when its [MetadataStore] is the store of the
-// topic the handler subscribed to and its [MetadataTopic] is that topic; any
-// other message, and one without [MetadataID], runs the handler untracked.
-// For its own messages, the middleware checks the record for the consumer
-// (the handler name) and then:
-//
-//   - pending and due: runs the handler, and completes the delivery when the
-//     handler succeeded or returned a [Drop] error, or leaves it pending and
-//     returns the handler's error; a handler that completed the record in
-//     its transaction ([CompleteTx]) is not completed again;
-//   - already completed by this consumer, or not in the table: acknowledges
-//     without running the handler (a missing record is logged);
-//   - saved for another message UUID: acknowledges, touching no record, and
-//     reports [Observer.Mismatched];
-//   - not due yet ([MiddlewareConfig.Backoff]): holds the message until it is
-//     due, then nacks it itself and returns nil;
-//   - the check failed, or another delivery holds the lease: returns a
-//     [*CheckError] after a delay ([MiddlewareConfig.CheckRetryDelay],
-//     LeasedNackDelay);
-//   - after [MiddlewareConfig.MaxAttempts] failures, on a store that
-//     implements [recordstore.FailureRecorder]: abandons the delivery and
-//     returns an [*AbandonedError].
-//
-// Messages the handler returns count: the delivery completes once the router
-// has published them, and a failed publish is a failed attempt. With
-// [PublisherDecorator], a rerun of the handler sends the first run's saved
-// messages again rather than saving new ones. While the handler runs, the
-// outbox keys are removed from the metadata and the record is available from
-// [RecordFromContext]. [Several receivers] and [Bounded delivery] say how
-// declared consumers and failures are handled.
-//
-// Another service's tracked message is handled as its receiver: see
-// [Receivers in other services] ([MiddlewareConfig.Inbox],
-// [MiddlewareConfig.Confirmations]). On a store that implements
-// [recordstore.ReceiverRecorder], a check that answered records the
-// consumer as seen, at most once a minute per topic, consumer and process,
-// off the handler's path, so that the status tells the records that wait
-// for a receiver never seen ([TopicStatus.Unchecked]).
+// NewMiddleware returns the router middleware that checks the record of
+// each tracked message before the handler ([CheckOutcome] lists what the
+// check decides) and completes the consumer's delivery once the handler
+// succeeded or returned a [Drop] error (step 2 of [How it works]); any
+// other error leaves the delivery pending, due again after
+// [MiddlewareConfig.Backoff]. Messages that are not this service's run the
+// handler untracked. While the handler runs the outbox keys are removed from
+// the metadata and the record is available from [RecordFromContext]. Add it
+// outside Retry ([Middleware order]). Failures are bounded as
+// [Bounded delivery] says; other services' messages are received as
+// [Receivers in other services] says. A nil logger logs nothing.
 //
 // [How it works]: https://pkg.go.dev/github.com/wmoutbox/outbox#hdr-How_it_works
 // [Middleware order]: https://pkg.go.dev/github.com/wmoutbox/outbox#hdr-Middleware_order
-// [Several receivers]: https://pkg.go.dev/github.com/wmoutbox/outbox#hdr-Several_receivers
 // [Bounded delivery]: https://pkg.go.dev/github.com/wmoutbox/outbox#hdr-Bounded_delivery
 // [Receivers in other services]: https://pkg.go.dev/github.com/wmoutbox/outbox#hdr-Receivers_in_other_services
 func NewMiddleware(reg *Registry, cfg MiddlewareConfig, logger watermill.LoggerAdapter) (message.HandlerMiddleware, error) {
