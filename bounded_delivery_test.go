@@ -363,11 +363,11 @@ func proxied(t *testing.T, backend testenv.Backend) (direct, viaProxy *sqlx.DB, 
 	return direct, viaProxy, proxy
 }
 
-// TestFetchTimeout puts the store's pool behind a proxy that accepts
+// TestCheckTimeout puts the store's pool behind a proxy that accepts
 // connections and never answers: the check before the handler gives up
 // after CheckTimeout with a CheckError (nack), and the handler does not
 // run. Once the database answers again, the message is handled.
-func TestFetchTimeout(t *testing.T) {
+func TestCheckTimeout(t *testing.T) {
 	t.Parallel()
 	for _, backend := range testenv.Backends() {
 		if backend.Name == "SQLite" {

@@ -95,7 +95,7 @@ func TestMiddleware(t *testing.T) {
 		})
 	})
 
-	t.Run("FetchFailureNacksWithoutHandler", func(t *testing.T) {
+	t.Run("CheckFailureNacksWithoutHandler", func(t *testing.T) {
 		t.Parallel()
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 			b := setup(t, backend, sqlstore.Mark)
@@ -256,7 +256,7 @@ func TestMiddleware(t *testing.T) {
 		})
 	})
 
-	t.Run("UnknownNameRunsHandlerUntrackedAndLogs", func(t *testing.T) {
+	t.Run("UnknownTopicRunsHandlerUntrackedAndLogs", func(t *testing.T) {
 		t.Parallel()
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 			b := setup(t, backend, sqlstore.Mark)
