@@ -89,17 +89,24 @@ func TestTwoInstancesReplayTogether(t *testing.T) {
 		}
 		var wg sync.WaitGroup
 		start := make(chan struct{})
+		runErrs := make(chan error, len(routers))
 		for _, r := range routers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				<-start
-				assert.NoError(t, r.Run(context.Background()))
+				runErrs <- r.Run(context.Background())
 			}()
 		}
 		close(start)
-		<-routers[0].Running()
-		<-routers[1].Running()
+		for _, r := range routers {
+			select {
+			case <-r.Running():
+			case err := <-runErrs:
+				close(runs.gate)
+				t.Fatalf("an instance stopped before it ran: %v", err)
+			}
+		}
 		close(runs.gate)
 		select {
 		case <-deliveries.done:
@@ -110,6 +117,10 @@ func TestTwoInstancesReplayTogether(t *testing.T) {
 			require.NoError(t, r.Close())
 		}
 		wg.Wait()
+		close(runErrs)
+		for err := range runErrs {
+			require.NoError(t, err)
+		}
 
 		total, concurrent := 0, 0
 		for _, id := range crashUUIDs(backlog) {
