@@ -27,6 +27,11 @@ type database struct {
 	db      *sqlx.DB
 	version string
 	tmpDir  string
+	// meter is the connection the cost counters are read on, nil on
+	// SQLite; serverPID the server's process on this machine, 0 when
+	// unknown.
+	meter     *sqlx.DB
+	serverPID int
 }
 
 // dsns are the servers' DSNs; SQLite needs none.
@@ -41,7 +46,7 @@ func openDatabase(ctx context.Context, name string, dsn dsns) (*database, error)
 	switch name {
 	case "postgres":
 		d.dialect = sqlstore.Postgres()
-		d.db, err = sqlx.Open("pgx", dsn.postgres)
+		d.db, err = sqlx.Open("pgx", withApplicationName(dsn.postgres))
 	case "mariadb":
 		d.dialect = sqlstore.MySQL()
 		d.db, err = sqlx.Open("mysql", dsn.mysql)
@@ -71,6 +76,16 @@ func openDatabase(ctx context.Context, name string, dsn dsns) (*database, error)
 		return nil, fmt.Errorf("%s is not reachable: %w", name, err)
 	}
 	d.version = product + d.version
+	switch name {
+	case "postgres":
+		err = d.openMeter(ctx, "pgx", dsn.postgres)
+	case "mariadb":
+		err = d.openMeter(ctx, "mysql", dsn.mysql)
+	}
+	if err != nil {
+		d.close()
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -117,16 +132,25 @@ func (d *database) writerStore(s *sqlstore.Store) (w *sqlstore.Store, close func
 
 func (d *database) close() {
 	_ = d.db.Close()
+	if d.meter != nil {
+		_ = d.meter.Close()
+	}
 	if d.tmpDir != "" {
 		_ = os.RemoveAll(d.tmpDir)
 	}
 }
 
-// newStore creates a fresh outbox table; drop removes it.
+// newStore creates a fresh outbox table that marks completed records; drop
+// removes it.
 func (d *database) newStore(ctx context.Context, co sqlstore.Coalescing) (*sqlstore.Store, error) {
+	return d.newStoreOf(ctx, co, sqlstore.Mark)
+}
+
+// newStoreOf is newStore with the completion mode given.
+func (d *database) newStoreOf(ctx context.Context, co sqlstore.Coalescing, mode sqlstore.Completion) (*sqlstore.Store, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	s, err := sqlstore.New(sqlstore.Config{Dialect: d.dialect, Table: "bench_" + hex.EncodeToString(b[:]), DB: d.db, Coalescing: co})
+	s, err := sqlstore.New(sqlstore.Config{Dialect: d.dialect, Table: "bench_" + hex.EncodeToString(b[:]), DB: d.db, Coalescing: co, Completion: mode})
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,9 @@ type pipeline struct {
 	sub        message.Subscriber
 	middleware []message.HandlerMiddleware
 	close      func()
+	// stop, when set, stops what runs in the background (the forwarder)
+	// before close, so that the cost meter reads counters no one moves.
+	stop func()
 	// caughtUp, when set, says whether the relay has passed every message
 	// saved so far; once it has and nothing more arrives, the messages still
 	// missing are lost, and the case need not wait for stall.
@@ -53,6 +56,10 @@ type load struct {
 	// started, when set, is called once the router runs, as the publishers
 	// start.
 	started func()
+	// meter, when set, measures what each delivered message cost the
+	// database, from the start of the publishers until every message was
+	// handled.
+	meter *meter
 }
 
 // going reports whether a publisher with count messages sent goes on past
@@ -167,6 +174,9 @@ func endToEnd(ctx context.Context, p pipeline, l load) (result, error) {
 	if l.started != nil {
 		l.started()
 	}
+	if l.meter != nil {
+		l.meter.start(ctx)
+	}
 	start := time.Now()
 	lastHandled.Store(start.UnixNano())
 	deadline := start.Add(l.duration)
@@ -254,6 +264,14 @@ wait:
 	r := result{rate: float64(handled.Load()) / elapsed.Seconds(), errors: failed.Load(), firstErr: firstErr, lost: lost,
 		lastHandled: time.Unix(0, lastHandled.Load())}
 	lat.into(&r)
+	if l.meter != nil {
+		if p.stop != nil {
+			p.stop()
+		}
+		if r.cost, err = l.meter.stop(ctx, handled.Load()); err != nil {
+			return result{}, err
+		}
+	}
 	if r.rate == 0 {
 		return r, errors.Join(errors.New("no message was handled"), firstErr)
 	}
@@ -310,7 +328,12 @@ func untrackedRegistry() (*outbox.Registry, error) {
 // trackedPipeline tracks every topic of the case in a new store, dropped
 // when the pipeline closes.
 func trackedPipeline(ctx context.Context, d *database, publishers int, co sqlstore.Coalescing) (pipeline, error) {
-	store, err := d.newStore(ctx, co)
+	return trackedPipelineOf(ctx, d, publishers, co, sqlstore.Mark)
+}
+
+// trackedPipelineOf is trackedPipeline with the completion mode given.
+func trackedPipelineOf(ctx context.Context, d *database, publishers int, co sqlstore.Coalescing, mode sqlstore.Completion) (pipeline, error) {
+	store, err := d.newStoreOf(ctx, co, mode)
 	if err != nil {
 		return pipeline{}, err
 	}

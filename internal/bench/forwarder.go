@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"sync"
 	"time"
 
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v3/pkg/sql"
@@ -96,14 +97,21 @@ func classicPipeline(ctx context.Context, d *database, poll time.Duration) (pipe
 		cancel()
 		return pipeline{}, fmt.Errorf("forwarder: %w", err)
 	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = fwd.Close()
+			cancel()
+			<-runErr // the forwarder's router closes sub
+		})
+	}
 	return pipeline{
 		pub:      &txPublisher{db: d.db.DB, schema: adapters.schema, forwarderTopic: topic},
 		sub:      gc,
 		caughtUp: func() bool { return adapters.caughtUp(d.db.DB, topic) },
+		stop:     stop,
 		close: func() {
-			_ = fwd.Close()
-			cancel()
-			<-runErr // the forwarder's router closes sub
+			stop()
 			_ = gc.Close()
 			// The tables watermill-sql created; topic is a generated name.
 			for _, t := range adapters.tables(topic) {

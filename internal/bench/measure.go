@@ -28,6 +28,9 @@ type result struct {
 	// cases.
 	lastHandled time.Time
 	note        string
+	// cost is what a delivered message cost the database, by
+	// costColumn.key, in the cases that measure it (load.meter).
+	cost map[string]float64
 }
 
 // loop runs workers that call op until d has passed and returns the units

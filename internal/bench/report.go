@@ -14,6 +14,9 @@ type report struct {
 	// ratios are comparisons with no target: what the project is measured
 	// against, not a line it must pass.
 	ratios []target
+	// costColumns are the database's cost columns, printed beside the rate
+	// of every row that measured its cost.
+	costColumns []costColumn
 }
 
 type row struct {
@@ -91,23 +94,54 @@ func (rep *report) notApplicable(what, why string) {
 	rep.targets = append(rep.targets, target{what: what, why: why})
 }
 
+// note is a row's note with its losses and failures.
+func (r row) note() string {
+	note := r.r.note
+	if r.r.lost > 0 {
+		note = strings.TrimSpace(fmt.Sprintf("%s *%d published message(s) never delivered*", note, r.r.lost))
+	}
+	if r.r.errors > 0 {
+		note = strings.TrimSpace(fmt.Sprintf("%s %d failed calls, first: %v", note, r.r.errors, r.r.firstErr))
+	}
+	return note
+}
+
 func (rep *report) print(w io.Writer) {
-	if len(rep.rows) > 0 {
+	var plain, costed []row
+	for _, r := range rep.rows {
+		if r.r.cost != nil {
+			costed = append(costed, r)
+		} else {
+			plain = append(plain, r)
+		}
+	}
+	if len(plain) > 0 {
 		fmt.Fprintln(w, "| group | case | conc. | rate | p50 | p99 | note |")
 		fmt.Fprintln(w, "|---|---|--:|--:|--:|--:|---|")
-		for _, r := range rep.rows {
+		for _, r := range plain {
 			p50, p99 := "", ""
 			if r.r.latency {
 				p50, p99 = ms(r.r.p50), ms(r.r.p99)
 			}
-			note := r.r.note
-			if r.r.lost > 0 {
-				note = strings.TrimSpace(fmt.Sprintf("%s *%d published message(s) never delivered*", note, r.r.lost))
+			fmt.Fprintf(w, "| %s | %s | %s | %s %s | %s | %s | %s |\n", r.group, r.name, r.conc, rate(r.r.rate), r.unit, p50, p99, r.note())
+		}
+		fmt.Fprintln(w)
+	}
+	if len(costed) > 0 {
+		head, align := "| group | case | conc. | rate |", "|---|---|--:|--:|"
+		for _, c := range rep.costColumns {
+			head += " " + c.title + " |"
+			align += "--:|"
+		}
+		fmt.Fprintln(w, head+" note |")
+		fmt.Fprintln(w, align+"---|")
+		for _, r := range costed {
+			note := r.note()
+			if paths := pathNote(r.r.cost); paths != "" {
+				note = strings.TrimPrefix(note+"; "+paths, "; ")
 			}
-			if r.r.errors > 0 {
-				note = strings.TrimSpace(fmt.Sprintf("%s %d failed calls, first: %v", note, r.r.errors, r.r.firstErr))
-			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s %s | %s | %s | %s |\n", r.group, r.name, r.conc, rate(r.r.rate), r.unit, p50, p99, note)
+			fmt.Fprintf(w, "| %s | %s | %s | %s %s | %s | %s |\n", r.group, r.name, r.conc, rate(r.r.rate), r.unit,
+				strings.Join(costCells(rep.costColumns, r.r.cost), " | "), note)
 		}
 		fmt.Fprintln(w)
 	}

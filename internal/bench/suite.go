@@ -79,7 +79,7 @@ func untrackedAllocs() (publish, delivery float64, err error) {
 
 // runSuite measures everything that needs the database, side by side.
 func runSuite(ctx context.Context, d *database, o options) (*report, error) {
-	rep := &report{}
+	rep := &report{costColumns: d.costColumns()}
 	steps := []struct {
 		group string
 		run   func(context.Context, *database, options, *report) error
@@ -226,11 +226,13 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 	hand := "hand loop (INSERT … RETURNING; SELECT by id, UPDATE)"
 	inserts := "project, inserts one by one (Coalescing.DisableInsert)"
 	combined := "project, inserts always combined (Coalescing.InsertsAloneBelow -1)"
+	deleting := "project, completion by delete (Completion: Delete)"
 	fwdName := func(poll time.Duration) string {
 		return fmt.Sprintf("forwarder (watermill-sql, tx per publish), %s poll", pollText(poll))
 	}
 	for _, p := range o.publisherCounts() {
 		l := saturatedLoad(p, o)
+		l.meter = d.newMeter()
 		// Each Publish call is timed too: the note says whether a system
 		// was bound by its publishers.
 		cases := []func() (result, error){
@@ -266,6 +268,13 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 				}
 				return timedEndToEnd(ctx, pl, l)
 			},
+			func() (result, error) {
+				pl, err := trackedPipelineOf(ctx, d, p, o.coalesced(), sqlstore.Delete)
+				if err != nil {
+					return result{}, err
+				}
+				return timedEndToEnd(ctx, pl, l)
+			},
 		}
 		if d.hasForwarder() {
 			for _, poll := range forwarderPolls {
@@ -289,10 +298,11 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 		rep.add(group, hand, p, rs[1], "msg/s")
 		rep.add(group, inserts, p, rs[2], "msg/s")
 		rep.add(group, combined, p, rs[3], "msg/s")
+		rep.add(group, deleting, p, rs[4], "msg/s")
 		for i, poll := range forwarderPolls {
 			if d.hasForwarder() {
-				rep.add(group, fwdName(poll), p, rs[4+i], "msg/s")
-				rep.compare(fmt.Sprintf("saturated at %d: project / forwarder, %s poll", p, pollText(poll)), rs[0], rs[4+i])
+				rep.add(group, fwdName(poll), p, rs[5+i], "msg/s")
+				rep.compare(fmt.Sprintf("saturated at %d: project / forwarder, %s poll", p, pollText(poll)), rs[0], rs[5+i])
 			}
 		}
 		rep.compare(fmt.Sprintf("saturated at %d: inserts one by one / defaults", p), rs[2], rs[0])
