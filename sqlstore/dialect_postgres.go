@@ -48,16 +48,21 @@ RETURNING id`,
 	// The combined completion passes the ids as one array, so the text is
 	// the same for any number of ids and the statement is prepared once
 	// per connection. Only records without consumers complete this way; a
-	// marking table records the consumer that completed them. The ids are
-	// joined as rows, not matched with id = ANY($1): with ANY, the planner
-	// may scan the whole pending index (topic, id) for them, a cost that
-	// grows with the backlog; joined, each id is one primary key lookup.
-	// Each id comes with the UUID of its delivery's message, the last
-	// argument, compared on the row found. A row another transaction holds
-	// (a CompleteTx still open) is skipped, so that the batch never waits
-	// for it: its call completes alone, outside the batch.
-	completeMarkSQL:   "UPDATE {table} AS r SET processed_at = now(), completed_by = $2 FROM (SELECT l.id FROM {table} AS l JOIN unnest($1::bigint[], $3::text[]) AS u(id, uuid) ON l.id = u.id WHERE (u.uuid = '' OR l.uuid = u.uuid) AND l.processed_at IS NULL AND l.consumers = 0 FOR UPDATE OF l SKIP LOCKED) AS k{lazy} WHERE r.id = k.id RETURNING r.id",
-	completeDeleteSQL: "DELETE FROM {table} AS r USING (SELECT l.id FROM {table} AS l JOIN unnest($1::bigint[], $2::text[]) AS u(id, uuid) ON l.id = u.id WHERE (u.uuid = '' OR l.uuid = u.uuid) AND l.consumers = 0 AND l.abandoned_at IS NULL FOR UPDATE OF l SKIP LOCKED) AS k{lazy} WHERE r.id = k.id RETURNING r.id",
+	// marking table records the consumer that completed them. Each id is
+	// looked up on its own by its primary key (LATERAL … LIMIT 1), and
+	// only the row found is tested: pending, no consumers, the UUID of its
+	// delivery's message (the last argument). With the ids joined to the
+	// table, or with the tests beside the lookup, the plan PostgreSQL
+	// caches for the prepared statement while the table is small (a
+	// generic plan, kept as the table grows) read the whole pending index
+	// (topic, id), whose predicate the tests imply, or the whole table: a
+	// cost that grows with every record the table ever held. Matched with
+	// id = ANY($1), the planner may scan that index too. A row another
+	// transaction holds (a CompleteTx still open) is skipped, so that the
+	// batch never waits for it: its call completes alone, outside the
+	// batch. The row is tested once locked, in its latest version.
+	completeMarkSQL:   "UPDATE {table} AS r SET processed_at = now(), completed_by = $2 FROM (SELECT k.id FROM unnest($1::bigint[], $3::text[]) AS u(id, uuid) CROSS JOIN LATERAL (SELECT l.id, l.uuid, l.consumers, l.processed_at FROM {table} AS l WHERE l.id = u.id LIMIT 1 FOR UPDATE OF l SKIP LOCKED) AS k WHERE (u.uuid = '' OR k.uuid = u.uuid) AND k.consumers = 0 AND k.processed_at IS NULL) AS k{lazy} WHERE r.id = k.id RETURNING r.id",
+	completeDeleteSQL: "DELETE FROM {table} AS r USING (SELECT k.id FROM unnest($1::bigint[], $2::text[]) AS u(id, uuid) CROSS JOIN LATERAL (SELECT l.id, l.uuid, l.consumers, l.abandoned_at FROM {table} AS l WHERE l.id = u.id LIMIT 1 FOR UPDATE OF l SKIP LOCKED) AS k WHERE (u.uuid = '' OR k.uuid = u.uuid) AND k.consumers = 0 AND k.abandoned_at IS NULL) AS k{lazy} WHERE r.id = k.id RETURNING r.id",
 	deliveryPairs:     "unnest($1::bigint[], $2::text[]) AS x(id, consumer)",
 	// No forceIndexSQL: PostgreSQL's partial pending index holds only
 	// pending records, and no other index competes with it. No

@@ -1,0 +1,39 @@
+package sqlstore_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/sqlstore"
+)
+
+// TestCombinedCompletionPlanCachedOnAnEmptyTable: on PostgreSQL, the plan
+// cached for the combined completion while its table is empty (a generic
+// plan, which a connection keeps using as the table grows) finds each id by
+// its primary key. With the ids joined to the table and the pending test
+// beside the lookup, that plan read the whole pending index into a hash
+// join, dead entries of completed records included, once per statement:
+// at 16 publishers, 35 of the 55 rows read per delivered message.
+func TestCombinedCompletionPlanCachedOnAnEmptyTable(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	for _, c := range []struct {
+		mode        sqlstore.Completion
+		types, args string
+	}{
+		{sqlstore.Mark, "bigint[], text, text[]", "'{1,2,3,4}', 'handler', '{u,u,\"\",u}'"},
+		{sqlstore.Delete, "bigint[], text[]", "'{1,2,3,4}', '{u,u,\"\",u}'"},
+	} {
+		t.Run(c.mode.String(), func(t *testing.T) {
+			s := testenv.NewStore(t, testenv.Backends()[0], db, c.mode)
+			_, many, _, _ := sqlstore.CompletionStatements(s)
+			text := genericPlan(t, db, many, c.types, c.args)
+			assert.Contains(t, text, "_pkey", text)
+			assert.NotContains(t, text, "_pending", text)
+			assert.NotContains(t, text, "Seq Scan", text)
+			assert.NotContains(t, text, "Hash", text)
+		})
+	}
+}
