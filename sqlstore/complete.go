@@ -301,8 +301,8 @@ func (q *queries) buildComplete(f fragments, mode Completion) {
 		q.complete = fmt.Sprintf(complete, t, clock, p(1), "", p(2), f.message("uuid", 3))
 		q.completeAlone = fmt.Sprintf(complete, t, clock, p(1), lazyFrom, p(2), f.message("uuid", 3))
 		if skip := f.d.lockRows(true); skip != "" && f.d.batchComplete {
-			q.completeSkipLocked = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s%s WHERE id = (SELECT id FROM %s WHERE id = %s AND %s AND processed_at IS NULL AND consumers = 0%s)",
-				t, clock, p(1), lazyFrom, t, p(2), f.message("uuid", 3), skip)
+			q.completeSkipLocked = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s%s WHERE id = (%s)",
+				t, clock, p(1), lazyFrom, f.lockedByID(p(2), "l.processed_at IS NULL AND l.consumers = 0 AND "+f.message("l.uuid", 3), skip))
 		}
 		q.completeIn = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s WHERE processed_at IS NULL AND consumers = 0 AND id IN (",
 			t, clock, p(1))
@@ -313,8 +313,8 @@ func (q *queries) buildComplete(f fragments, mode Completion) {
 		q.complete = fmt.Sprintf(complete, t, "", p(1), f.message("uuid", 2))
 		q.completeAlone = fmt.Sprintf(complete, t, lazyUsing, p(1), f.message("uuid", 2))
 		if skip := f.d.lockRows(true); skip != "" && f.d.batchComplete {
-			q.completeSkipLocked = fmt.Sprintf("DELETE FROM %s%s WHERE id = (SELECT id FROM %s WHERE id = %s AND %s AND consumers = 0 AND abandoned_at IS NULL%s)",
-				t, lazyUsing, t, p(1), f.message("uuid", 2), skip)
+			q.completeSkipLocked = fmt.Sprintf("DELETE FROM %s%s WHERE id = (%s)",
+				t, lazyUsing, f.lockedByID(p(1), "l.consumers = 0 AND l.abandoned_at IS NULL AND "+f.message("l.uuid", 2), skip))
 		}
 		q.completeIn = fmt.Sprintf("DELETE FROM %s WHERE consumers = 0 AND abandoned_at IS NULL AND id IN (", t)
 		q.finishRecord = fmt.Sprintf("DELETE FROM %s WHERE id = %s", t, p(1))

@@ -37,3 +37,27 @@ func TestCombinedCompletionPlanCachedOnAnEmptyTable(t *testing.T) {
 		})
 	}
 }
+
+// TestSingleCompletionPlanCachedOnAnEmptyTable: on PostgreSQL, the plan
+// cached for the completion of one record on the coalesced path, made
+// while the table is empty, finds the record by its primary key, never
+// through the pending index (topic, id), which it would read whole.
+func TestSingleCompletionPlanCachedOnAnEmptyTable(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	for _, c := range []struct {
+		mode        sqlstore.Completion
+		types, args string
+	}{
+		{sqlstore.Mark, "text, bigint, text, text", "'handler', 5, 'u', 'u'"},
+		{sqlstore.Delete, "bigint, text, text", "5, 'u', 'u'"},
+	} {
+		t.Run(c.mode.String(), func(t *testing.T) {
+			s := testenv.NewStore(t, testenv.Backends()[0], db, c.mode)
+			text := genericPlan(t, db, sqlstore.SkipLockedCompletionStatement(s), c.types, c.args)
+			assert.Contains(t, text, "_pkey", text)
+			assert.NotContains(t, text, "_pending", text)
+			assert.NotContains(t, text, "Seq Scan", text)
+		})
+	}
+}

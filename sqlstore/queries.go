@@ -190,6 +190,17 @@ func (f fragments) message(col string, n int) string {
 	return fmt.Sprintf("(%s = '' OR %s = %s)", f.p(n), col, f.p(n+1))
 }
 
+// lockedByID selects the id of the record id, locked with lock, when the
+// row found passes test (on its columns aliased l). The record is found by
+// its primary key alone and tested once locked, in its latest version:
+// with the test beside the lookup, the plan cached for the prepared
+// statement while the table was small (a generic plan, kept as it grows)
+// found the id through the partial pending index, whose predicate the test
+// implies and whose first column is the topic, reading all of it.
+func (f fragments) lockedByID(id, test, lock string) string {
+	return fmt.Sprintf("SELECT l.id FROM (SELECT * FROM %s WHERE id = %s LIMIT 1%s) AS l WHERE %s", f.t, id, lock, test)
+}
+
 // due is true when the row's retry delay in col is over.
 func (f fragments) due(col string) string {
 	return fmt.Sprintf("(%s IS NULL OR %s <= %s)", col, col, f.clock)

@@ -45,3 +45,7 @@ func PendingAfterStatement(s *Store) string { return s.q.pendingAfter }
 func InboxStatements(in *Inbox) (handled, handledUUID, clean string) {
 	return in.q.handled, in.q.handledUUID, in.q.clean
 }
+
+// SkipLockedCompletionStatement is the completion of one record on the
+// coalesced path, "" where there is none.
+func SkipLockedCompletionStatement(s *Store) string { return s.q.completeSkipLocked }
