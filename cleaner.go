@@ -21,6 +21,14 @@ type CleanerConfig struct {
 	// BatchSize is how many records one DELETE removes at most, so that no
 	// statement holds locks for long. Defaults to 1000.
 	BatchSize int
+	// Pause is how long a cleanup waits after each full batch before it
+	// deletes the next, so that deleting a large backlog leaves the
+	// database room for the deliveries it runs beside: each batch writes
+	// its deletions to the database's log, which the next commit of a
+	// publish must flush too. Defaults to as long as the batch took, so
+	// that a cleanup keeps one connection busy at most half of the time; a
+	// negative Pause waits not at all.
+	Pause time.Duration
 	// StatementTimeout bounds each DELETE, so that a database that never
 	// answers fails the cleanup (logged by Run; the next one tries again)
 	// instead of hanging it. Defaults to [DefaultStatementTimeout] (30
@@ -125,6 +133,7 @@ func (c *Cleaner) CleanOnce(ctx context.Context) (int, error) {
 	for _, t := range c.targets {
 		deleted := 0
 		for {
+			start := time.Now()
 			sctx, cancel := context.WithTimeout(ctx, c.cfg.StatementTimeout)
 			n, err := t.clean(sctx, t.olderThan, c.cfg.BatchSize)
 			cancel()
@@ -135,6 +144,9 @@ func (c *Cleaner) CleanOnce(ctx context.Context) (int, error) {
 			if n < c.cfg.BatchSize {
 				break
 			}
+			if err := c.pause(ctx, time.Since(start)); err != nil {
+				return total + deleted, err
+			}
 		}
 		if deleted > 0 {
 			c.logger.Info("Deleted old "+t.what, watermill.LogFields{"deleted": deleted})
@@ -142,6 +154,26 @@ func (c *Cleaner) CleanOnce(ctx context.Context) (int, error) {
 		total += deleted
 	}
 	return total, nil
+}
+
+// pause waits between two batches, as [CleanerConfig.Pause] says, for a
+// batch that took took; it returns ctx's error if ctx ends first.
+func (c *Cleaner) pause(ctx context.Context, took time.Duration) error {
+	d := c.cfg.Pause
+	switch {
+	case d < 0:
+		return nil
+	case d == 0:
+		d = took
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Run cleans every Interval until ctx is done, then returns nil. A failed

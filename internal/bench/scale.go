@@ -86,7 +86,7 @@ func scaleSteps(ctx context.Context, d *database, o options, rep *report) error 
 	if err != nil {
 		return err
 	}
-	rep.add(group, fmt.Sprintf("Cleaner deleting the %d completed records, batches of %d", o.scaleRows, defaultCleanerBatch), 0, cleaner, "rows/s")
+	rep.add(group, fmt.Sprintf("Cleaner deleting the %d completed records, batches of %d, default Pause", o.scaleRows, defaultCleanerBatch), 0, cleaner, "rows/s")
 	rep.add(group, fmt.Sprintf("paced %d msg/s, full table, while the Cleaner runs", o.pacedRate), 1, during, "msg/s")
 	rep.compareLatency("scale: paced p99 publish → handler, Cleaner running / idle", during.p99, paced[1].p99)
 	rep.compareLatency("scale: paced p99 of the Publish call, Cleaner running / idle", during.callP99, paced[1].callP99)
@@ -97,7 +97,7 @@ func scaleSteps(ctx context.Context, d *database, o options, rep *report) error 
 // scale case runs with.
 const defaultCleanerBatch = 1000
 
-// cleanerCase runs the Cleaner, with its defaults but OlderThan, over the
+// cleanerCase runs the Cleaner, with its defaults (Pause included) but OlderThan, over the
 // full table until it has deleted every filled record, and a paced publisher
 // on that table for as long as it runs. It returns the Cleaner's rows per
 // second and the paced publisher's latencies.
