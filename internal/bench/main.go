@@ -66,6 +66,8 @@ type options struct {
 	// publishers are the publisher counts the cases that compare
 	// concurrencies run at; publisherCounts gives the default when empty.
 	publishers []int
+	// cleanerPause is CleanerConfig.Pause of the scale case's Cleaner.
+	cleanerPause time.Duration
 }
 
 // defaultPublishers are the publisher counts of the tables.
@@ -102,6 +104,7 @@ func main() {
 	flag.StringVar(&o.dsn.mysql, "mysql-dsn", testenv.MySQLDSN(), "MariaDB DSN (go-sql-driver/mysql, with interpolateParams=true)")
 	publishers := flag.String("publishers", "1,4,16", "publisher counts of the publish, latency-bound and saturated cases, comma-separated")
 	cases := flag.String("cases", "", "only these groups, comma-separated: "+strings.Join(caseGroups, ", ")+" (default all)")
+	flag.DurationVar(&o.cleanerPause, "cleaner-pause", 0, "CleanerConfig.Pause of the scale case's Cleaner (0: its default, as long as each batch took; negative: none)")
 	flag.IntVar(&o.inFlight, "inflight", 0, "Coalescing.MaxInFlight of the default cases (0: sqlstore's default)")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	tiny := flag.Bool("tiny", false, "a run of seconds that checks every case works (sizes: duration 100ms, 1 round, 200 saturated, 50 paced, 5000 replayed, 20000 scale rows)")

@@ -86,11 +86,22 @@ func scaleSteps(ctx context.Context, d *database, o options, rep *report) error 
 	if err != nil {
 		return err
 	}
-	rep.add(group, fmt.Sprintf("Cleaner deleting the %d completed records, batches of %d, default Pause", o.scaleRows, defaultCleanerBatch), 0, cleaner, "rows/s")
+	rep.add(group, fmt.Sprintf("Cleaner deleting the %d completed records, batches of %d, %s", o.scaleRows, defaultCleanerBatch, pauseText(o.cleanerPause)), 0, cleaner, "rows/s")
 	rep.add(group, fmt.Sprintf("paced %d msg/s, full table, while the Cleaner runs", o.pacedRate), 1, during, "msg/s")
 	rep.compareLatency("scale: paced p99 publish → handler, Cleaner running / idle", during.p99, paced[1].p99)
 	rep.compareLatency("scale: paced p99 of the Publish call, Cleaner running / idle", during.callP99, paced[1].callP99)
 	return nil
+}
+
+// pauseText says which CleanerConfig.Pause the Cleaner ran with.
+func pauseText(p time.Duration) string {
+	switch {
+	case p == 0:
+		return "default Pause"
+	case p < 0:
+		return "no Pause"
+	}
+	return fmt.Sprintf("Pause %v", p)
 }
 
 // defaultCleanerBatch is outbox.CleanerConfig's default BatchSize, which the
@@ -111,7 +122,7 @@ func cleanerCase(ctx context.Context, d *database, full *sqlstore.Store, o optio
 	if err != nil {
 		return result{}, result{}, err
 	}
-	c, err := outbox.NewCleaner(reg, outbox.CleanerConfig{OlderThan: fillOlderThan, BatchSize: defaultCleanerBatch}, nil)
+	c, err := outbox.NewCleaner(reg, outbox.CleanerConfig{OlderThan: fillOlderThan, BatchSize: defaultCleanerBatch, Pause: o.cleanerPause}, nil)
 	if err != nil {
 		return result{}, result{}, err
 	}
