@@ -200,6 +200,29 @@ func pathNote(per map[string]float64) string {
 	return "rows read/msg by path: " + strings.Join(parts, ", ")
 }
 
+// costSource says where the cost columns come from, and why PostgreSQL's
+// rows read are by table and index rather than by statement when
+// pg_stat_statements is not loaded.
+func (d *database) costSource(ctx context.Context) string {
+	cpu := "server CPU from /proc"
+	if d.serverPID == 0 {
+		cpu = "no server CPU: the server is not a process of this machine"
+	}
+	switch d.name {
+	case "postgres":
+		var preload string
+		_ = d.meter.GetContext(ctx, &preload, "SHOW shared_preload_libraries")
+		statements := "pg_stat_statements is not in shared_preload_libraries, so rows read are by table and index (the notes say by which)"
+		if strings.Contains(preload, "pg_stat_statements") {
+			statements = "pg_stat_statements is loaded; rows read are by table and index (the notes say by which)"
+		}
+		return "cost per delivered message: WAL from pg_current_wal_lsn(), commits from pg_stat_database (the whole database), rows of the case's own tables from pg_stat_user_tables and _indexes, " + cpu + "; " + statements + "."
+	case "mariadb":
+		return "cost per delivered message: SHOW GLOBAL STATUS (Innodb_os_log_written, Handler_commit, Handler_write/update/delete, Handler_read_*; the whole server), " + cpu + "."
+	}
+	return "cost per delivered message: the bytes this process wrote (/proc/self/io wchar), SQLite's WAL frames and checkpoints."
+}
+
 // findServer finds the database server's process on this machine, for its
 // CPU time; 0 when it runs elsewhere or cannot be read.
 func (d *database) findServer(ctx context.Context) {

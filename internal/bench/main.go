@@ -176,6 +176,9 @@ func run(ctx context.Context, out io.Writer, o options) error {
 			return err
 		}
 		fmt.Fprintf(out, "\n## %s (%s)\n\n", d.name, d.version)
+		if line := d.costSource(ctx); line != "" {
+			fmt.Fprintf(out, "%s\n\n", line)
+		}
 		rep, err := runSuite(ctx, d, o)
 		d.close()
 		if err != nil {
