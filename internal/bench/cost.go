@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +37,7 @@ var (
 		{"written", "rows written/msg", "%.2f"},
 		{"read", "rows read/msg", "%.1f"},
 		{"cpu", "DB CPU ms/msg", "%.3f"},
+		{"own_cpu", "own backends CPU ms/msg", "%.3f"},
 	}
 	mariadbCost = []costColumn{
 		{"wal", "redo B/msg", "%.0f"},
@@ -149,6 +151,26 @@ FROM pg_stat_user_tables t WHERE `+ownTables).Scan(&written, &read); err != nil 
 		}
 	}
 	return c, nil
+}
+
+// ownBackendsCPU is the CPU time, in milliseconds, of the backends of the
+// bench's pool alive now: unlike the server's, no other client's work is in
+// it, nor that of the server's background processes (the WAL writer, the
+// checkpointer, autovacuum). A case's pool opens its connections after the
+// previous case closed them all, and keeps them until it ends, so that the
+// difference of two readings is the case's.
+func (d *database) ownBackendsCPU(ctx context.Context) (float64, error) {
+	var pids []int
+	if err := d.meter.SelectContext(ctx, &pids, "SELECT pid FROM pg_stat_activity WHERE application_name = $1", benchApplication); err != nil {
+		return 0, fmt.Errorf("list the bench's backends: %w", err)
+	}
+	var total float64
+	for _, pid := range pids {
+		if f, ok := procStat(pid); ok {
+			total += cpuOf(f)
+		}
+	}
+	return total, nil
 }
 
 // accessPaths adds, by access path of the case's tables, the rows read:
@@ -379,6 +401,20 @@ func (d *database) closeBackends(ctx context.Context) error {
 // start reads the counters as the case starts.
 func (m *meter) start(ctx context.Context) {
 	m.before, m.err = m.d.readCounters(ctx)
+	if m.err == nil {
+		m.err = m.readOwnCPU(ctx, m.before)
+	}
+}
+
+// readOwnCPU adds the CPU time of the bench's own backends on PostgreSQL,
+// while they are alive.
+func (m *meter) readOwnCPU(ctx context.Context, c counters) error {
+	if m.d.name != "postgres" || m.d.serverPID == 0 {
+		return nil
+	}
+	own, err := m.d.ownBackendsCPU(ctx)
+	c["own_cpu"] = own
+	return err
 }
 
 // stop reads them once the case is over and every message delivered, and
@@ -386,6 +422,10 @@ func (m *meter) start(ctx context.Context) {
 func (m *meter) stop(ctx context.Context, delivered int64) (map[string]float64, error) {
 	if m.err != nil {
 		return nil, m.err
+	}
+	own := counters{}
+	if err := m.readOwnCPU(ctx, own); err != nil {
+		return nil, err
 	}
 	if m.d.name == "postgres" {
 		if err := m.d.closeBackends(ctx); err != nil {
@@ -396,6 +436,7 @@ func (m *meter) stop(ctx context.Context, delivered int64) (map[string]float64, 
 	if err != nil {
 		return nil, err
 	}
+	maps.Copy(after, own)
 	per := map[string]float64{}
 	for k, v := range after {
 		if b, ok := m.before[k]; ok && delivered > 0 {
