@@ -104,18 +104,37 @@ func (s *Store) Requeue(ctx context.Context, id int64) (recordstore.Record, erro
 
 // ClaimStale implements [recordstore.StaleClaimer].
 func (s *Store) ClaimStale(ctx context.Context, topic string, afterID int64, olderThan time.Duration, limit int) ([]recordstore.Record, error) {
-	return s.claim(ctx, topic, afterID, olderThan, limit, 0, false)
+	return s.claim(ctx, topic, nil, afterID, olderThan, limit, 0, false)
+}
+
+// PutBack implements [recordstore.KeyClaimer].
+func (s *Store) PutBack(ctx context.Context, topic string, id int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.byID[id]; r != nil && r.rec.Topic == topic && r.pending() {
+		r.lastSent = time.Unix(0, 0)
+	}
+	return nil
+}
+
+// ClaimKey implements [recordstore.KeyClaimer].
+func (s *Store) ClaimKey(ctx context.Context, topic, key string, afterID int64, olderThan time.Duration) ([]recordstore.Record, error) {
+	return s.claim(ctx, topic, &key, afterID, olderThan, 1, 0, false)
 }
 
 // ClaimReplay implements [recordstore.ReplayClaimer].
 func (s *Store) ClaimReplay(ctx context.Context, topic string, afterID int64, grace time.Duration, limit, maxBytes int) ([]recordstore.Record, error) {
-	return s.claim(ctx, topic, afterID, grace, limit, maxBytes, true)
+	return s.claim(ctx, topic, nil, afterID, grace, limit, maxBytes, true)
 }
 
 // claim claims the pending, due records of topic after afterID last sent
 // before olderThan ago, and with unsent those never sent after their
-// publish, up to limit records or maxBytes (0: no budget).
-func (s *Store) claim(ctx context.Context, topic string, afterID int64, olderThan time.Duration, limit, maxBytes int, unsent bool) ([]recordstore.Record, error) {
+// publish, up to limit records or maxBytes (0: no budget); with a key, only
+// the records of that order key.
+func (s *Store) claim(ctx context.Context, topic string, key *string, afterID int64, olderThan time.Duration, limit, maxBytes int, unsent bool) ([]recordstore.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -137,7 +156,7 @@ func (s *Store) claim(ctx context.Context, topic string, afterID int64, olderTha
 		}
 		r := s.byID[id]
 		stale := r.sentAt().Before(before) || (unsent && r.lastSent.IsZero())
-		if r.rec.Topic != topic || !r.pending() || !stale || !r.due(now) {
+		if r.rec.Topic != topic || !r.pending() || !stale || !r.due(now) || (key != nil && r.orderKey != *key) {
 			continue
 		}
 		r.lastSent = now

@@ -65,8 +65,9 @@ type Store struct {
 
 // record is one saved record and its bookkeeping.
 type record struct {
-	rec         recordstore.Record // without Consumers and Origin
+	rec         recordstore.Record // without Consumers, Origin and OrderKey
 	origin      string
+	orderKey    string
 	consumers   []string // declared, distinct, in order
 	deliveries  map[string]*delivery
 	created     time.Time
@@ -112,6 +113,7 @@ var (
 	_ recordstore.Requeuer         = (*Store)(nil)
 	_ recordstore.StaleClaimer     = (*Store)(nil)
 	_ recordstore.ReplayClaimer    = (*Store)(nil)
+	_ recordstore.KeyClaimer       = (*Store)(nil)
 	_ recordstore.TxInserter       = (*Store)(nil)
 	_ recordstore.TxCompleter      = (*Store)(nil)
 	_ recordstore.Cleaner          = (*Store)(nil)
@@ -174,8 +176,8 @@ func (s *Store) Insert(ctx context.Context, records []recordstore.Record) error 
 func (s *Store) newRecord(rec *recordstore.Record, now time.Time) *record {
 	s.nextID++
 	rec.ID = s.nextID
-	r := &record{rec: copyRecord(*rec), origin: rec.Origin, created: now}
-	r.rec.Consumers, r.rec.Origin = nil, ""
+	r := &record{rec: copyRecord(*rec), origin: rec.Origin, orderKey: rec.OrderKey, created: now}
+	r.rec.Consumers, r.rec.Origin, r.rec.OrderKey = nil, "", ""
 	for _, c := range rec.Consumers {
 		if !slices.Contains(r.consumers, c) {
 			r.consumers = append(r.consumers, c)
@@ -260,6 +262,9 @@ func (s *Store) CheckPending(ctx context.Context, d recordstore.Delivery) error 
 			}
 			return &recordstore.ConsumerConflictError{ID: d.ID, Consumer: d.Consumer, CompletedBy: r.completedBy}
 		}
+	}
+	if err := s.heldBy(r, d); err != nil {
+		return err
 	}
 	if wait := a.due.Sub(now); wait > 0 {
 		return &recordstore.NotDueError{ID: d.ID, Wait: wait}
@@ -387,4 +392,42 @@ func (s *Store) PendingAfter(ctx context.Context, topic string, afterID int64, l
 		}
 	}
 	return out, nil
+}
+
+// heldBy is CheckPending's [*recordstore.HeldError] for an ordered delivery
+// of r whose earliest earlier record of its topic and key is not complete
+// for the consumer; nil otherwise. The caller holds s.mu.
+func (s *Store) heldBy(r *record, d recordstore.Delivery) error {
+	if !d.Ordered || r.orderKey == "" {
+		return nil
+	}
+	for _, id := range s.order {
+		if id >= r.rec.ID {
+			break
+		}
+		e := s.byID[id]
+		if e.rec.Topic != r.rec.Topic || e.orderKey != r.orderKey {
+			continue
+		}
+		pending, abandoned := e.pendingFor(d.Consumer)
+		if pending || (abandoned && !d.SkipAbandoned) {
+			return &recordstore.HeldError{ID: d.ID, Before: e.rec.ID, Abandoned: abandoned}
+		}
+	}
+	return nil
+}
+
+// pendingFor reports whether the record is pending for the consumer, or
+// abandoned for it: its own delivery on a record with consumers (a
+// record without one for the consumer counts as pending while the record
+// is, as it is adopted when checked), the record's state otherwise.
+func (r *record) pendingFor(consumer string) (pending, abandoned bool) {
+	if r.deliveries == nil {
+		return r.pending(), !r.abandoned.IsZero()
+	}
+	dl := r.deliveries[consumer]
+	if dl == nil {
+		return r.pending(), false
+	}
+	return dl.pending(), !dl.abandoned.IsZero()
 }

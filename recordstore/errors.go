@@ -50,6 +50,9 @@ var (
 	// ErrCompletedByOther is wrapped by [*ConsumerConflictError].
 	ErrCompletedByOther = errors.New("outbox: record completed by another consumer")
 
+	// ErrHeld is wrapped by [*HeldError].
+	ErrHeld = errors.New("outbox: an earlier record of the key is not complete")
+
 	// ErrNotDue is wrapped by [*NotDueError].
 	ErrNotDue = errors.New("outbox: the record's next attempt is not due yet")
 
@@ -104,3 +107,26 @@ func (e *NotDueError) Error() string {
 
 // Unwrap returns [ErrNotDue].
 func (e *NotDueError) Unwrap() error { return ErrNotDue }
+
+// HeldError is returned by CheckPending for an ordered delivery
+// ([Delivery.Ordered]) whose record has an earlier record of its topic and
+// [Record.OrderKey] that is not complete for the consumer: the handler
+// must not run it yet. Before is the earliest such record, the one that can
+// run; Abandoned is set when it is abandoned, so that only a requeue (or
+// [Delivery.SkipAbandoned]) frees the key.
+type HeldError struct {
+	ID        int64
+	Before    int64
+	Abandoned bool
+}
+
+// Error implements error.
+func (e *HeldError) Error() string {
+	if e.Abandoned {
+		return fmt.Sprintf("outbox: record %d is held by the abandoned record %d of its key", e.ID, e.Before)
+	}
+	return fmt.Sprintf("outbox: record %d is held by the pending record %d of its key", e.ID, e.Before)
+}
+
+// Unwrap returns [ErrHeld].
+func (e *HeldError) Unwrap() error { return ErrHeld }

@@ -57,6 +57,26 @@ type StaleClaimer interface {
 	ClaimStale(ctx context.Context, topic string, afterID int64, olderThan time.Duration, limit int) ([]Record, error)
 }
 
+// KeyClaimer is implemented by a [Store] that can claim the next record of
+// an order key ([Record.OrderKey]): the outbox sends it again when a record
+// of the key completes, or when a held record asks for the record that
+// holds it, so that a record held and put back comes back without waiting
+// for the stale resubmitter.
+type KeyClaimer interface {
+	// ClaimKey is [StaleClaimer.ClaimStale] of at most one record, among
+	// the records of topic with the order key: the first pending and due
+	// one with an id above afterID, when its last send is more than
+	// olderThan ago; it records it as sent now, so that concurrent claims
+	// return it once per olderThan.
+	ClaimKey(ctx context.Context, topic, key string, afterID int64, olderThan time.Duration) ([]Record, error)
+	// PutBack records that a copy of the pending record id of topic was
+	// acknowledged without being handled, because an earlier record of its
+	// key held it: its last send moves far into the past, so that the next
+	// ClaimKey, stale claim or replay by claims sends it again whatever
+	// olderThan. A record that is not pending is left as it is.
+	PutBack(ctx context.Context, topic string, id int64) error
+}
+
 // ReplayClaimer is implemented by a [StaleClaimer] that can claim the
 // records a startup replay sends: outbox.Replay uses it, when the store has
 // it, for a replay by claims (outbox.ReplayClaimed).

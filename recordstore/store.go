@@ -37,7 +37,19 @@ type Record struct {
 	// after a failed publish reuses the records of the first run. Stores
 	// do not fill it in the records they return.
 	Origin string
+	// OrderKey, when not empty, orders the record among the records of
+	// its topic with the same key: a delivery with [Delivery.Ordered] is
+	// held while an earlier record (a lower id) of its topic and key is
+	// pending for the delivery's consumer (see [HeldError]). The outbox
+	// sets it from the metadata key that outbox.Tracked.OrderKey names; at
+	// most [MaxOrderKeyLen] bytes. Stores do not fill it in the records
+	// they return.
+	OrderKey string
 }
+
+// MaxOrderKeyLen is the longest [Record.OrderKey] a store must accept, in
+// bytes.
+const MaxOrderKeyLen = 255
 
 // MaxOriginLen is the longest [Record.Origin] a store must accept, in
 // bytes.
@@ -81,6 +93,15 @@ type Delivery struct {
 	// have. A record saved without consumers that was completed before
 	// stays complete. Empty: the records are taken as they were saved.
 	Declared []string
+	// Ordered asks CheckPending to hold the record while an earlier record
+	// of its topic and [Record.OrderKey] is not complete for the consumer:
+	// pending, or abandoned unless SkipAbandoned is set. The middleware
+	// sets it for topics with an ordering key (outbox.Tracked.OrderKey);
+	// false costs nothing.
+	Ordered bool
+	// SkipAbandoned, with Ordered, lets an abandoned earlier record stop
+	// holding the later records of its key.
+	SkipAbandoned bool
 }
 
 // Store keeps the records of tracked messages. The sqlstore package provides
@@ -139,6 +160,10 @@ type Store interface {
 	//     and its next attempt is not due yet (see [FailureRecorder]);
 	//   - ErrLeased: a store with a delivery lease, another delivery holds
 	//     it (see [Releaser]); the check claims it otherwise;
+	//   - a [*HeldError] (wrapping ErrHeld): [Delivery.Ordered] is set and
+	//     an earlier record of the record's key is not complete for this
+	//     consumer; read in the same round trip as the record's state, and
+	//     reported only for a record that is pending for the consumer;
 	//   - any other error when the store could not tell.
 	CheckPending(ctx context.Context, d Delivery) error
 

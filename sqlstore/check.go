@@ -79,6 +79,9 @@ func (s *Store) decide(st recordState, found bool, d recordstore.Delivery) error
 		case st.deliveryCompleted || st.deliveryAbandoned:
 			return recordstore.ErrNotPending
 		}
+		if err := held(d.ID, st.heldBy); err != nil {
+			return err
+		}
 		return notDue(d.ID, st.deliveryWaitMicros)
 	case st.abandoned:
 		return recordstore.ErrNotPending
@@ -87,6 +90,9 @@ func (s *Store) decide(st recordState, found bool, d recordstore.Delivery) error
 			return recordstore.ErrNotPending
 		}
 		return &recordstore.ConsumerConflictError{ID: d.ID, Consumer: d.Consumer, CompletedBy: st.completedBy}
+	}
+	if err := held(d.ID, st.heldBy); err != nil {
+		return err
 	}
 	return notDue(d.ID, st.wait)
 }
@@ -115,12 +121,15 @@ type recordState struct {
 	deliveryCompleted  bool
 	deliveryAbandoned  bool
 	deliveryWaitMicros sql.NullInt64
+	// heldBy is read for ordered deliveries only (order.go).
+	heldBy sql.NullInt64
 }
 
 // readState reads the record of d and its delivery row for d's consumer;
 // false when there is no record with the id.
 func (s *Store) readState(ctx context.Context, db executor, d recordstore.Delivery) (recordState, bool, error) {
-	st, err := scanState(db.QueryRowContext(ctx, s.q.state, d.Consumer, d.ID))
+	query, args := s.stateQuery(d)
+	st, err := scanState(db.QueryRowContext(ctx, query, args...), d.Ordered)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return st, false, nil
@@ -130,13 +139,16 @@ func (s *Store) readState(ctx context.Context, db executor, d recordstore.Delive
 	return st, true, nil
 }
 
-// scanState scans the columns of q.state, after the leading ones of the
-// row, if any (stateMany's id and consumer).
-func scanState(row interface{ Scan(...any) error }, leading ...any) (recordState, error) {
+// scanState scans the columns of q.state (and heldBy, when ordered), after
+// the leading ones of the row, if any (stateMany's id and consumer).
+func scanState(row interface{ Scan(...any) error }, ordered bool, leading ...any) (recordState, error) {
 	var st recordState
 	var completed, abandoned, has, dCompleted, dAbandoned int
 	dest := append(leading, &st.topic, &st.uuid, &st.consumers, &completed, &st.completedBy, &abandoned, &st.wait,
 		&has, &dCompleted, &dAbandoned, &st.deliveryWaitMicros)
+	if ordered {
+		dest = append(dest, &st.heldBy)
+	}
 	if err := row.Scan(dest...); err != nil {
 		return st, err
 	}
@@ -166,7 +178,17 @@ func (s *Store) readStates(ctx context.Context, db *sqlx.DB, batch []*call[recor
 	for i, c := range batch {
 		ids[i], consumers[i] = c.arg.ID, c.arg.Consumer
 	}
-	rows, err := db.QueryContext(ctx, s.q.stateMany, ids, consumers)
+	// A batch with an ordered delivery reads every state with the ordered
+	// statement: one round trip still, and the others ignore its column.
+	query, ordered, pol := s.q.stateMany, false, 0
+	for _, c := range batch {
+		if c.arg.Ordered {
+			pol = policy(c.arg)
+			query, ordered = s.q.order.stateMany[pol], true
+			break
+		}
+	}
+	rows, err := db.QueryContext(ctx, query, ids, consumers)
 	if err != nil {
 		return s.fail("check pending", err)
 	}
@@ -178,7 +200,7 @@ func (s *Store) readStates(ctx context.Context, db *sqlx.DB, batch []*call[recor
 	states := make(map[key]recordState, len(batch))
 	for rows.Next() {
 		var k key
-		st, err := scanState(rows, &k.id, &k.consumer)
+		st, err := scanState(rows, ordered, &k.id, &k.consumer)
 		if err != nil {
 			return s.fail("check pending", err)
 		}
@@ -189,10 +211,14 @@ func (s *Store) readStates(ctx context.Context, db *sqlx.DB, batch []*call[recor
 	}
 	for _, c := range batch {
 		st, found := states[key{c.arg.ID, c.arg.Consumer}]
-		if lacksDelivery(st, found, c.arg) {
-			// Adopted on the single path, which reads the state again.
+		if lacksDelivery(st, found, c.arg) || (c.arg.Ordered && policy(c.arg) != pol) {
+			// Adopted on the single path, which reads the state again;
+			// there too an ordered delivery of the other policy.
 			c.err = s.checkPending(c.ctx, db, c.arg)
 			continue
+		}
+		if !c.arg.Ordered {
+			st.heldBy = sql.NullInt64{}
 		}
 		c.err = s.decide(st, found, c.arg)
 	}
@@ -209,9 +235,10 @@ func (s *Store) readStates(ctx context.Context, db *sqlx.DB, batch []*call[recor
 // the consumer's own delivery row claimed: two consumers hold leases on one
 // record at once, two copies for one consumer do not.
 func (s *Store) claim(ctx context.Context, db *sqlx.DB, d recordstore.Delivery) error {
-	if !declares(d) {
+	if !declares(d) && !d.Ordered {
 		// A declared consumer never claims a record as one without
-		// consumers: such a record is adopted (adopt.go).
+		// consumers: such a record is adopted (adopt.go). An ordered
+		// delivery reads its state, and whether it is held, first.
 		n, err := s.exec(ctx, db, "claim", s.q.claimRecord, s.leaseArg, d.Lease, d.ID, d.Topic, d.UUID, d.UUID)
 		if err != nil || n == 1 {
 			return err
@@ -229,8 +256,12 @@ func (s *Store) claim(ctx context.Context, db *sqlx.DB, d recordstore.Delivery) 
 	if err := s.decide(st, found, d); err != nil {
 		return err
 	}
-	if st.consumers > 0 {
-		n, err := s.exec(ctx, db, "claim", s.q.claimDelivery, s.leaseArg, d.Lease, d.ID, d.Consumer)
+	claim, args := s.q.claimDelivery, []any{s.leaseArg, d.Lease, d.ID, d.Consumer}
+	if st.consumers == 0 {
+		claim, args = s.q.claimRecord, []any{s.leaseArg, d.Lease, d.ID, d.Topic, d.UUID, d.UUID}
+	}
+	if st.consumers > 0 || (d.Ordered && !declares(d)) {
+		n, err := s.exec(ctx, db, "claim", claim, args...)
 		if err != nil || n == 1 {
 			return err
 		}
@@ -261,6 +292,7 @@ FROM %s CROSS JOIN LATERAL (SELECT %s
 FROM %s r LEFT JOIN %s c ON c.record_id = r.id AND c.consumer = x.consumer
 WHERE r.id = x.id LIMIT 1) AS s`, pairs, columns, t, tc)
 	}
+	q.buildOrder(f, columns)
 
 	free := fmt.Sprintf("(lease_until IS NULL OR lease_until < %s)", f.clock)
 	q.claimRecord = fmt.Sprintf("UPDATE %s SET lease_until = %s, lease_owner = %s WHERE id = %s AND topic = %s AND %s AND consumers = 0 AND %s AND %s AND %s",

@@ -273,7 +273,7 @@ func (srv *mysqlServer) split(st *insertStatements, records []recordstore.Record
 	for i, r := range records {
 		row := escapedLen(r.Topic) + escapedLen(r.UUID) + escapedLen(r.Payload) + escapedLen(metadata[i]) + len(",(_binary'','','','')")
 		if st.origin {
-			row += escapedLen(r.Origin) + len(",NULL")
+			row += escapedLen(r.Origin) + escapedLen(r.OrderKey) + len(",NULL,NULL")
 		}
 		if base+row > srv.maxStatement {
 			return nil, fmt.Errorf("record #%d: %w: %d bytes once escaped, the server's max_allowed_packet allows %d per statement (raise it, or the DSN's maxAllowedPacket)",

@@ -32,16 +32,17 @@ var postgres = Dialect{
 	// fixed text: the columns travel as four arrays. Rows are inserted in
 	// array order (ORDER BY ord), so the identity values they draw from
 	// the sequence increase in that order; RETURNING gives no order, hence
-	// the sort in scanIDs. With the origin, a fifth array carries the
-	// origins, "" for none (NULL in the table).
+	// the sort in scanIDs. With the origin, a fifth and a sixth array
+	// carry the origins and the order keys, "" for none (NULL in the
+	// table).
 	insertBatchSQL: `INSERT INTO {table} (topic, uuid, payload, metadata)
 SELECT u.topic, u.uuid, u.payload, u.metadata::json
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[]) WITH ORDINALITY AS u(topic, uuid, payload, metadata, ord)
 ORDER BY u.ord
 RETURNING id`,
-	insertOriginBatchSQL: `INSERT INTO {table} (topic, uuid, payload, metadata, origin)
-SELECT u.topic, u.uuid, u.payload, u.metadata::json, NULLIF(u.origin, '')
-FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[]) WITH ORDINALITY AS u(topic, uuid, payload, metadata, origin, ord)
+	insertOriginBatchSQL: `INSERT INTO {table} (topic, uuid, payload, metadata, origin, order_key)
+SELECT u.topic, u.uuid, u.payload, u.metadata::json, NULLIF(u.origin, ''), NULLIF(u.order_key, '')
+FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS u(topic, uuid, payload, metadata, origin, order_key, ord)
 ORDER BY u.ord
 RETURNING id`,
 	batchComplete: true,
@@ -123,10 +124,11 @@ func postgresInsert(ctx context.Context, db executor, st *insertStatements, reco
 	args := []any{topics, uuids, payloads, metadata}
 	if st.origin {
 		origins := make([]string, len(records))
+		keys := make([]string, len(records))
 		for i, r := range records {
-			origins[i] = r.Origin
+			origins[i], keys[i] = r.Origin, r.OrderKey
 		}
-		args = append(args, origins)
+		args = append(args, origins, keys)
 	}
 	rows, err := db.QueryContext(ctx, st.batch, args...)
 	if err != nil {

@@ -18,7 +18,7 @@ func SQLite() *Dialect { return &sqlite }
 const sqliteMaxVars = 32766
 
 // sqliteMaxRows keeps a statement within SQLite's default limit of 32766
-// bound variables (four per row, five with the origin); larger batches use
+// bound variables (four per row, six with the origin and the order key); larger batches use
 // several statements in one transaction.
 const sqliteMaxRows = 8000
 
@@ -94,7 +94,7 @@ var sqlite = Dialect{
 func sqliteSplit(st *insertStatements, records []recordstore.Record, _ []string) ([]int, error) {
 	rows := sqliteMaxRows
 	if st.origin {
-		rows = sqliteMaxRows * 4 / 5
+		rows = sqliteMaxRows * 4 / 6
 	}
 	bounds := make([]int, 0, 2+len(records)/rows)
 	for start := 0; start < len(records); start += rows {

@@ -88,6 +88,9 @@ func (s *Store) insertRows(ctx context.Context, db executor, d *Dialect, op stri
 		if err != nil {
 			return fmt.Errorf("record #%d: %w", i, err)
 		}
+		if err := checkOrderKey(r.OrderKey); err != nil {
+			return fmt.Errorf("record #%d: %w", i, err)
+		}
 		metadata[i] = md
 	}
 	bounds, err := d.splitInsert(st, records, metadata)
@@ -182,8 +185,8 @@ type insertStatements struct {
 	values string // INSERT ... VALUES prefix, for dialects that append rows
 	one    string // one row, RETURNING id
 	batch  string // fixed-text batch insert, if the dialect has one
-	// origin is true when each row carries Record.Origin as a fifth
-	// value (originArg).
+	// origin is true when each row carries Record.Origin and
+	// Record.OrderKey as a fifth and sixth value (originArg).
 	origin bool
 }
 
@@ -193,9 +196,9 @@ func (q *queries) buildInsert(f fragments) {
 	values := fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata) VALUES ", t)
 	q.insert = insertStatements{values: values, batch: f.d.insertQuery(t, false),
 		one: fmt.Sprintf("%s(%s, %s, %s, %s) RETURNING id", values, p(1), p(2), p(3), p(4))}
-	values = fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata, origin) VALUES ", t)
+	values = fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata, origin, order_key) VALUES ", t)
 	q.insertKeyed = insertStatements{values: values, batch: f.d.insertQuery(t, true), origin: true,
-		one: fmt.Sprintf("%s(%s, %s, %s, %s, %s) RETURNING id", values, p(1), p(2), p(3), p(4), p(5))}
+		one: fmt.Sprintf("%s(%s, %s, %s, %s, %s, %s) RETURNING id", values, p(1), p(2), p(3), p(4), p(5), p(6))}
 	q.savedOrigins = fmt.Sprintf("SELECT id, uuid, payload, metadata, origin FROM %s WHERE origin IN ", t)
 	q.insertDeliveries = fmt.Sprintf("INSERT INTO %s (record_id, consumer) VALUES ", tc)
 	q.setConsumers = fmt.Sprintf("UPDATE %s SET consumers = %s WHERE id IN ", t, p(1))
@@ -206,7 +209,7 @@ func (q *queries) buildInsert(f fragments) {
 // Publish needs no array and no statement built per call.
 func insertSingle(ctx context.Context, db executor, st *insertStatements, r *recordstore.Record, metadata string) error {
 	if st.origin {
-		return db.QueryRowContext(ctx, st.one, r.Topic, r.UUID, payloadOf(r.Payload), metadata, originArg(r.Origin)).Scan(&r.ID)
+		return db.QueryRowContext(ctx, st.one, r.Topic, r.UUID, payloadOf(r.Payload), metadata, originArg(r.Origin), originArg(r.OrderKey)).Scan(&r.ID)
 	}
 	return db.QueryRowContext(ctx, st.one, r.Topic, r.UUID, payloadOf(r.Payload), metadata).Scan(&r.ID)
 }
@@ -218,7 +221,7 @@ func insertSingle(ctx context.Context, db executor, st *insertStatements, r *rec
 func valuesInsert(st *insertStatements, records []recordstore.Record, metadata []string, topic func(string) any, suffix string) (string, []any) {
 	row, perRow := "(?,?,?,?)", 4
 	if st.origin {
-		row, perRow = "(?,?,?,?,?)", 5
+		row, perRow = "(?,?,?,?,?,?)", 6
 	}
 	var b strings.Builder
 	b.Grow(len(st.values) + len(records)*(len(row)+1) + len(suffix))
@@ -231,14 +234,15 @@ func valuesInsert(st *insertStatements, records []recordstore.Record, metadata [
 		b.WriteString(row)
 		args = append(args, topic(r.Topic), r.UUID, payloadOf(r.Payload), metadata[i])
 		if st.origin {
-			args = append(args, originArg(r.Origin))
+			args = append(args, originArg(r.Origin), originArg(r.OrderKey))
 		}
 	}
 	b.WriteString(suffix)
 	return b.String(), args
 }
 
-// originArg is a record's origin as a statement argument: NULL for none,
+// originArg is a record's origin (or order key) as a statement argument:
+// NULL for none (the order index then leaves the record out too),
 // so that the unique index leaves records without one alone.
 func originArg(origin string) any {
 	if origin == "" {
@@ -264,6 +268,18 @@ func encodeMetadata(md message.Metadata) (string, error) {
 		return "", fmt.Errorf("%w: metadata: %v", ErrInvalidRecord, err)
 	}
 	return string(b), nil
+}
+
+// checkOrderKey refuses an order key that the order_key column of every
+// database cannot keep byte for byte.
+func checkOrderKey(key string) error {
+	if len(key) > recordstore.MaxOrderKeyLen {
+		return fmt.Errorf("%w: order key of %d bytes, at most %d", ErrInvalidRecord, len(key), recordstore.MaxOrderKeyLen)
+	}
+	if !utf8.ValidString(key) {
+		return fmt.Errorf("%w: order key is not valid UTF-8", ErrInvalidRecord)
+	}
+	return nil
 }
 
 func payloadOf(b []byte) []byte {
@@ -384,10 +400,11 @@ func (s *Store) insertDeliveryRows(ctx context.Context, tx executor, records []r
 
 // Keyed inserts: records with an Origin, saved at most once per Origin.
 
-// keyed reports whether a record of the batch has an Origin.
+// keyed reports whether a record of the batch has an Origin or an
+// OrderKey: such a batch is saved with the statements that carry both.
 func keyed(records []recordstore.Record) bool {
 	for _, r := range records {
-		if r.Origin != "" {
+		if r.Origin != "" || r.OrderKey != "" {
 			return true
 		}
 	}

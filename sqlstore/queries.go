@@ -34,6 +34,8 @@ type queries struct {
 	// consumer; "" when the dialect cannot pass them as arrays.
 	state     string
 	stateMany string
+	// order holds their twins for ordered deliveries (order.go).
+	order orderQueries
 	// claimRecord and claimDelivery take a delivery lease (Config.Lease)
 	// of a record without consumers, or of one consumer's delivery.
 	claimRecord   string

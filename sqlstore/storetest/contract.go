@@ -169,6 +169,7 @@ func RunContract(t *testing.T, c Contract) {
 	t.Run("DeclaredConsumers", s.testDeclaredConsumers)
 	t.Run("Retire", s.testRetire)
 	t.Run("Receivers", s.testReceivers)
+	t.Run("Order", s.testOrder)
 }
 
 type contract struct {

@@ -1,0 +1,149 @@
+package sqlstore
+
+// Ordered checks: a delivery of a topic with an ordering key
+// (recordstore.Delivery.Ordered) reads, with the record's state and in the
+// same statement, the earliest earlier record of its key that is not
+// complete for the consumer. A delivery without Ordered runs the
+// statements it always did.
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/wmoutbox/outbox/recordstore"
+)
+
+// orderQueries are the ordered twins of q.state and q.stateMany, one per
+// policy: [0] an abandoned earlier record holds its key, [1] it does not
+// (recordstore.Delivery.SkipAbandoned). repeatConsumer is set on dialects
+// with positional placeholders, where the state statement binds the
+// consumer twice.
+type orderQueries struct {
+	state          [2]string
+	stateMany      [2]string
+	repeatConsumer bool
+	// claimKey claims the next record of a key (ClaimKey); putBack
+	// moves a record's last send to dueLongAgo (PutBack).
+	claimKey string
+	putBack  string
+}
+
+// heldBy is the column that names the earliest earlier record of r's topic
+// and key not complete for consumer (an expression), as id*2, plus one when
+// that record is abandoned for the consumer; NULL when none holds r. The
+// order index (migration 007) holds exactly the rows this walks: those
+// with a key that are pending or abandoned.
+func (f fragments) heldBy(consumer string, skipAbandoned bool) string {
+	notDone := ""
+	if f.mark {
+		// Abandoning marks a record processed too.
+		notDone = " AND (e.processed_at IS NULL OR e.abandoned_at IS NOT NULL)"
+	}
+	skip := ""
+	if skipAbandoned {
+		skip = " AND e.abandoned_at IS NULL AND ec.abandoned_at IS NULL"
+	}
+	return fmt.Sprintf(`(SELECT e.id * 2 + CASE WHEN (e.consumers = 0 AND e.abandoned_at IS NOT NULL) OR ec.abandoned_at IS NOT NULL THEN 1 ELSE 0 END
+    FROM %s e LEFT JOIN %s ec ON ec.record_id = e.id AND ec.consumer = %s
+    WHERE e.topic = r.topic AND e.order_key = r.order_key AND e.id < r.id%s
+      AND (e.consumers = 0 OR (ec.record_id IS NULL AND e.%s) OR ec.processed_at IS NULL)%s
+    ORDER BY e.id LIMIT 1)`, f.t, f.tc, consumer, notDone, f.pending, skip)
+}
+
+// buildOrder builds the ordered check statements from the state columns
+// of buildCheck.
+func (q *queries) buildOrder(f fragments, columns string) {
+	q.order.repeatConsumer = f.p(1) == f.p(2)
+	q.buildClaimKey(f)
+	for i, skip := range []bool{false, true} {
+		q.order.state[i] = fmt.Sprintf(`SELECT %s, %s
+FROM %s r LEFT JOIN %s c ON c.record_id = r.id AND c.consumer = %s
+WHERE r.id = %s`, columns, f.heldBy(f.p(1), skip), f.t, f.tc, f.p(1), f.p(2))
+		if pairs := f.d.deliveryPairs; pairs != "" {
+			q.order.stateMany[i] = fmt.Sprintf(`SELECT x.id, x.consumer, s.*
+FROM %s CROSS JOIN LATERAL (SELECT %s, %s
+FROM %s r LEFT JOIN %s c ON c.record_id = r.id AND c.consumer = x.consumer
+WHERE r.id = x.id LIMIT 1) AS s`, pairs, columns, f.heldBy("x.consumer", skip), f.t, f.tc)
+		}
+	}
+}
+
+// policy indexes orderQueries by d's policy.
+func policy(d recordstore.Delivery) int {
+	if d.SkipAbandoned {
+		return 1
+	}
+	return 0
+}
+
+// stateQuery is the statement and the arguments that read d's state.
+func (s *Store) stateQuery(d recordstore.Delivery) (string, []any) {
+	if !d.Ordered {
+		return s.q.state, []any{d.Consumer, d.ID}
+	}
+	if s.q.order.repeatConsumer {
+		return s.q.order.state[policy(d)], []any{d.Consumer, d.Consumer, d.ID}
+	}
+	return s.q.order.state[policy(d)], []any{d.Consumer, d.ID}
+}
+
+// held is decide's verdict on the earlier record the ordered state read:
+// nil when none holds the record.
+func held(id int64, by sql.NullInt64) error {
+	if !by.Valid {
+		return nil
+	}
+	return &recordstore.HeldError{ID: id, Before: by.Int64 / 2, Abandoned: by.Int64%2 == 1}
+}
+
+var _ recordstore.KeyClaimer = (*Store)(nil)
+
+// buildClaimKey builds ClaimKey's statement: claimStale's, among the
+// records of one key, on the order index.
+func (q *queries) buildClaimKey(f fragments) {
+	t, tc, p, d := f.t, f.tc, f.p, f.d
+	q.order.putBack = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id = %s AND topic = %s AND %s", t, p(1), p(2), p(3), f.pending)
+	q.order.claimKey = fmt.Sprintf(`SELECT id, topic, uuid, payload, metadata FROM %s r
+WHERE topic = %s AND order_key = %s AND id > %s AND %s AND COALESCE(last_sent_at, created_at) < %s
+  AND ((consumers = 0 AND %s) OR (consumers > 0 AND EXISTS (SELECT 1 FROM %s c WHERE c.record_id = r.id AND %s AND %s)))
+ORDER BY id LIMIT 1%s`,
+		t, p(1), p(2), p(3), f.pending, d.ago(4), f.due("due_at"), tc, cPending, f.due("c.due_at"), d.lockRows(true))
+}
+
+// ClaimKey implements [recordstore.KeyClaimer] as ClaimStale does, in one
+// transaction.
+func (s *Store) ClaimKey(ctx context.Context, topic, key string, afterID int64, olderThan time.Duration) ([]recordstore.Record, error) {
+	db, d, err := s.bound(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var recs []recordstore.Record
+	err = s.inTx(ctx, db, "claim key", func(tx executor) error {
+		rows, err := tx.QueryContext(ctx, s.q.order.claimKey, topic, key, afterID, micros(olderThan))
+		if err != nil {
+			return s.fail("claim key", err)
+		}
+		if recs, err = s.scanRecords(rows, "claim key", 0); err != nil || len(recs) == 0 {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, s.q.stamp+idList(d, 1, 1), recs[0].ID); err != nil {
+			return s.fail("claim key", err)
+		}
+		return nil
+	})
+	return recs, err
+}
+
+// PutBack implements [recordstore.KeyClaimer].
+func (s *Store) PutBack(ctx context.Context, topic string, id int64) error {
+	db, err := s.pool()
+	if err != nil {
+		return err
+	}
+	if _, err := db.ExecContext(ctx, s.q.order.putBack, dueLongAgo, id, topic); err != nil {
+		return s.fail("put back", err)
+	}
+	return nil
+}

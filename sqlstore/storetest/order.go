@@ -1,0 +1,123 @@
+package storetest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/wmoutbox/outbox/recordstore"
+)
+
+// keyed builds records of topic "orders" with the order keys, in order.
+func keyed(keys ...string) []recordstore.Record {
+	recs := records("orders", len(keys))
+	for i, k := range keys {
+		recs[i].OrderKey = k
+	}
+	return recs
+}
+
+// ordered is d checked in order, with the policy for abandoned records.
+func ordered(d recordstore.Delivery, skipAbandoned bool) recordstore.Delivery {
+	d.Ordered, d.SkipAbandoned = true, skipAbandoned
+	return d
+}
+
+// requireHeld requires err to be a [*recordstore.HeldError] of record id
+// held by before.
+func requireHeld(t *testing.T, err error, id, before int64, abandoned bool) {
+	t.Helper()
+	var held *recordstore.HeldError
+	require.ErrorAs(t, err, &held, "record %d", id)
+	assert.ErrorIs(t, err, recordstore.ErrHeld)
+	assert.Equal(t, recordstore.HeldError{ID: id, Before: before, Abandoned: abandoned}, *held)
+}
+
+func (s *contract) testOrder(t *testing.T) {
+	t.Run("LaterRecordOfAKeyIsHeldUntilTheEarlierCompletes", func(t *testing.T) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			store := s.store(t, mode)
+			recs := insert(t, store, keyed("a", "b", "a", "", "a"))
+			a1, b1, a2, none, a3 := recs[0].ID, recs[1].ID, recs[2].ID, recs[3].ID, recs[4].ID
+
+			require.NoError(t, store.CheckPending(ctx(t), ordered(dlv(a1), false)), "the first of its key runs")
+			require.NoError(t, store.CheckPending(ctx(t), ordered(dlv(b1), false)), "another key is not held")
+			require.NoError(t, store.CheckPending(ctx(t), ordered(dlv(none), false)), "a record without a key is not held")
+			requireHeld(t, store.CheckPending(ctx(t), ordered(dlv(a2), false)), a2, a1, false)
+			requireHeld(t, store.CheckPending(ctx(t), ordered(dlv(a3), false)), a3, a1, false)
+			require.NoError(t, store.CheckPending(ctx(t), dlv(a2)), "an unordered delivery is never held")
+
+			require.NoError(t, store.Complete(ctx(t), dlv(a1)))
+			require.NoError(t, store.CheckPending(ctx(t), ordered(dlv(a2), false)))
+			requireHeld(t, store.CheckPending(ctx(t), ordered(dlv(a3), false)), a3, a2, false)
+			require.NoError(t, store.Complete(ctx(t), dlv(a2)))
+			require.NoError(t, store.CheckPending(ctx(t), ordered(dlv(a3), false)))
+		})
+	})
+	t.Run("HeldOnlyWhilePendingForItsConsumer", func(t *testing.T) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			store := s.store(t, mode)
+			recs := keyed("a", "a")
+			for i := range recs {
+				recs[i].Consumers = []string{"billing", "shipping"}
+			}
+			insert(t, store, recs)
+			first, second := recs[0].ID, recs[1].ID
+			billing := func(id int64) recordstore.Delivery { return ordered(consumerDlv(id, "billing"), false) }
+			shipping := func(id int64) recordstore.Delivery { return ordered(consumerDlv(id, "shipping"), false) }
+
+			requireHeld(t, store.CheckPending(ctx(t), billing(second)), second, first, false)
+			require.NoError(t, store.Complete(ctx(t), billing(first)))
+			require.NoError(t, store.CheckPending(ctx(t), billing(second)), "billing completed the first")
+			requireHeld(t, store.CheckPending(ctx(t), shipping(second)), second, first, false)
+		})
+	})
+	t.Run("AbandonedRecordHoldsItsKeyUnlessSkipped", func(t *testing.T) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			store := s.store(t, mode)
+			fr := need[recordstore.FailureRecorder](t, store)
+			recs := insert(t, store, keyed("a", "a"))
+			first, second := recs[0].ID, recs[1].ID
+			_, abandoned, err := fr.RecordFailure(ctx(t), dlv(first), "poison", 1, nil)
+			require.NoError(t, err)
+			require.True(t, abandoned)
+
+			requireHeld(t, store.CheckPending(ctx(t), ordered(dlv(second), false)), second, first, true)
+			require.NoError(t, store.CheckPending(ctx(t), ordered(dlv(second), true)), "skipping abandoned records")
+
+			rq, ok := store.(recordstore.Requeuer)
+			if !ok {
+				return
+			}
+			_, err = rq.Requeue(ctx(t), first)
+			require.NoError(t, err)
+			requireHeld(t, store.CheckPending(ctx(t), ordered(dlv(second), true)), second, first, false)
+		})
+	})
+	t.Run("HeldIsReportedOnlyForARecordThatWouldRun", func(t *testing.T) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			store := s.store(t, mode)
+			recs := insert(t, store, keyed("a", "a"))
+			require.NoError(t, store.Complete(ctx(t), dlv(recs[1].ID)), "completed out of order, as an unordered consumer may")
+			err := store.CheckPending(ctx(t), ordered(dlv(recs[1].ID), false))
+			assert.ErrorIs(t, err, recordstore.ErrNotPending)
+			assert.False(t, errors.Is(err, recordstore.ErrHeld))
+		})
+	})
+	t.Run("LeaseIsNotTakenByAHeldRecord", func(t *testing.T) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			store, _ := s.leased(t, mode, time.Hour)
+			recs := insert(t, store, keyed("a", "a"))
+			first, second := recs[0].ID, recs[1].ID
+			requireHeld(t, store.CheckPending(ctx(t), withLease(ordered(dlv(second), false), "one")), second, first, false)
+			require.NoError(t, store.CheckPending(ctx(t), withLease(ordered(dlv(first), false), "one")))
+			require.ErrorIs(t, store.CheckPending(ctx(t), withLease(ordered(dlv(first), false), "two")), recordstore.ErrLeased,
+				"the first copy's lease keeps a second copy out")
+			require.NoError(t, store.Complete(ctx(t), dlv(first)))
+			require.NoError(t, store.CheckPending(ctx(t), withLease(ordered(dlv(second), false), "two")))
+		})
+	})
+}
