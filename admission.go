@@ -28,6 +28,11 @@ type admission struct {
 	// seen is the receiver's throttle of the records it saw
 	// (receivers_seen.go).
 	seen *atomic.Int64
+	// ordered is the delivery's place among the running handlers of an
+	// ordered topic, once it has one, and key the message's order key
+	// (ordering.go).
+	ordered heldKey
+	key     string
 }
 
 // admit decides whether the message is this consumer's to handle and
@@ -85,9 +90,12 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, Che
 	}
 	a := &admission{t: t, idText: idText, identity: identity,
 		d: recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Declared: t.deliveries, UUID: msg.UUID,
-			Lease: m.leasePrefix + strconv.FormatUint(m.leaseSeq.Add(1), 36)},
+			Lease: m.leasePrefix + strconv.FormatUint(m.leaseSeq.Add(1), 36), Ordered: t.orderKey != "", SkipAbandoned: t.skipAbandoned},
 		fields: watermill.LogFields{"message_uuid": msg.UUID, "topic": name, "outbox_id": id, "consumer": consumer},
 		seen:   t.seenSlot(consumer)}
+	if t.orderKey != "" {
+		a.key = msg.Metadata[t.orderKey]
+	}
 	var o CheckOutcome
 	if tr := m.reg.tracer(); tr != nil {
 		o, err = m.tracedCheck(tr, msg, checkCtx, a)
@@ -175,6 +183,10 @@ func (m *middleware) checkRecord(ctx, checkCtx context.Context, a *admission) (C
 		m.logger.Error("Record was saved before this consumer was declared; handling it untracked", err, a.fields)
 		m.reg.observer().NotOwned(a.t.topic, a.d.Consumer)
 		return CheckUntracked, nil
+	case errors.Is(err, recordstore.ErrHeld):
+		// The middleware waits for the earlier record, then puts the
+		// copy back (ordering.go).
+		return CheckRefused, err
 	case errors.As(err, &notDue):
 		m.logger.Debug("Record not due for its next attempt, holding and nacking the copy", a.fields.Add(watermill.LogFields{"wait": notDue.Wait}))
 		m.hold(ctx, notDue.Wait)

@@ -142,6 +142,9 @@ func recordsOf(t *tracked, msgs []*message.Message) ([]recordstore.Record, error
 		if pr := producedBy(msg); pr != nil {
 			records[i].Origin = pr.origin(t.topic)
 		}
+		if t.orderKey != "" {
+			records[i].OrderKey = msg.Metadata[t.orderKey]
+		}
 	}
 	return records, nil
 }

@@ -56,6 +56,25 @@ type Tracked struct {
 	// CompletedBy says who completes the records of the topic. Defaults to
 	// [ByReceivers].
 	CompletedBy CompletedBy
+	// OrderKey names the metadata key whose value orders the topic's
+	// messages: for each consumer, records of one key (one value) are
+	// handled one at a time, in the order they were saved. A later record
+	// whose earlier one is not complete for the consumer is held: not
+	// run, put back (nacked after MiddlewareConfig.HeldNackDelay, without
+	// an error), and the earlier record is sent again at once when its
+	// copy may have been lost ([MiddlewareConfig.HeldResendAfter]). An
+	// abandoned record holds its key until it is requeued, unless
+	// OrderSkipsAbandoned is set. Records across keys are not ordered, nor
+	// are messages without the key. Watermill's Kafka marshalers and most
+	// brokers take a partition key from such a metadata key too. The value
+	// is saved with the record, at most [recordstore.MaxOrderKeyLen] bytes.
+	// Not for a topic completed OnSend. Defaults to "": not ordered, at no
+	// cost.
+	OrderKey string
+	// OrderSkipsAbandoned lets an abandoned record stop holding the later
+	// records of its key, which then run without it. Used only with
+	// OrderKey. Defaults to false: the key waits for a requeue.
+	OrderSkipsAbandoned bool
 }
 
 // DefaultConfirmTopic is the topic remote consumers confirm to when
@@ -107,6 +126,11 @@ type tracked struct {
 	deliveries  []string
 	confirmTo   string
 	completedBy CompletedBy
+	// orderKey is Tracked.OrderKey, skipAbandoned OrderSkipsAbandoned;
+	// holds tells the held copies waiting for a record (ordering.go).
+	orderKey      string
+	skipAbandoned bool
+	holds         heldWaiters
 	// first is the first handler that received the name, to detect a
 	// second handler of a name without declared consumers; conflicts logs
 	// each conflict once.
@@ -142,6 +166,13 @@ type Registry struct {
 	// replay, for the paths that take none (the publisher).
 	log     atomic.Pointer[loggerBox]
 	offOnce sync.Once
+	// res is the sender of the running stale resubmitter that started
+	// last (senders, under resMu, are those of all that run), through
+	// which the middleware sends the records of order keys again
+	// (ordering.go).
+	res     atomic.Pointer[resender]
+	resMu   sync.Mutex
+	senders []*resender
 }
 
 // NewRegistry builds a registry of the tracked topics. Topics must be
@@ -204,7 +235,14 @@ func buildEntries(list []Tracked) (map[string]*tracked, error) {
 				return nil, fmt.Errorf("%w: consumer %q of tracked topic %q listed twice (Consumers and RemoteConsumers share one list of names)", ErrInvalidConfig, c, t.Topic)
 			}
 		}
-		e := &tracked{topic: t.Topic, store: t.Store, consumers: slices.Clone(t.Consumers), completedBy: t.CompletedBy}
+		e := &tracked{topic: t.Topic, store: t.Store, consumers: slices.Clone(t.Consumers), completedBy: t.CompletedBy,
+			orderKey: t.OrderKey, skipAbandoned: t.OrderSkipsAbandoned}
+		if t.OrderKey != "" && t.CompletedBy == OnSend {
+			return nil, fmt.Errorf("%w: tracked topic %q completes on send, so no receiver could hold its records in order: it takes no OrderKey", ErrInvalidConfig, t.Topic)
+		}
+		if t.OrderKey == "" && t.OrderSkipsAbandoned {
+			return nil, fmt.Errorf("%w: tracked topic %q sets OrderSkipsAbandoned without an OrderKey", ErrInvalidConfig, t.Topic)
+		}
 		switch t.CompletedBy {
 		case ByReceivers:
 		case OnSend:

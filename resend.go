@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -28,6 +29,30 @@ func newResender(reg *Registry, pub message.Publisher, kind ResendKind) (*resend
 		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
 	}
 	return &resender{reg: reg, pub: undecorated(pub), kind: kind}, nil
+}
+
+// resends is the sender of the records of order keys: the one of the
+// stale resubmitter that started running last of those that run; nil when
+// none runs.
+func (r *Registry) resends() *resender { return r.res.Load() }
+
+// running records s as a running stale resubmitter's sender until the
+// returned function is called.
+func (r *Registry) running(s *resender) (stop func()) {
+	r.resMu.Lock()
+	r.senders = append(r.senders, s)
+	r.res.Store(s)
+	r.resMu.Unlock()
+	return func() {
+		r.resMu.Lock()
+		defer r.resMu.Unlock()
+		r.senders = slices.DeleteFunc(r.senders, func(o *resender) bool { return o == s })
+		if n := len(r.senders); n > 0 {
+			r.res.Store(r.senders[n-1])
+		} else {
+			r.res.Store(nil)
+		}
+	}
 }
 
 // maxWrappers bounds the walk down a chain of publisher wrappers, so that

@@ -53,6 +53,23 @@ type MiddlewareConfig struct {
 	// once (GoChannel, an AMQP requeue) does not spin against the database
 	// while the first delivery runs. Defaults to 50 milliseconds.
 	LeasedNackDelay time.Duration
+	// HeldWait is how long a copy of a topic with an ordering key
+	// ([Tracked.OrderKey]) that an earlier record of its key holds waits in
+	// the handler for that record to complete in this process, checked
+	// again each time; then it is put back: acknowledged without running
+	// the handler, its record left pending, and sent again once the
+	// earlier record completes here, or by the stale resubmitter or the
+	// next replay. Without a replay or stale resubmitter built on the
+	// registry, whose publisher sends it, the copy is nacked instead.
+	// Defaults to 250 milliseconds.
+	HeldWait time.Duration
+	// HeldResendAfter is how old the last send of the earlier record that
+	// holds a copy must be for the held copy to have it sent again at once
+	// (its copy may be lost), through the store's stale claim, so that it
+	// is sent at most once per HeldResendAfter whatever the number of held
+	// copies and instances. Defaults to 2 seconds.
+	HeldResendAfter time.Duration
+
 	// MaxAttempts abandons a record after this many failed handlings, on a
 	// store that implements [recordstore.FailureRecorder]: the record is kept, no longer
 	// pending, and the middleware returns an [*AbandonedError]. Each failure
@@ -130,6 +147,12 @@ func (c *MiddlewareConfig) setDefaults() {
 	if c.CheckRetryDelay == 0 {
 		c.CheckRetryDelay = 50 * time.Millisecond
 	}
+	if c.HeldWait == 0 {
+		c.HeldWait = 250 * time.Millisecond
+	}
+	if c.HeldResendAfter == 0 {
+		c.HeldResendAfter = 2 * time.Second
+	}
 	if c.CheckRetryMaxDelay == 0 {
 		c.CheckRetryMaxDelay = max(5*time.Second, c.CheckRetryDelay)
 	}
@@ -149,6 +172,9 @@ func (c MiddlewareConfig) Validate() error {
 	}
 	if c.CheckRetryDelay < 0 || c.CheckRetryMaxDelay < c.CheckRetryDelay {
 		return fmt.Errorf("%w: CheckRetryDelay %v must not be negative nor above CheckRetryMaxDelay %v", ErrInvalidConfig, c.CheckRetryDelay, c.CheckRetryMaxDelay)
+	}
+	if c.HeldWait < 0 || c.HeldResendAfter < 0 {
+		return fmt.Errorf("%w: HeldWait %v and HeldResendAfter %v must not be negative", ErrInvalidConfig, c.HeldWait, c.HeldResendAfter)
 	}
 	if c.MaxAttempts < 0 {
 		return fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalidConfig, c.MaxAttempts)
@@ -237,9 +263,18 @@ const checkForeign CheckOutcome = "foreign"
 
 func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, idText string) ([]*message.Message, error) {
 	a, o, err := m.admit(msg, idText)
+	var held *recordstore.HeldError
+	if o == CheckRefused && errors.As(err, &held) {
+		return m.onHeld(h, msg, idText, a, held)
+	}
+	return m.after(h, msg, a, o, err)
+}
+
+// after acts on admission's outcome.
+func (m *middleware) after(h message.HandlerFunc, msg *message.Message, a *admission, o CheckOutcome, err error) ([]*message.Message, error) {
 	switch o {
 	case CheckPending:
-		return m.settle(h, msg, a)
+		return m.run(h, msg, a)
 	case CheckUntracked:
 		if m.cfg.OnUntracked != nil {
 			m.cfg.OnUntracked(msg)
@@ -250,7 +285,7 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 	case checkForeign:
 		return m.receive(h, msg)
 	default: // CheckRefused
-		if errors.Is(err, recordstore.ErrNotDue) {
+		if errors.Is(err, recordstore.ErrNotDue) || errors.Is(err, recordstore.ErrHeld) {
 			// A hold is routine: the middleware nacks the copy itself and
 			// returns nil, so that the router, which logs every handler
 			// error at Error, logs nothing (its Ack after a Nack is a

@@ -42,6 +42,7 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 	}
 	if d.completed.Load() {
 		// The handler's transaction completed the record (CompleteTx).
+		m.settled(ctx, a, true)
 		return produced, nil
 	}
 	if herr != nil {
@@ -77,6 +78,8 @@ func runHandler(h message.HandlerFunc, msg *message.Message) (produced []*messag
 // allowed attempt, or puts the outbox keys back and releases the lease.
 func (m *middleware) failed(ctx context.Context, msg *message.Message, a *admission, d *delivery, herr error) error {
 	if aerr := m.countFailure(ctx, msg, a, herr); aerr != nil {
+		// Abandoned: with OrderSkipsAbandoned its key is free.
+		m.settled(ctx, a, a.t.skipAbandoned)
 		// The record is no longer pending: the message leaves without
 		// its outbox keys, so a poison queue that keeps it does not
 		// carry a stale record id.
@@ -85,6 +88,7 @@ func (m *middleware) failed(ctx context.Context, msg *message.Message, a *admiss
 	msg.Metadata[MetadataID] = a.idText
 	msg.Metadata[MetadataTopic] = a.t.topic
 	msg.Metadata[MetadataStore] = a.identity
+	m.settled(ctx, a, false)
 	if !d.completed.Load() {
 		m.release(ctx, a)
 	}
@@ -113,6 +117,7 @@ func (m *middleware) completeOnAck(ctx context.Context, msg *message.Message, a 
 		m.complete(ctx, a)
 	case <-msg.Nacked():
 		p.publishFailed(errNackedAfterSuccess)
+		m.settled(ctx, a, false)
 	}
 }
 
@@ -125,6 +130,7 @@ func (m *middleware) complete(ctx context.Context, a *admission) {
 	defer cancel()
 	err := a.t.store.Complete(ctx, a.d)
 	endStep(end, err)
+	defer m.settled(ctx, a, err == nil || errors.Is(err, ErrNotPending))
 	switch {
 	case err == nil:
 		m.reg.observer().Handled(a.t.topic, a.d.Consumer)

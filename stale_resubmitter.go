@@ -157,8 +157,13 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ResendResult, erro
 }
 
 // Run resubmits every Interval until ctx is done, then returns nil. A failed
-// round is logged and the next round tries again.
+// round is logged and the next round tries again. While it runs, the
+// middleware sends the records of topics with an order key
+// ([Tracked.OrderKey]) again through its publisher, when a record of the
+// key completes or a held record asks for the one that holds it.
 func (r *StaleResubmitter) Run(ctx context.Context) error {
+	defer r.reg.running(r.out)()
+	r.logger.Debug("Stale resubmitter running", watermill.LogFields{"interval": r.cfg.Interval, "older_than": r.cfg.OlderThan})
 	return runEvery(ctx, r.cfg.Interval, r.logger, "Stale resubmit round failed; the next round tries again", func(ctx context.Context) error {
 		_, err := r.ResubmitOnce(ctx)
 		return err

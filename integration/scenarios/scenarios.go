@@ -40,6 +40,7 @@ func Run(t *testing.T, b Backend) {
 		{"DeclaredConsumerDownIsServedByReplay", consumerDownIsServedByReplay},
 		{"ServicesWithADatabaseEachConfirmOverTheBroker", servicesWithADatabaseEach},
 		{"CompletedOnSendDrainsAsSendsSucceed", completedOnSend},
+		{"KeysAreHandledInOrderAcrossFailuresAndRestarts", orderedAcrossFailuresAndRestarts},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
 			t.Parallel()

@@ -91,6 +91,8 @@ type serviceConfig struct {
 	// plain leaves the outbox out of the router: a receiver that does not
 	// run the plugin.
 	plain bool
+	// replay configures the replay plugin; the zero value is the defaults.
+	replay outbox.ReplayConfig
 }
 
 // startService starts a service on a fresh publisher and subscriber of the
@@ -122,7 +124,7 @@ func (e *env) startServiceWith(cfg serviceConfig) *service {
 		mw, err := outbox.NewMiddleware(cfg.reg, cfg.mw, cfg.logger)
 		require.NoError(e.t, err)
 		router.AddMiddleware(mw)
-		router.AddPlugin(outbox.ReplayPlugin(cfg.reg, cfg.pub, outbox.ReplayConfig{}, nil))
+		router.AddPlugin(outbox.ReplayPlugin(cfg.reg, cfg.pub, cfg.replay, nil))
 	}
 	if cfg.confirmations != nil {
 		require.NoError(e.t, outbox.AddConfirmationHandler(router, cfg.reg, cfg.confirmations, cfg.logger))

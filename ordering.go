@@ -1,0 +1,295 @@
+package outbox
+
+// Ordering: what the middleware does with a copy whose record an earlier
+// record of its key holds (Tracked.OrderKey), and how a held record comes
+// back once its key is free.
+//
+// A held copy first waits, in the handler, for the earlier record to
+// complete in this process (a completion wakes it at once), up to
+// MiddlewareConfig.HeldWait, and is checked again. If the key is still held
+// it is put back: acknowledged without running the handler, its record
+// left pending. Nacking instead would spin, or stall the key for good, on
+// brokers that redeliver a nacked message in place (GoChannel, Kafka, the
+// SQL pub/sub): the held copy would stay in front of the earlier record's
+// copy. Each completion of a record of the key, in any instance, claims
+// the next record of the key whose last send is older than HeldWait
+// (recordstore.KeyClaimer) and sends it again: a record put back comes
+// back as soon as the key is free. Meanwhile the record that holds the
+// key is sent again at once when its last send is older than
+// MiddlewareConfig.HeldResendAfter (its copy may be lost), claimed the
+// same way, so that all the held copies of every instance send it at most
+// once per HeldResendAfter. The stale resubmitter and the next replay send
+// whatever a crash left behind.
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/outbox/recordstore"
+)
+
+// heldKey names one consumer's delivery of one record of a topic.
+type heldKey struct {
+	consumer string
+	id       int64
+}
+
+// heldWaiters are the copies of one topic that wait, in their handlers,
+// for a record of their key to complete here.
+type heldWaiters struct {
+	mu sync.Mutex
+	m  map[heldKey]*heldEntry
+	// recent are the deliveries that completed here lately (the last
+	// recentDone), so that a copy held by one of them that starts waiting
+	// after its completion does not wait for it.
+	recent map[heldKey]struct{}
+	ring   []heldKey
+	next   int
+	// running holds the deliveries whose handler runs in this process, so
+	// that two copies of one record never run at once here (another
+	// process is kept out by the store's lease).
+	running sync.Map // heldKey -> struct{}
+	// asked throttles, per record, this process's asks to send it again.
+	asked sync.Map // int64 -> *atomic.Int64 (unix nanoseconds)
+}
+
+// recentDone is how many completed deliveries heldWaiters remembers.
+const recentDone = 4096
+
+type heldEntry struct {
+	wake    chan struct{}
+	waiting int
+}
+
+// wait returns a channel closed when the delivery k completes here, and a
+// function to call once done waiting.
+func (h *heldWaiters) wait(k heldKey) (<-chan struct{}, func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, done := h.recent[k]; done {
+		return closed, func() {}
+	}
+	e := h.entry(k)
+	e.waiting++
+	return e.wake, func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if cur := h.m[k]; cur == e {
+			e.waiting--
+			if e.waiting == 0 {
+				delete(h.m, k)
+			}
+		}
+	}
+}
+
+func (h *heldWaiters) entry(k heldKey) *heldEntry {
+	if h.m == nil {
+		h.m = map[heldKey]*heldEntry{}
+	}
+	e := h.m[k]
+	if e == nil {
+		e = &heldEntry{wake: make(chan struct{})}
+		h.m[k] = e
+	}
+	return e
+}
+
+// done wakes the copies waiting for k.
+func (h *heldWaiters) done(k heldKey) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.recent == nil {
+		h.recent = make(map[heldKey]struct{}, recentDone)
+		h.ring = make([]heldKey, recentDone)
+	}
+	delete(h.recent, h.ring[h.next])
+	h.ring[h.next] = k
+	h.next = (h.next + 1) % recentDone
+	h.recent[k] = struct{}{}
+	if e := h.m[k]; e != nil {
+		delete(h.m, k)
+		close(e.wake)
+	}
+}
+
+// claimRun takes the delivery's place among the handlers running here;
+// false when a copy of the record runs already.
+// closed is a channel that is closed.
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (h *heldWaiters) claimRun(k heldKey) bool {
+	_, taken := h.running.LoadOrStore(k, struct{}{})
+	return !taken
+}
+
+func (h *heldWaiters) endRun(k heldKey) { h.running.Delete(k) }
+
+// runs reports whether the delivery k's handler runs here.
+func (h *heldWaiters) runs(k heldKey) bool {
+	_, ok := h.running.Load(k)
+	return ok
+}
+
+// onHeld handles a copy whose record is held by an earlier record of its
+// key: while that record's handler runs here, it waits for it to complete,
+// up to HeldWait, checking again each time one does; otherwise, or then,
+// it puts the copy back.
+func (m *middleware) onHeld(h message.HandlerFunc, msg *message.Message, idText string, a *admission, held *recordstore.HeldError) ([]*message.Message, error) {
+	ctx := msg.Context()
+	budget := time.NewTimer(m.cfg.HeldWait)
+	defer budget.Stop()
+	m.logger.Debug("Record held by an earlier record of its key, waiting for it", a.fields.Add(watermill.LogFields{"held_by": held.Before}))
+	over, woken := false, false
+	for {
+		if !held.Abandoned {
+			m.askResend(a, held.Before)
+		}
+		if !a.t.holds.runs(heldKey{a.d.Consumer, held.Before}) && !woken {
+			// Not running here: waiting would hold the subscription (a
+			// GoChannel or Kafka partition delivers one message at a
+			// time) in front of the copy that can run.
+			return m.putBack(msg, a, held)
+		}
+		if !over {
+			wake, stop := a.t.holds.wait(heldKey{a.d.Consumer, held.Before})
+			if woken {
+				// Woken by this record before, and still held by it:
+				// wait out the budget.
+				wake = nil
+			}
+			select {
+			case <-wake:
+			case <-budget.C:
+				over = true
+			case <-ctx.Done():
+				over = true
+			}
+			stop()
+		}
+		// Checked again: the earlier record completed (here or, when the
+		// wait is over, maybe elsewhere), or another holds the key now.
+		before := held.Before
+		next, o, err := m.admit(msg, idText)
+		if o == CheckPending {
+			return m.run(h, msg, next)
+		}
+		if !errors.As(err, &held) {
+			return m.after(h, msg, next, o, err)
+		}
+		a = next
+		if over {
+			return m.putBack(msg, a, held)
+		}
+		woken = held.Before == before
+	}
+}
+
+// putBack acknowledges a held copy without running its handler; its record
+// stays pending and is sent again once a record of its key completes. Without a
+// sender (no replay or stale resubmitter was built on the registry) or a
+// store that claims keys, it is nacked instead, for the broker to bring
+// it back.
+func (m *middleware) putBack(msg *message.Message, a *admission, held *recordstore.HeldError) ([]*message.Message, error) {
+	fields := a.fields.Add(watermill.LogFields{"held_by": held.Before, "held_by_abandoned": held.Abandoned})
+	claimer, ok := a.t.store.(recordstore.KeyClaimer)
+	if !ok || m.reg.resends() == nil {
+		m.logger.Debug("Record held by an earlier record of its key, nacking the copy", fields)
+		msg.Nack()
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), m.cfg.CompleteTimeout)
+	defer cancel()
+	if err := claimer.PutBack(ctx, a.t.topic, a.d.ID); err != nil {
+		m.logger.Error("Putting a held record back failed; nacking the copy", err, fields)
+		msg.Nack()
+		return nil, nil
+	}
+	m.logger.Debug("Record held by an earlier record of its key, putting the copy back", fields)
+	return nil, nil
+}
+
+// run runs an admitted delivery; an ordered one unless a copy of its record
+// runs here already, which is nacked after LeasedNackDelay, as a copy of a
+// leased record is.
+func (m *middleware) run(h message.HandlerFunc, msg *message.Message, a *admission) ([]*message.Message, error) {
+	if a.t.orderKey == "" {
+		return m.settle(h, msg, a)
+	}
+	k := heldKey{a.d.Consumer, a.d.ID}
+	if !a.t.holds.claimRun(k) {
+		m.logger.Debug("A copy of the record runs already, nacking this one", a.fields)
+		// A lease this check may have taken must not outlive the copy.
+		m.release(msg.Context(), a)
+		m.hold(msg.Context(), m.cfg.LeasedNackDelay)
+		msg.Nack()
+		return nil, nil
+	}
+	a.ordered = k
+	return m.settle(h, msg, a)
+}
+
+// settled ends an ordered delivery's run: after its completion (ok) the
+// copies waiting for it here are woken, and the next record of its key
+// that was put back (its last send older than HeldWait) is sent again.
+func (m *middleware) settled(ctx context.Context, a *admission, ok bool) {
+	if a.t.orderKey == "" || a.ordered == (heldKey{}) {
+		return
+	}
+	a.t.holds.endRun(a.ordered)
+	if !ok {
+		return
+	}
+	a.t.holds.done(a.ordered)
+	a.t.holds.asked.Delete(a.d.ID)
+	if a.key != "" {
+		go m.claimAndSend(context.WithoutCancel(ctx), a, a.d.ID, m.cfg.HeldWait)
+	}
+}
+
+// askResend sends the record before, which holds a's key, again when its
+// last send is older than HeldResendAfter, at most once per HeldResendAfter
+// per record and process (and, through the store's claim, across
+// processes).
+func (m *middleware) askResend(a *admission, before int64) {
+	if a.key == "" {
+		return
+	}
+	now := time.Now().UnixNano()
+	v, _ := a.t.holds.asked.LoadOrStore(before, new(atomic.Int64))
+	last := v.(*atomic.Int64)
+	prev := last.Load()
+	if prev != 0 && now-prev < int64(m.cfg.HeldResendAfter) || !last.CompareAndSwap(prev, now) {
+		return
+	}
+	go m.claimAndSend(context.Background(), a, before-1, m.cfg.HeldResendAfter)
+}
+
+// claimAndSend claims the first record of a's key after afterID whose last
+// send is older than olderThan and sends it through the registry's sender;
+// a failure is logged, and the record stays pending for the next resend.
+func (m *middleware) claimAndSend(ctx context.Context, a *admission, afterID int64, olderThan time.Duration) {
+	res := m.reg.resends()
+	claimer, ok := a.t.store.(recordstore.KeyClaimer)
+	if res == nil || !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.CompleteTimeout)
+	defer cancel()
+	recs, err := claimer.ClaimKey(ctx, a.t.topic, a.key, afterID, max(olderThan, time.Microsecond))
+	if err == nil && len(recs) > 0 {
+		var identity string
+		if identity, err = a.t.store.Identity(ctx); err == nil {
+			err = res.send(ctx, a.t, identity, recs)
+		}
+	}
+	if err != nil {
+		m.logger.Error("Sending the next record of an order key again failed; the stale resubmitter or the next replay sends it", err, a.fields)
+	}
+}
