@@ -73,6 +73,15 @@
 // StatementTimeout of their configurations), so a database that never
 // answers fails them instead of hanging them.
 //
+// # Order by key
+//
+// A topic with [Tracked.OrderKey] is handled in order per key and consumer:
+// a record whose earlier record of the same key is not complete for the
+// consumer is held (checked in the same statement as the record) and put
+// back, and sent again once the key is free. Keys are not ordered against
+// each other, and receivers in other services are not ordered. See
+// docs/guarantees.md.
+//
 // # Middleware order
 //
 // Add the outbox middleware before (outside of) Watermill's Retry and of a

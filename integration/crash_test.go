@@ -20,6 +20,7 @@ var (
 	crashKills          = flag.Int("crash.kills", 24, "kill cycles (soak: -crash.kills=300)")
 	crashConsumersKills = flag.Int("crash.consumers.kills", -1, "kill cycles of the two-consumer setup (-1: as -crash.kills)")
 	crashSeed           = flag.Uint64("crash.seed", 0, "seed of the kill points (0: from the clock)")
+	crashOrderedKills   = flag.Int("crash.ordered.kills", 12, "kill cycles of the ordered setup (soak: -crash.ordered.kills=300)")
 )
 
 func amqpURI() string { return env("OUTBOX_TEST_AMQP_URI", "amqp://guest:guest@127.0.0.1:5672/") }
@@ -63,7 +64,7 @@ func crashChildConfig(db *sqlx.DB, dialect *sqlstore.Dialect) crashtest.ChildCon
 // SIGKILL between insert and send, mid-handler, between handler and mark and
 // at random moments, and checks that every committed record was handled.
 func TestCrashPostgresRabbitMQ(t *testing.T) {
-	crashPostgresRabbitMQ(t, *crashKills, nil)
+	crashPostgresRabbitMQ(t, *crashKills, nil, false)
 }
 
 // TestCrashPostgresRabbitMQTwoConsumers is TestCrashPostgresRabbitMQ with
@@ -74,10 +75,17 @@ func TestCrashPostgresRabbitMQTwoConsumers(t *testing.T) {
 	if kills < 0 {
 		kills = *crashKills
 	}
-	crashPostgresRabbitMQ(t, kills, []string{"email", "stats"})
+	crashPostgresRabbitMQ(t, kills, []string{"email", "stats"}, false)
 }
 
-func crashPostgresRabbitMQ(t *testing.T, kills int, consumers []string) {
+// TestCrashPostgresRabbitMQOrdered is TestCrashPostgresRabbitMQTwoConsumers
+// on a topic ordered by key: besides losing nothing, each consumer handles
+// the records of a key in the order they were saved, across the kills.
+func TestCrashPostgresRabbitMQOrdered(t *testing.T) {
+	crashPostgresRabbitMQ(t, *crashOrderedKills, []string{"email", "stats"}, true)
+}
+
+func crashPostgresRabbitMQ(t *testing.T, kills int, consumers []string, ordered bool) {
 	admin, err := amqp091.Dial(amqpURI())
 	if err != nil {
 		testenv.Unavailable(t, "RabbitMQ", err)
@@ -108,6 +116,7 @@ func crashPostgresRabbitMQ(t *testing.T, kills int, consumers []string) {
 		Table:     table,
 		Consumers: consumers,
 		Env:       []string{"OUTBOX_TEST_POSTGRES_DSN=" + testenv.PostgresDSN(), "OUTBOX_TEST_AMQP_URI=" + amqpURI()},
+		Ordered:   ordered,
 	})
 	t.Logf("PostgreSQL+RabbitMQ: %s", sum)
 	crashtest.Check(t, sum)

@@ -305,6 +305,21 @@ func (s *Store) status(ctx context.Context, full bool) ([]recordstore.TopicStatu
 			topics[r.rec.Topic].Unchecked++
 		}
 	}
+	// A key is blocked when an abandoned record of it has pending ones
+	// after it.
+	abandonedKeys, blocked := map[[2]string]bool{}, map[[2]string]bool{}
+	for _, id := range s.order {
+		r := s.byID[id]
+		k := [2]string{r.rec.Topic, r.orderKey}
+		switch {
+		case r.orderKey == "":
+		case !r.abandoned.IsZero():
+			abandonedKeys[k] = true
+		case r.pending() && abandonedKeys[k] && !blocked[k]:
+			blocked[k] = true
+			topics[r.rec.Topic].BlockedKeys++
+		}
+	}
 	for topic := range s.seen {
 		if topics[topic] == nil {
 			topics[topic] = &recordstore.TopicStatus{Topic: topic}

@@ -166,6 +166,12 @@ type TopicStatus struct {
 	// a minute per process, so SinceSeen runs up to a minute late.
 	Seen      bool
 	SinceSeen time.Duration
+	// BlockedKeys is how many order keys ([Record.OrderKey]) have an
+	// abandoned record followed by pending ones: the later records wait
+	// for the abandoned one to be requeued (unless the topic skips
+	// abandoned records, outbox.Tracked.OrderSkipsAbandoned). Zero on a
+	// store without order keys.
+	BlockedKeys int64
 	// Consumers breaks the counts down per declared consumer, for names
 	// whose records declare consumers, in consumer order; nil otherwise.
 	Consumers []ConsumerStatus
@@ -237,8 +243,9 @@ func (s TopicStatus) MarshalJSON() ([]byte, error) {
 		Completed     int64            `json:"completed"`
 		Unchecked     int64            `json:"unchecked"`
 		LastSeen      *float64         `json:"last_seen_seconds_ago"`
+		BlockedKeys   int64            `json:"blocked_keys"`
 		Consumers     []ConsumerStatus `json:"consumers,omitempty"`
-	}{s.Topic, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked, secondsAgo(s.Seen, s.SinceSeen), s.Consumers})
+	}{s.Topic, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked, secondsAgo(s.Seen, s.SinceSeen), s.BlockedKeys, s.Consumers})
 }
 
 // MarshalJSON writes the status with snake_case keys and ages in seconds.

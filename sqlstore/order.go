@@ -28,6 +28,8 @@ type orderQueries struct {
 	// moves a record's last send to dueLongAgo (PutBack).
 	claimKey string
 	putBack  string
+	// blockedKeys counts, per topic, the keys an abandoned record holds.
+	blockedKeys string
 }
 
 // heldBy is the column that names the earliest earlier record of r's topic
@@ -104,6 +106,10 @@ var _ recordstore.KeyClaimer = (*Store)(nil)
 // records of one key, on the order index.
 func (q *queries) buildClaimKey(f fragments) {
 	t, tc, p, d := f.t, f.tc, f.p, f.d
+	q.order.blockedKeys = fmt.Sprintf(`SELECT a.topic, COUNT(DISTINCT a.order_key) FROM %s a
+WHERE a.abandoned_at IS NOT NULL AND a.order_key IS NOT NULL
+  AND EXISTS (SELECT 1 FROM %s p WHERE p.topic = a.topic AND p.order_key = a.order_key AND p.id > a.id AND p.%s)
+GROUP BY a.topic`, t, t, f.pending)
 	q.order.putBack = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id = %s AND topic = %s AND %s", t, p(1), p(2), p(3), f.pending)
 	q.order.claimKey = fmt.Sprintf(`SELECT id, topic, uuid, payload, metadata FROM %s r
 WHERE topic = %s AND order_key = %s AND id > %s AND %s AND COALESCE(last_sent_at, created_at) < %s
@@ -144,6 +150,31 @@ func (s *Store) PutBack(ctx context.Context, topic string, id int64) error {
 	}
 	if _, err := db.ExecContext(ctx, s.q.order.putBack, dueLongAgo, id, topic); err != nil {
 		return s.fail("put back", err)
+	}
+	return nil
+}
+
+// addBlockedKeys sets the BlockedKeys of the topics of out.
+func (s *Store) addBlockedKeys(ctx context.Context, db executor, out []recordstore.TopicStatus) error {
+	rows, err := db.QueryContext(ctx, s.q.order.blockedKeys)
+	if err != nil {
+		return s.fail("status", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var topic string
+		var n int64
+		if err := rows.Scan(&topic, &n); err != nil {
+			return s.fail("status", err)
+		}
+		for i := range out {
+			if out[i].Topic == topic {
+				out[i].BlockedKeys = n
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return s.fail("status", err)
 	}
 	return nil
 }

@@ -43,6 +43,9 @@ func (s *Store) readStatus(ctx context.Context, names, consumers string, full bo
 	for i := range out {
 		out[i].Consumers = byName[out[i].Topic]
 	}
+	if err := s.addBlockedKeys(ctx, db, out); err != nil {
+		return nil, err
+	}
 	return s.addReceivers(ctx, db, out)
 }
 

@@ -21,9 +21,9 @@ func (c *cli) status(ctx context.Context, s *sqlstore.Store) error {
 		}
 		return c.printJSON(statusJSON{Table: s.Table(), Completion: s.Completion().String(), Topics: topics})
 	}
-	return c.printTable("TOPIC\tPENDING\tOLDEST PENDING\tABANDONED\tCOMPLETED\tUNCHECKED\tLAST SEEN", func(w io.Writer) {
+	return c.printTable("TOPIC\tPENDING\tOLDEST PENDING\tABANDONED\tCOMPLETED\tUNCHECKED\tBLOCKED KEYS\tLAST SEEN", func(w io.Writer) {
 		for _, st := range sts {
-			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\t%s\n", st.Topic, st.Pending, age(st.OldestPending), st.Abandoned, st.Completed, st.Unchecked, lastSeen(st))
+			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\n", st.Topic, st.Pending, age(st.OldestPending), st.Abandoned, st.Completed, st.Unchecked, st.BlockedKeys, lastSeen(st))
 		}
 	})
 }

@@ -69,6 +69,7 @@ type topicJSON struct {
 	Completed       int64          `json:"completed"`
 	Unchecked       int64          `json:"unchecked"`
 	LastSeenSecsAgo *float64       `json:"last_seen_seconds_ago"`
+	BlockedKeys     int64          `json:"blocked_keys"`
 	Consumers       []consumerJSON `json:"consumers,omitempty"`
 }
 
@@ -84,7 +85,7 @@ type consumerJSON struct {
 
 func toTopicJSON(st outbox.TopicStatus) topicJSON {
 	j := topicJSON{Topic: st.Topic, Pending: st.Pending, OldestPending: st.OldestPending.Seconds(), Abandoned: st.Abandoned, Completed: st.Completed,
-		Unchecked: st.Unchecked, LastSeenSecsAgo: secondsAgo(st.Seen, st.SinceSeen)}
+		Unchecked: st.Unchecked, LastSeenSecsAgo: secondsAgo(st.Seen, st.SinceSeen), BlockedKeys: st.BlockedKeys}
 	for _, cs := range st.Consumers {
 		j.Consumers = append(j.Consumers, consumerJSON{Consumer: cs.Consumer, Pending: cs.Pending, OldestPending: cs.OldestPending.Seconds(),
 			Abandoned: cs.Abandoned, Completed: cs.Completed, Unchecked: cs.Unchecked, LastSeenSecsAgo: secondsAgo(cs.Seen, cs.SinceSeen)})

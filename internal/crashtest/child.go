@@ -48,7 +48,8 @@ func IsChild(test string) bool { return os.Getenv(EnvChild) == test }
 func Prepare(t *testing.T, db *sqlx.DB, d *sqlstore.Dialect, table string) {
 	t.Helper()
 	prepareRecords(t, db, d, table)
-	if _, err := db.Exec("CREATE TABLE " + table + "_handled (uuid VARCHAR(64) NOT NULL, consumer VARCHAR(64) NOT NULL)"); err != nil {
+	// n orders the handlings: the cycle, then the child's count.
+	if _, err := db.Exec("CREATE TABLE " + table + "_handled (uuid VARCHAR(64) NOT NULL, consumer VARCHAR(64) NOT NULL, n BIGINT NOT NULL, order_key VARCHAR(16) NOT NULL, record_id BIGINT NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = db.Exec("DROP TABLE IF EXISTS " + table + "_handled") })
@@ -96,6 +97,7 @@ type childState struct {
 	at       int64
 	cycle    int
 	batch    int
+	ordered  bool
 	sends    atomic.Int64
 	handles  atomic.Int64
 	complets atomic.Int64
@@ -103,7 +105,8 @@ type childState struct {
 
 // stateFromEnv reads the kill point and the batch the parent chose.
 func stateFromEnv() *childState {
-	return &childState{mode: Mode(os.Getenv(envMode)), at: int64(atoi(envAt)), cycle: atoi(envCycle), batch: atoi(envBatch)}
+	return &childState{mode: Mode(os.Getenv(envMode)), at: int64(atoi(envAt)), cycle: atoi(envCycle), batch: atoi(envBatch),
+		ordered: os.Getenv(envOrdered) == "1"}
 }
 
 func child(cfg ChildConfig) error {
@@ -120,7 +123,11 @@ func child(cfg ChildConfig) error {
 		return err
 	}
 	store := &haltingStore{Store: base, st: st}
-	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: topic, Store: store, Consumers: consumers})
+	tracked := outbox.Tracked{Topic: topic, Store: store, Consumers: consumers}
+	if st.ordered {
+		tracked.OrderKey = orderKey
+	}
+	reg, err := outbox.NewRegistry(tracked)
 	if err != nil {
 		return err
 	}
@@ -152,17 +159,19 @@ func child(cfg ChildConfig) error {
 	}
 	var mu sync.Mutex
 	allMine := make(chan struct{})
-	insertHandled := cfg.DB.Rebind("INSERT INTO " + table + "_handled (uuid, consumer) VALUES (?, ?)")
+	insertHandled := cfg.DB.Rebind("INSERT INTO " + table + "_handled (uuid, consumer, n, order_key, record_id) VALUES (?, ?, ?, ?, ?)")
 	for _, h := range handlers(consumers) {
 		sub, err := cfg.Subscriber(h)
 		if err != nil {
 			return fmt.Errorf("subscriber of %s: %w", h, err)
 		}
 		router.AddNoPublisherHandler(h, topic, sub, func(msg *message.Message) error {
-			if _, err := cfg.DB.ExecContext(msg.Context(), insertHandled, msg.UUID, h); err != nil {
+			n := st.handles.Add(1) - 1
+			rec, _ := outbox.RecordFromContext(msg.Context())
+			if _, err := cfg.DB.ExecContext(msg.Context(), insertHandled, msg.UUID, h, int64(st.cycle)*1_000_000+n, msg.Metadata.Get(orderKey), rec.ID); err != nil {
 				return err
 			}
-			if n := st.handles.Add(1) - 1; st.mode == MidHandler && n == st.at {
+			if st.mode == MidHandler && n == st.at {
 				halt(MidHandler)
 			}
 			mu.Lock()
@@ -235,6 +244,7 @@ func runRouter(ctx context.Context, router *message.Router) (<-chan error, error
 func publishBatch(pub message.Publisher, topic string, st *childState) error {
 	for i := 0; i < st.batch; i++ {
 		msg := message.NewMessage(uuidOf(st.cycle, i), []byte(strconv.Itoa(i)))
+		msg.Metadata.Set(orderKey, fmt.Sprintf("k%d", (st.cycle*st.batch+i)%OrderKeys))
 		if err := pub.Publish(topic, msg); err != nil {
 			return fmt.Errorf("publish %d: %w", i, err)
 		}
@@ -267,6 +277,9 @@ func drainChild(ctx context.Context, router *message.Router, store *sqlstore.Sto
 		<-tick.C
 	}
 }
+
+// orderKey is the metadata key of an ordered run's order keys.
+const orderKey = "order_key"
 
 func uuidOf(cycle, i int) string { return fmt.Sprintf("c%04d-m%03d", cycle, i) }
 

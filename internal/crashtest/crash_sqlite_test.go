@@ -22,6 +22,7 @@ var (
 	kills          = flag.Int("crash.kills", 24, "kill cycles per setup (soak: -crash.kills=300)")
 	consumersKills = flag.Int("crash.consumers.kills", -1, "kill cycles of the two-consumer setups (-1: as -crash.kills)")
 	seed           = flag.Uint64("crash.seed", 0, "seed of the kill points (0: from the clock)")
+	orderedKills   = flag.Int("crash.ordered.kills", 12, "kill cycles of the ordered setups (soak: -crash.ordered.kills=300)")
 )
 
 // twoConsumers are the declared consumers of the two-consumer setups.
@@ -87,7 +88,18 @@ func TestCrashSQLiteGoChannelTwoConsumers(t *testing.T) {
 	crashSQLiteGoChannel(t, twoConsumerKills(), twoConsumers)
 }
 
+// TestCrashSQLiteGoChannelOrdered is TestCrashSQLiteGoChannelTwoConsumers
+// on a topic ordered by key: besides losing nothing, each consumer handles
+// the records of a key in the order they were saved, across the kills.
+func TestCrashSQLiteGoChannelOrdered(t *testing.T) {
+	crashSQLiteGoChannelWith(t, *orderedKills, twoConsumers, true)
+}
+
 func crashSQLiteGoChannel(t *testing.T, kills int, consumers []string) {
+	crashSQLiteGoChannelWith(t, kills, consumers, false)
+}
+
+func crashSQLiteGoChannelWith(t *testing.T, kills int, consumers []string, ordered bool) {
 	dsn := testenv.SQLiteDSN(t)
 	db := testenv.Open(t, "SQLite", "sqlite", dsn)
 	table := testenv.Table(t)
@@ -102,6 +114,7 @@ func crashSQLiteGoChannel(t *testing.T, kills int, consumers []string) {
 		Table:     table,
 		Consumers: consumers,
 		Env:       []string{"OUTBOX_CRASH_DSN=" + dsn},
+		Ordered:   ordered,
 	})
 	t.Logf("SQLite+GoChannel: %s", sum)
 	crashtest.Check(t, sum)

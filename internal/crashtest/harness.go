@@ -38,7 +38,14 @@ const (
 	// envConsumers lists the declared consumers, comma-separated; empty
 	// for one undeclared handler.
 	envConsumers = "OUTBOX_CRASH_CONSUMERS"
+	// envOrdered, "1", orders the tracked topic by key ([Config.Ordered]).
+	envOrdered = "OUTBOX_CRASH_ORDERED"
 )
+
+// OrderKeys is how many order keys the messages of an ordered run
+// ([Config.Ordered]) cycle through, across the children, so that each key
+// has records of many starts.
+const OrderKeys = 3
 
 // SingleHandler is the name of the service's handler when it declares no
 // consumers.
@@ -86,6 +93,11 @@ type Config struct {
 	Consumers []string
 	// Env is added to every child's environment (DSNs, broker names).
 	Env []string
+	// Ordered gives the tracked topic an order key (outbox.Tracked.OrderKey)
+	// and the messages [OrderKeys] keys in turn; the summary then counts,
+	// per consumer, the handlings of a key that came before a handling of
+	// an earlier record of that key ([ConsumerSummary.OutOfOrder]).
+	Ordered bool
 }
 
 // Summary is what a run found.
@@ -103,6 +115,9 @@ type ConsumerSummary struct {
 	Handlings  int // handler runs recorded
 	Duplicates int // Handlings - Handled
 	Lost       int // committed records this consumer never handled
+	// OutOfOrder counts, in an ordered run, the handlings of a record
+	// that followed a handling of a later record of its key.
+	OutOfOrder int
 }
 
 // String is the summary line a test logs.
@@ -117,7 +132,7 @@ func (s Summary) String() string {
 
 // String is the consumer's part of a summary line.
 func (c ConsumerSummary) String() string {
-	return fmt.Sprintf("%s: handled=%d handlings=%d duplicates=%d lost=%d", c.Consumer, c.Handled, c.Handlings, c.Duplicates, c.Lost)
+	return fmt.Sprintf("%s: handled=%d handlings=%d duplicates=%d lost=%d out_of_order=%d", c.Consumer, c.Handled, c.Handlings, c.Duplicates, c.Lost, c.OutOfOrder)
 }
 
 // total adds up kill counts.
@@ -165,6 +180,9 @@ func childCmd(cfg Config, cycle int, mode Mode, at int) *exec.Cmd {
 		envTable+"="+cfg.Table,
 		envConsumers+"="+strings.Join(cfg.Consumers, ","),
 	)
+	if cfg.Ordered {
+		env = append(env, envOrdered+"=1")
+	}
 	return command(cfg.ChildTest, env...)
 }
 
@@ -241,11 +259,41 @@ func count(t *testing.T, cfg Config, sum *Summary) {
 		cs.Handled = q("SELECT COUNT(DISTINCT uuid) FROM " + handled + of)
 		cs.Lost = q("SELECT COUNT(*) FROM " + cfg.Table + " r WHERE NOT EXISTS (SELECT 1 FROM " + handled + " h WHERE h.uuid = r.uuid AND h.consumer = '" + c + "')")
 		cs.Duplicates = cs.Handlings - cs.Handled
+		if cfg.Ordered {
+			cs.OutOfOrder = outOfOrder(t, cfg, c)
+		}
 		sum.Consumers = append(sum.Consumers, cs)
 	}
 	if n := q("SELECT COUNT(*) FROM " + handled); n != sumHandlings(sum.Consumers) {
 		t.Fatalf("%d handlings recorded, %d of them by the service's handlers", n, sumHandlings(sum.Consumers))
 	}
+}
+
+// outOfOrder counts the handlings of consumer, in the order they were
+// recorded, whose record's id is below that of an earlier handling of its
+// key: a record handled after a later one of its key. Every recorded
+// handling counts, a killed one too: no later record of a key may run
+// before an earlier one completed, so even an interrupted handling of the
+// earlier record precedes it.
+func outOfOrder(t *testing.T, cfg Config, consumer string) int {
+	t.Helper()
+	var rows []struct {
+		Key string `db:"order_key"`
+		ID  int64  `db:"record_id"`
+	}
+	// Consumer names are the test's own constants.
+	if err := cfg.DB.Select(&rows, "SELECT order_key, record_id FROM "+cfg.Table+"_handled WHERE consumer = '"+consumer+"' ORDER BY n"); err != nil {
+		t.Fatal(err)
+	}
+	last, n := map[string]int64{}, 0
+	for _, r := range rows {
+		if r.ID < last[r.Key] {
+			n++
+			continue
+		}
+		last[r.Key] = r.ID
+	}
+	return n
 }
 
 // handlers returns the handler names of a service that declares these
@@ -279,6 +327,9 @@ func Check(t *testing.T, s Summary) {
 		}
 		if c.Handled != s.Records {
 			t.Errorf("%s: handled %d distinct messages for %d records", c.Consumer, c.Handled, s.Records)
+		}
+		if c.OutOfOrder != 0 {
+			t.Errorf("%s: %d handlings came after a handling of a later record of their key", c.Consumer, c.OutOfOrder)
 		}
 	}
 }

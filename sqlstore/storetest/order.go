@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -107,6 +108,7 @@ func (s *contract) testOrder(t *testing.T) {
 			assert.False(t, errors.Is(err, recordstore.ErrHeld))
 		})
 	})
+	t.Run("BlockedKeysAreReported", s.testBlockedKeys)
 	t.Run("LeaseIsNotTakenByAHeldRecord", func(t *testing.T) {
 		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store, _ := s.leased(t, mode, time.Hour)
@@ -119,5 +121,26 @@ func (s *contract) testOrder(t *testing.T) {
 			require.NoError(t, store.Complete(ctx(t), dlv(first)))
 			require.NoError(t, store.CheckPending(ctx(t), withLease(ordered(dlv(second), false), "two")))
 		})
+	})
+}
+
+func (s *contract) testBlockedKeys(t *testing.T) {
+	s.forEachMode(t, func(t *testing.T, mode Completion) {
+		store := s.store(t, mode)
+		fr := need[recordstore.FailureRecorder](t, store)
+		sr := need[recordstore.StatusReader](t, store)
+		recs := insert(t, store, keyed("a", "a", "b", "b", "c"))
+		for _, i := range []int{0, 2, 4} {
+			_, abandoned, err := fr.RecordFailure(ctx(t), dlv(recs[i].ID), "poison", 1, nil)
+			require.NoError(t, err)
+			require.True(t, abandoned)
+		}
+		require.NoError(t, store.Complete(ctx(t), dlv(recs[3].ID)))
+		for _, read := range []func(context.Context) ([]recordstore.TopicStatus, error){sr.PendingStatus, sr.Status} {
+			sts, err := read(ctx(t))
+			require.NoError(t, err)
+			require.Len(t, sts, 1)
+			assert.Equal(t, int64(1), sts[0].BlockedKeys, "key a: its abandoned record holds a pending one; b's is complete, c has none after it")
+		}
 	})
 }
