@@ -11,10 +11,13 @@ package outbox
 // left pending. Nacking instead would spin, or stall the key for good, on
 // brokers that redeliver a nacked message in place (GoChannel, Kafka, the
 // SQL pub/sub): the held copy would stay in front of the earlier record's
-// copy. Each completion of a record of the key, in any instance, claims
-// the next record of the key whose last send is older than HeldWait
-// (recordstore.KeyClaimer) and sends it again: a record put back comes
-// back as soon as the key is free. Meanwhile the record that holds the
+// copy. A record put back is marked so in the store
+// (recordstore.KeyClaimer.PutBack); each completion of a record of the key,
+// in any instance, claims the next one put back (or last sent more than
+// HeldWait ago) and sends it again at once, and the stale resubmitter finds
+// it stale at its next round. The copy is checked once more after it was
+// marked, so that a completion between its check and the mark is not
+// missed. Meanwhile the record that holds the
 // key is sent again at once when its last send is older than
 // MiddlewareConfig.HeldResendAfter (its copy may be lost), claimed the
 // same way, so that all the held copies of every instance send it at most
@@ -155,7 +158,7 @@ func (m *middleware) onHeld(h message.HandlerFunc, msg *message.Message, idText 
 			// Not running here: waiting would hold the subscription (a
 			// GoChannel or Kafka partition delivers one message at a
 			// time) in front of the copy that can run.
-			return m.putBack(msg, a, held)
+			return m.putBack(h, msg, a, held)
 		}
 		if !over {
 			wake, stop := a.t.holds.wait(heldKey{a.d.Consumer, held.Before})
@@ -185,7 +188,7 @@ func (m *middleware) onHeld(h message.HandlerFunc, msg *message.Message, idText 
 		}
 		a = next
 		if over {
-			return m.putBack(msg, a, held)
+			return m.putBack(h, msg, a, held)
 		}
 		woken = held.Before == before
 	}
@@ -196,7 +199,7 @@ func (m *middleware) onHeld(h message.HandlerFunc, msg *message.Message, idText 
 // sender (no replay or stale resubmitter was built on the registry) or a
 // store that claims keys, it is nacked instead, for the broker to bring
 // it back.
-func (m *middleware) putBack(msg *message.Message, a *admission, held *recordstore.HeldError) ([]*message.Message, error) {
+func (m *middleware) putBack(h message.HandlerFunc, msg *message.Message, a *admission, held *recordstore.HeldError) ([]*message.Message, error) {
 	fields := a.fields.Add(watermill.LogFields{"held_by": held.Before, "held_by_abandoned": held.Abandoned})
 	claimer, ok := a.t.store.(recordstore.KeyClaimer)
 	if !ok || m.reg.resends() == nil {
@@ -210,6 +213,13 @@ func (m *middleware) putBack(msg *message.Message, a *admission, held *recordsto
 		m.logger.Error("Putting a held record back failed; nacking the copy", err, fields)
 		msg.Nack()
 		return nil, nil
+	}
+	// The record that held it may have completed since the check, before
+	// its completion could see the record put back: checked once more.
+	if next, o, err := m.admit(msg, a.idText); o == CheckPending {
+		return m.run(h, msg, next)
+	} else if !errors.Is(err, recordstore.ErrHeld) {
+		return m.after(h, msg, next, o, err)
 	}
 	m.logger.Debug("Record held by an earlier record of its key, putting the copy back", fields)
 	return nil, nil
@@ -237,7 +247,7 @@ func (m *middleware) run(h message.HandlerFunc, msg *message.Message, a *admissi
 
 // settled ends an ordered delivery's run: after its completion (ok) the
 // copies waiting for it here are woken, and the next record of its key
-// that was put back (its last send older than HeldWait) is sent again.
+// that was put back (or last sent more than HeldWait ago) is sent again.
 func (m *middleware) settled(ctx context.Context, a *admission, ok bool) {
 	if a.t.orderKey == "" || a.ordered == (heldKey{}) {
 		return
