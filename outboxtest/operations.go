@@ -159,6 +159,10 @@ func (s *Store) claim(ctx context.Context, topic string, key *string, afterID in
 		if r.rec.Topic != topic || !r.pending() || !stale || !r.due(now) || (key != nil && r.orderKey != *key) {
 			continue
 		}
+		if key == nil && !unsent && s.heldInKey(r) {
+			// The stale resubmitter sends only the heads of keys.
+			continue
+		}
 		r.lastSent = now
 		out = append(out, copyRecord(r.rec))
 		bytes += r.rec.Size()
@@ -419,4 +423,21 @@ func checkClean(olderThan time.Duration, limit int) error {
 		return fmt.Errorf("%w: cleaning needs a non-negative age and a positive limit (got %v, %d)", recordstore.ErrInvalidConfig, olderThan, limit)
 	}
 	return nil
+}
+
+// heldInKey reports whether an earlier record of r's order key is
+// pending. The caller holds s.mu.
+func (s *Store) heldInKey(r *record) bool {
+	if r.orderKey == "" {
+		return false
+	}
+	for _, id := range s.order {
+		if id >= r.rec.ID {
+			return false
+		}
+		if e := s.byID[id]; e.rec.Topic == r.rec.Topic && e.orderKey == r.orderKey && e.pending() {
+			return true
+		}
+	}
+	return false
 }

@@ -50,7 +50,10 @@ type StaleClaimer interface {
 	// clock, and due (see [FailureRecorder]: a delivery waiting for its
 	// retry is not), ordered by id, and records them as sent now, so that
 	// no other claim returns them until olderThan has passed again.
-	// Concurrent claims never return the same record. afterID is a cursor:
+	// Concurrent claims never return the same record. A record with an
+	// order key ([Record.OrderKey]) is claimed only while no earlier record
+	// of its key is pending: a later one would only be held. afterID is a
+	// cursor:
 	// a round of claims passes the last id of the previous claim, so that
 	// it walks the backlog once even when olderThan is shorter than the
 	// round.

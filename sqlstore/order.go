@@ -54,6 +54,14 @@ func (f fragments) heldBy(consumer string, skipAbandoned bool) string {
     ORDER BY e.id LIMIT 1)`, f.t, f.tc, consumer, notDone, f.pending, skip)
 }
 
+// headOfKey is true for a record r without an order key, or with no
+// earlier pending record of its key: the stale resubmitter sends only the
+// heads of keys again, since a later record would only be held and put
+// back; the completion of the head sends the next (ClaimKey).
+func (f fragments) headOfKey() string {
+	return fmt.Sprintf("(r.order_key IS NULL OR NOT EXISTS (SELECT 1 FROM %s e WHERE e.topic = r.topic AND e.order_key = r.order_key AND e.id < r.id AND e.%s))", f.t, f.pending)
+}
+
 // buildOrder builds the ordered check statements from the state columns
 // of buildCheck.
 func (q *queries) buildOrder(f fragments, columns string) {

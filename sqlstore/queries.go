@@ -284,7 +284,7 @@ WHERE topic = %s AND id > %s AND %s AND %s
 ORDER BY id LIMIT %s%s`,
 			t, p(1), p(2), f.pending, sentBefore, f.due("due_at"), tc, cPending, f.due("c.due_at"), p(4), d.lockRows(true))
 	}
-	q.claimStale = claim("COALESCE(last_sent_at, created_at) < " + d.ago(3))
+	q.claimStale = claim("COALESCE(last_sent_at, created_at) < " + d.ago(3) + " AND " + f.headOfKey())
 	q.claimReplay = claim("(last_sent_at IS NULL OR last_sent_at < " + d.ago(3) + ")")
 	q.stamp = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN ", t, f.clock)
 

@@ -109,6 +109,17 @@ func (s *contract) testOrder(t *testing.T) {
 		})
 	})
 	t.Run("BlockedKeysAreReported", s.testBlockedKeys)
+	t.Run("StaleClaimTakesOnlyTheHeadOfAKey", func(t *testing.T) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			store := s.store(t, mode)
+			claimer := need[recordstore.StaleClaimer](t, store)
+			recs := insert(t, store, keyed("a", "a", "b", ""))
+			s.in.Backdate(t, store, SavedAt)
+			got, err := claimer.ClaimStale(ctx(t), "orders", 0, time.Minute, 10)
+			require.NoError(t, err)
+			assert.Equal(t, []int64{recs[0].ID, recs[2].ID, recs[3].ID}, claimedIDs(got), "the second record of key a would only be held")
+		})
+	})
 	t.Run("LeaseIsNotTakenByAHeldRecord", func(t *testing.T) {
 		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store, _ := s.leased(t, mode, time.Hour)
