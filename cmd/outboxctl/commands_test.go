@@ -23,8 +23,8 @@ func TestCommands(t *testing.T) {
 
 		r := f.ctl(t, "status")
 		require.Zero(t, r.code, r.stderr)
-		assert.Regexp(t, `^TOPIC\s+PENDING\s+OLDEST PENDING\s+ABANDONED\s+COMPLETED\s+UNCHECKED\s+LAST SEEN\n`, r.stdout)
-		assert.Regexp(t, `\norders\s+2\s+\S+\s+1\s+1\s+2\s+never\n$`, r.stdout, "no receiver of orders was ever seen")
+		assert.Regexp(t, `^TOPIC\s+PENDING\s+OLDEST PENDING\s+ABANDONED\s+COMPLETED\s+UNCHECKED\s+BLOCKED KEYS\s+LAST SEEN\n`, r.stdout)
+		assert.Regexp(t, `\norders\s+2\s+\S+\s+1\s+1\s+2\s+0\s+never\n$`, r.stdout, "no receiver of orders was ever seen")
 
 		r = f.ctl(t, "-json", "status")
 		require.Zero(t, r.code, r.stderr)
@@ -41,7 +41,7 @@ func TestCommands(t *testing.T) {
 		require.NoError(t, f.store.SawReceiver(t.Context(), "orders", "handler"))
 		r = f.ctl(t, "status")
 		require.Zero(t, r.code, r.stderr)
-		assert.Regexp(t, `\norders\s+2\s+\S+\s+1\s+1\s+0\s+\S+ ago\n$`, r.stdout, "its receiver was seen")
+		assert.Regexp(t, `\norders\s+2\s+\S+\s+1\s+1\s+0\s+0\s+\S+ ago\n$`, r.stdout, "its receiver was seen")
 
 		r = f.ctl(t, "list", "-state", "abandoned")
 		require.Zero(t, r.code, r.stderr)
