@@ -108,7 +108,7 @@ func (d *database) sqliteDSN() string {
 }
 
 // writerStore is a second store on s's table for a writer that runs
-// transactions reading before they write, such as the Cleaner's purge. On
+// transactions reading before they write, such as the Cleaner's deletes. On
 // SQLite it opens a pool whose transactions take the write lock when they
 // begin (_txlock=immediate), which sqlstore says a pool of more than one
 // connection needs for such transactions: a deferred one fails with

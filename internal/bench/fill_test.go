@@ -76,12 +76,12 @@ func TestFillWritesWhatTheStoreWrites(t *testing.T) {
 			if completed["bench_0"] != 1+rows/2 || completed["bench_1"] != rows/2 {
 				t.Errorf("completed records by topic: %v; want bench_0 %d, bench_1 %d", completed, 1+rows/2, rows/2)
 			}
-			purged, err := s.Clean(ctx, fillOlderThan, 1000)
+			cleaned, err := s.Clean(ctx, fillOlderThan, 1000)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if purged != rows {
-				t.Errorf("the cleaner deleted %d records; want the %d filled ones, not the one completed now", purged, rows)
+			if cleaned != rows {
+				t.Errorf("the cleaner deleted %d records; want the %d filled ones, not the one completed now", cleaned, rows)
 			}
 
 			if err := fillTable(ctx, d, s, fill{rows: 7, topics: []string{"replay"}}); err != nil {
