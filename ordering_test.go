@@ -71,7 +71,9 @@ func (o *orderedHandler) handle(msg *message.Message) ([]*message.Message, error
 // the second waits in its handler and runs when the earlier one completes.
 // Without the hold both would run at once, out of order.
 func TestOrderKeyHoldsLaterRecords(t *testing.T) {
-	t.Parallel()
+	// Not parallel with the package's other tests: under their load a
+	// copy in this sequence has been seen not to run (see CHANGELOG
+	// Unreleased, Known issues); the waits below fail instead of hanging.
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 		b := setup(t, backend, sqlstore.Mark)
 		reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
@@ -123,12 +125,16 @@ func TestOrderKeyHoldsLaterRecords(t *testing.T) {
 		// Record 2's copy comes first: held, put back after a short wait,
 		// its handler not run.
 		done := deliver(time.Millisecond, msgs["2"].Copy())
+		var putBack error
 		select {
 		case <-logger.hit:
+			putBack = <-done
 		case seq := <-h.started:
 			t.Fatalf("record %s ran while record 1 was pending", seq)
+		case err := <-done:
+			t.Fatalf("record 2's copy returned (%v) without being held", err)
 		}
-		require.NoError(t, <-done, "a held copy is put back without an error")
+		require.NoError(t, putBack, "a held copy is put back without an error")
 		require.Empty(t, h.started, "record 2 did not run")
 
 		// Record 1 runs, and its completion sends record 2 again.
@@ -146,12 +152,21 @@ func TestOrderKeyHoldsLaterRecords(t *testing.T) {
 		// Record 2 runs (held at its gate) and record 3 comes meanwhile: it
 		// waits in its handler for record 2, and runs once 2 completes.
 		twoDone := deliver(time.Millisecond, two)
-		assert.Equal(t, "2", <-h.started)
+		select {
+		case seq := <-h.started:
+			assert.Equal(t, "2", seq)
+		case err := <-twoDone:
+			t.Fatalf("record 2's copy sent again returned (%v) without running", err)
+		case <-time.After(guard):
+			t.Fatal("record 2's copy sent again did not run")
+		}
 		threeDone := deliver(time.Minute, msgs["3"].Copy())
 		select {
 		case <-logger.hit:
 		case seq := <-h.started:
 			t.Fatalf("record %s ran while record 2 ran", seq)
+		case err := <-threeDone:
+			t.Fatalf("record 3's copy returned (%v) before record 2 completed, without waiting for it", err)
 		}
 		close(h.gates["2"])
 		require.NoError(t, <-twoDone)
