@@ -71,9 +71,7 @@ func (o *orderedHandler) handle(msg *message.Message) ([]*message.Message, error
 // the second waits in its handler and runs when the earlier one completes.
 // Without the hold both would run at once, out of order.
 func TestOrderKeyHoldsLaterRecords(t *testing.T) {
-	// Not parallel with the package's other tests: under their load a
-	// copy in this sequence has been seen not to run (see CHANGELOG
-	// Unreleased, Known issues); the waits below fail instead of hanging.
+	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 		b := setup(t, backend, sqlstore.Mark)
 		reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
@@ -114,7 +112,9 @@ func TestOrderKeyHoldsLaterRecords(t *testing.T) {
 		h := &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8),
 			gates: map[string]chan struct{}{"2": make(chan struct{})}}
 		deliver := func(held time.Duration, msg *message.Message) <-chan error {
-			mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{HeldWait: held}, logger)
+			// Record 1's copies are not lost: its resend is never asked
+			// for (TestHeldCopyAsksForTheEarlierRecordAgain asks).
+			mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{HeldWait: held, HeldResendAfter: time.Hour}, logger)
 			require.NoError(t, err)
 			msg.SetContext(context.Background())
 			done := make(chan error, 1)
@@ -175,6 +175,91 @@ func TestOrderKeyHoldsLaterRecords(t *testing.T) {
 
 		assert.Equal(t, []string{"1", "2", "3"}, h.handled["k"], "handled in the order saved")
 		assert.Zero(t, h.overlaps, "no two handlings of the key overlapped")
+		assert.Zero(t, b.pendingCount(t))
+	})
+}
+
+// TestHeldCopyAsksForTheEarlierRecordAgain loses the copy of a key's first
+// record: the copy of the second, held by it, asks for the first to be
+// sent again at once (its last send is older than HeldResendAfter), the
+// first runs, and its completion sends the second, which runs after it.
+// Without the ask, nothing would send the first before the stale
+// resubmitter's OlderThan.
+func TestHeldCopyAsksForTheEarlierRecordAgain(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		b := setup(t, backend, sqlstore.Mark)
+		reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
+		require.NoError(t, err)
+		ctx := b.ctx(t)
+
+		// The sender of records sent again; its resubmitter never finds a
+		// record stale while the test runs.
+		resent := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
+		t.Cleanup(func() { _ = resent.Close() })
+		again, err := resent.Subscribe(ctx, b.topic)
+		require.NoError(t, err)
+		running := &signalLogger{msg: "Stale resubmitter running", hit: make(chan struct{}, 1)}
+		rs, err := outbox.NewStaleResubmitter(reg, resent, outbox.StaleResubmitterConfig{OlderThan: time.Hour}, running)
+		require.NoError(t, err)
+		runCtx, stop := context.WithCancel(ctx)
+		stopped := make(chan error, 1)
+		go func() { stopped <- rs.Run(runCtx) }()
+		t.Cleanup(func() { stop(); <-stopped })
+		<-running.hit
+
+		first := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
+		t.Cleanup(func() { _ = first.Close() })
+		sent, err := first.Subscribe(ctx, b.topic)
+		require.NoError(t, err)
+		pub, err := outbox.NewPublisher(reg, first)
+		require.NoError(t, err)
+		var two *message.Message
+		for _, seq := range []string{"1", "2"} {
+			msg := message.NewMessage(watermill.NewUUID(), []byte(seq))
+			msg.Metadata.Set("order", "k")
+			msg.Metadata.Set("seq", seq)
+			require.NoError(t, pub.Publish(b.topic, msg))
+			got := <-sent
+			got.Ack() // record 1's copy is lost here
+			two = got
+		}
+
+		h := &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8), gates: map[string]chan struct{}{}}
+		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{HeldWait: time.Millisecond, HeldResendAfter: time.Nanosecond}, watermill.NopLogger{})
+		require.NoError(t, err)
+		deliver := func(msg *message.Message) error {
+			msg.SetContext(context.Background())
+			_, err := mw(h.handle)(msg)
+			return err
+		}
+		receive := func(what string) *message.Message {
+			t.Helper()
+			select {
+			case msg := <-again:
+				msg.Ack()
+				return msg
+			case <-time.After(guard):
+				t.Fatalf("%s was not sent again", what)
+				return nil
+			}
+		}
+
+		require.NoError(t, deliver(two.Copy()), "record 2's copy is put back")
+		require.Empty(t, h.started, "record 2 did not run while record 1 was pending")
+		one := receive("record 1, whose copy was lost,")
+		assert.Equal(t, "1", one.Metadata["seq"])
+		require.NoError(t, deliver(one))
+		for {
+			// Record 1's completion sends record 2; a copy of record 1
+			// asked for twice may come first.
+			msg := receive("record 2, once record 1 completed,")
+			require.NoError(t, deliver(msg))
+			if msg.Metadata["seq"] == "2" {
+				break
+			}
+		}
+		assert.Equal(t, []string{"1", "2"}, h.handled["k"], "handled in the order saved")
 		assert.Zero(t, b.pendingCount(t))
 	})
 }

@@ -60,9 +60,9 @@ type Tracked struct {
 	// messages: for each consumer, records of one key (one value) are
 	// handled one at a time, in the order they were saved. A later record
 	// whose earlier one is not complete for the consumer is held: not
-	// run, put back (nacked after MiddlewareConfig.HeldNackDelay, without
-	// an error), and the earlier record is sent again at once when its
-	// copy may have been lost ([MiddlewareConfig.HeldResendAfter]). An
+	// run, but put back (acknowledged, and sent again once the earlier
+	// record completes), and the earlier record is sent again at once when
+	// its copy may have been lost ([MiddlewareConfig.HeldResendAfter]). An
 	// abandoned record holds its key until it is requeued, unless
 	// OrderSkipsAbandoned is set. Records across keys are not ordered, nor
 	// are messages without the key. Watermill's Kafka marshalers and most

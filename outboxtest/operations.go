@@ -155,8 +155,15 @@ func (s *Store) claim(ctx context.Context, topic string, key *string, afterID in
 			continue
 		}
 		r := s.byID[id]
+		if key != nil && (r.rec.Topic != topic || r.orderKey != *key || !r.pending()) {
+			continue
+		}
 		stale := r.sentAt().Before(before) || (unsent && r.lastSent.IsZero())
-		if r.rec.Topic != topic || !r.pending() || !stale || !r.due(now) || (key != nil && r.orderKey != *key) {
+		if key != nil && (!stale || !r.due(now)) {
+			// Only the head of the key after afterID is claimed.
+			break
+		}
+		if r.rec.Topic != topic || !r.pending() || !stale || !r.due(now) {
 			continue
 		}
 		if key == nil && !unsent && s.heldInKey(r) {

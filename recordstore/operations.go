@@ -66,11 +66,13 @@ type StaleClaimer interface {
 // holds it, so that a record held and put back comes back without waiting
 // for the stale resubmitter.
 type KeyClaimer interface {
-	// ClaimKey is [StaleClaimer.ClaimStale] of at most one record, among
-	// the records of topic with the order key: the first pending and due
-	// one with an id above afterID, when its last send is more than
-	// olderThan ago; it records it as sent now, so that concurrent claims
-	// return it once per olderThan.
+	// ClaimKey is [StaleClaimer.ClaimStale] of at most one record: the
+	// head of the order key after afterID, that is the first pending
+	// record of topic with the key and an id above afterID, when it is due
+	// and its last send is more than olderThan ago. It records it as sent
+	// now, so that concurrent claims return it once per olderThan. A later
+	// record of the key is never claimed, even when the head cannot be:
+	// it would only be held again.
 	ClaimKey(ctx context.Context, topic, key string, afterID int64, olderThan time.Duration) ([]Record, error)
 	// PutBack records that a copy of the pending record id of topic was
 	// acknowledged without being handled, because an earlier record of its

@@ -110,8 +110,8 @@ func held(id int64, by sql.NullInt64) error {
 
 var _ recordstore.KeyClaimer = (*Store)(nil)
 
-// buildClaimKey builds ClaimKey's statement: claimStale's, among the
-// records of one key, on the order index.
+// buildClaimKey builds ClaimKey's statement: claimStale's, of the first
+// pending record of one key, on the order index.
 func (q *queries) buildClaimKey(f fragments) {
 	t, tc, p, d := f.t, f.tc, f.p, f.d
 	q.order.blockedKeys = fmt.Sprintf(`SELECT a.topic, COUNT(DISTINCT a.order_key) FROM %s a
@@ -119,11 +119,14 @@ WHERE a.abandoned_at IS NOT NULL AND a.order_key IS NOT NULL
   AND EXISTS (SELECT 1 FROM %s p WHERE p.topic = a.topic AND p.order_key = a.order_key AND p.id > a.id AND p.%s)
 GROUP BY a.topic`, t, t, f.pending)
 	q.order.putBack = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id = %s AND topic = %s AND %s", t, p(1), p(2), p(3), f.pending)
+	// Only the head of the key after afterID is claimed: a later record
+	// would only be held and put back again, and a head another claim
+	// holds (SKIP LOCKED) is sent by that claim.
 	q.order.claimKey = fmt.Sprintf(`SELECT id, topic, uuid, payload, metadata FROM %s r
-WHERE topic = %s AND order_key = %s AND id > %s AND %s AND COALESCE(last_sent_at, created_at) < %s
-  AND ((consumers = 0 AND %s) OR (consumers > 0 AND EXISTS (SELECT 1 FROM %s c WHERE c.record_id = r.id AND %s AND %s)))
-ORDER BY id LIMIT 1%s`,
-		t, p(1), p(2), p(3), f.pending, d.ago(4), f.due("due_at"), tc, cPending, f.due("c.due_at"), d.lockRows(true))
+WHERE id = (SELECT MIN(h.id) FROM %s h WHERE h.topic = %s AND h.order_key = %s AND h.id > %s AND h.%s)
+  AND COALESCE(last_sent_at, created_at) < %s
+  AND ((consumers = 0 AND %s) OR (consumers > 0 AND EXISTS (SELECT 1 FROM %s c WHERE c.record_id = r.id AND %s AND %s)))%s`,
+		t, t, p(1), p(2), p(3), f.pending, d.ago(4), f.due("due_at"), tc, cPending, f.due("c.due_at"), d.lockRows(true))
 }
 
 // ClaimKey implements [recordstore.KeyClaimer] as ClaimStale does, in one

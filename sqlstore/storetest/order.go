@@ -120,6 +120,34 @@ func (s *contract) testOrder(t *testing.T) {
 			assert.Equal(t, []int64{recs[0].ID, recs[2].ID, recs[3].ID}, claimedIDs(got), "the second record of key a would only be held")
 		})
 	})
+	t.Run("KeyClaimTakesOnlyTheHeadOfTheKey", func(t *testing.T) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			store := s.store(t, mode)
+			claimer := need[recordstore.KeyClaimer](t, store)
+			recs := insert(t, store, keyed("a", "a", "a", "b"))
+			a1, a2, a3 := recs[0].ID, recs[1].ID, recs[2].ID
+			claim := func(after int64) []int64 {
+				t.Helper()
+				got, err := claimer.ClaimKey(ctx(t), "orders", "a", after, time.Minute)
+				require.NoError(t, err)
+				return claimedIDs(got)
+			}
+
+			require.NoError(t, claimer.PutBack(ctx(t), "orders", a3))
+			assert.Empty(t, claim(0), "the head was sent just now; the record put back behind it would only be held")
+			require.NoError(t, claimer.PutBack(ctx(t), "orders", a1))
+			assert.Equal(t, []int64{a1}, claim(0), "the head put back is claimed")
+			assert.Empty(t, claim(0), "and claimed once per olderThan")
+
+			require.NoError(t, store.Complete(ctx(t), dlv(a1)))
+			assert.Empty(t, claim(a1), "the new head was sent just now")
+			require.NoError(t, claimer.PutBack(ctx(t), "orders", a2))
+			assert.Equal(t, []int64{a2}, claim(a1))
+			require.NoError(t, store.Complete(ctx(t), dlv(a2)))
+			assert.Equal(t, []int64{a3}, claim(a2), "put back, and now the head")
+			assert.Empty(t, claim(a3), "nothing of the key after the last record")
+		})
+	})
 	t.Run("LeaseIsNotTakenByAHeldRecord", func(t *testing.T) {
 		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store, _ := s.leased(t, mode, time.Hour)
