@@ -116,6 +116,9 @@ func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 		return &InsertError{Topic: t.topic, Count: len(msgs), Err: err, OutcomeUnknown: errors.Is(err, recordstore.ErrOutcomeUnknown)}
 	}
 	stamp(t, identity, msgs, records)
+	if t.firstCopies.on.Load() && t.orderKey == "" && t.completedBy == ByReceivers {
+		t.firstCopies.saved(records)
+	}
 	if ctx.Err() != nil {
 		return &SendError{Topic: t.topic, IDs: recordIDs(records), Err: fmt.Errorf("the publish's context ended while its records were saved: %w", context.Cause(ctx))}
 	}

@@ -146,6 +146,9 @@ type tracked struct {
 	// receiver of a topic without declared consumers (receivers_seen.go).
 	seen    []atomic.Int64
 	seenOne atomic.Int64
+	// firstCopies are the records this process published lately, whose
+	// first copies may skip the check (first_copy.go).
+	firstCopies firstCopies
 }
 
 func (t *tracked) declares(consumer string) bool { return slices.Contains(t.consumers, consumer) }
@@ -173,6 +176,9 @@ type Registry struct {
 	res     atomic.Pointer[resender]
 	resMu   sync.Mutex
 	senders []*resender
+	// background counts the completions running off the handler's path
+	// (MiddlewareConfig.CompleteInBackground).
+	background backgroundCompletions
 }
 
 // NewRegistry builds a registry of the tracked topics. Topics must be

@@ -28,6 +28,46 @@ type MiddlewareConfig struct {
 	// cancellation, so that a router shutting down still completes the
 	// records of handlers that finished. Defaults to 10 seconds.
 	CompleteTimeout time.Duration
+	// CompleteInBackground lets a message go as soon as its handler
+	// succeeds: its delivery is completed just after, off the handler's
+	// path, where the completions of deliveries that finish meanwhile go
+	// together as one statement (sqlstore's Coalescing). The next message
+	// need not wait for a commit, and a busy store commits once for many
+	// messages. The price: between the acknowledgement and the completion's
+	// commit, a crash (or a failed completion, which is logged) leaves the
+	// record pending, so it is sent again by the next replay or the stale
+	// resubmitter and handled twice, never lost; a copy that arrives in
+	// that moment runs too. Completions in the background are bounded
+	// (4096 at a time; beyond, the handler's path completes as without
+	// this option), and [Registry.WaitCompletions] waits for them, for a
+	// clean stop. Not used for a topic with an [Tracked.OrderKey], whose
+	// next record waits for the completion, nor for deliveries completed
+	// on the router's acknowledgement (a handler that produced messages)
+	// or in the handler's transaction ([CompleteTx]). Defaults to false.
+	CompleteInBackground bool
+	// CompleteBatchWait is how long a completion in the background waits
+	// for others to go with it: the first one to finish starts the wait,
+	// and every completion that arrives meanwhile goes in the same
+	// statement, so that even one message at a time commits once per
+	// CompleteBatchWait rather than once per message. It is also how much
+	// longer a crash may leave records pending. Used only with
+	// CompleteInBackground; a negative value sends each at once. Defaults
+	// to 5 milliseconds.
+	CompleteBatchWait time.Duration
+	// SkipFirstCheck lets the first copy of a record that this process
+	// published run its handler without the check: the publish has just
+	// saved the record, so it is pending, due and the message's own, and
+	// the read before the handler would only say so. Each consumer's
+	// first copy is admitted that way once; every later copy, and every
+	// copy of a record this process did not publish (or published more
+	// than 16,384 records of the topic ago), is checked. The price: a copy
+	// of the record sent again elsewhere (a replay at another instance's
+	// start) and completed there before the first copy arrives here runs
+	// again, as two copies checked at the same moment do. Not used for a
+	// topic with an [Tracked.OrderKey] (the check tells whether the record
+	// is held) nor on a store with a delivery lease (the check takes it).
+	// Defaults to false.
+	SkipFirstCheck bool
 	// CheckRetryDelay is how long the middleware holds a message whose
 	// check failed (the database refused the connection, or gave an error)
 	// before it nacks it; each further consecutive failed check of the
@@ -141,6 +181,9 @@ func (c *MiddlewareConfig) setDefaults() {
 	if c.CompleteTimeout == 0 {
 		c.CompleteTimeout = 10 * time.Second
 	}
+	if c.CompleteBatchWait == 0 {
+		c.CompleteBatchWait = 5 * time.Millisecond
+	}
 	if c.LeasedNackDelay == 0 {
 		c.LeasedNackDelay = 50 * time.Millisecond
 	}
@@ -215,6 +258,11 @@ func NewMiddleware(reg *Registry, cfg MiddlewareConfig, logger watermill.LoggerA
 	reg.reportDisabled(logger)
 	if cfg.Confirmations != nil {
 		cfg.Confirmations = undecorated(cfg.Confirmations)
+	}
+	if cfg.SkipFirstCheck {
+		for _, t := range reg.entries() {
+			t.firstCopies.on.Store(true)
+		}
 	}
 	m := &middleware{reg: reg, cfg: cfg, logger: logger, leasePrefix: newLeasePrefix(),
 		checks: failedChecks{delay: cfg.CheckRetryDelay, max: cfg.CheckRetryMaxDelay},

@@ -59,6 +59,16 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 		go m.completeOnAck(ctx, msg, a, p)
 		return produced, nil
 	}
+	if m.cfg.CompleteInBackground && a.t.orderKey == "" {
+		if batch, ok := m.reg.background.start(m.cfg.CompleteBatchWait); ok {
+			go func() {
+				defer m.reg.background.done()
+				<-batch
+				m.complete(ctx, a)
+			}()
+			return nil, nil
+		}
+	}
 	m.complete(ctx, a)
 	return nil, nil
 }

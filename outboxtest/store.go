@@ -123,6 +123,10 @@ var (
 	_ recordstore.ReceiverRecorder = (*Store)(nil)
 )
 
+// Lease is the delivery lease the store was configured with
+// ([StoreConfig.Lease]); zero without one.
+func (s *Store) Lease() time.Duration { return max(s.cfg.Lease, 0) }
+
 // NewStore returns an empty in-memory store with an identity of its own.
 // A negative cfg.Lease is taken as none.
 func NewStore(cfg StoreConfig) *Store {

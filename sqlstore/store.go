@@ -173,5 +173,9 @@ func (s *Store) Completion() Completion { return s.mode }
 // defaults filled in.
 func (s *Store) Coalescing() Coalescing { return s.coalescing }
 
+// Lease is the delivery lease the store was configured with
+// ([Config.Lease]); zero without one.
+func (s *Store) Lease() time.Duration { return s.lease }
+
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() *Dialect { return s.dialect }
