@@ -300,19 +300,29 @@ func untrackedPipeline() (pipeline, error) {
 
 // outboxPipeline is GoChannel with the outbox's decorator and middleware.
 func outboxPipeline(reg *outbox.Registry, cleanup func()) (pipeline, error) {
+	return outboxPipelineWith(reg, cleanup, outbox.MiddlewareConfig{})
+}
+
+// outboxPipelineWith is outboxPipeline with the middleware's configuration
+// given. The completions in the background, if any, are waited for before
+// the cost meter reads its counters.
+func outboxPipelineWith(reg *outbox.Registry, cleanup func(), cfg outbox.MiddlewareConfig) (pipeline, error) {
 	gc := newGoChannel()
 	pub, err := outbox.NewPublisher(reg, gc)
 	if err != nil {
 		return pipeline{}, err
 	}
-	mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, nil)
+	mw, err := outbox.NewMiddleware(reg, cfg, nil)
 	if err != nil {
 		return pipeline{}, err
 	}
-	return pipeline{pub: pub, sub: gc, middleware: []message.HandlerMiddleware{mw}, close: func() {
-		_ = gc.Close()
-		cleanup()
-	}}, nil
+	return pipeline{pub: pub, sub: gc, middleware: []message.HandlerMiddleware{mw},
+		stop: func() { _ = reg.WaitCompletions(context.Background()) },
+		close: func() {
+			_ = reg.WaitCompletions(context.Background())
+			_ = gc.Close()
+			cleanup()
+		}}, nil
 }
 
 // untrackedRegistry tracks two names no case publishes to, on a store that
@@ -333,16 +343,28 @@ func trackedPipeline(ctx context.Context, d *database, publishers int, co sqlsto
 
 // trackedPipelineOf is trackedPipeline with the completion mode given.
 func trackedPipelineOf(ctx context.Context, d *database, publishers int, co sqlstore.Coalescing, mode sqlstore.Completion) (pipeline, error) {
+	return trackedPipelineWith(ctx, d, publishers, co, mode, outbox.MiddlewareConfig{})
+}
+
+// trackedPipelineWith is trackedPipelineOf with the middleware's
+// configuration given.
+func trackedPipelineWith(ctx context.Context, d *database, publishers int, co sqlstore.Coalescing, mode sqlstore.Completion, cfg outbox.MiddlewareConfig) (pipeline, error) {
 	store, err := d.newStoreOf(ctx, co, mode)
 	if err != nil {
 		return pipeline{}, err
 	}
-	return storePipeline(store, publishers, func() { d.drop(context.Background(), store) })
+	return storePipelineWith(store, publishers, func() { d.drop(context.Background(), store) }, cfg)
 }
 
 // storePipeline tracks every topic of the case in store; cleanup runs when
 // the pipeline closes.
 func storePipeline(store *sqlstore.Store, publishers int, cleanup func()) (pipeline, error) {
+	return storePipelineWith(store, publishers, cleanup, outbox.MiddlewareConfig{})
+}
+
+// storePipelineWith is storePipeline with the middleware's configuration
+// given.
+func storePipelineWith(store *sqlstore.Store, publishers int, cleanup func(), cfg outbox.MiddlewareConfig) (pipeline, error) {
 	var tracked []outbox.Tracked
 	for _, t := range topics(publishers) {
 		tracked = append(tracked, outbox.Tracked{Topic: t, Store: store})
@@ -351,5 +373,5 @@ func storePipeline(store *sqlstore.Store, publishers int, cleanup func()) (pipel
 	if err != nil {
 		return pipeline{}, err
 	}
-	return outboxPipeline(reg, cleanup)
+	return outboxPipelineWith(reg, cleanup, cfg)
 }

@@ -227,6 +227,9 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 	inserts := "project, inserts one by one (Coalescing.DisableInsert)"
 	combined := "project, inserts always combined (Coalescing.InsertsAloneBelow -1)"
 	deleting := "project, completion by delete (Completion: Delete)"
+	background := "project, completions in the background (CompleteInBackground)"
+	fast := "project, in the background, first copies unchecked (+ SkipFirstCheck)"
+	fastDeleting := "project, in the background, first copies unchecked, by delete"
 	fwdName := func(poll time.Duration) string {
 		return fmt.Sprintf("forwarder (watermill-sql, tx per publish), %s poll", pollText(poll))
 	}
@@ -275,6 +278,27 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 				}
 				return timedEndToEnd(ctx, pl, l)
 			},
+			func() (result, error) {
+				pl, err := trackedPipelineWith(ctx, d, p, o.coalesced(), sqlstore.Mark, outbox.MiddlewareConfig{CompleteInBackground: true})
+				if err != nil {
+					return result{}, err
+				}
+				return timedEndToEnd(ctx, pl, l)
+			},
+			func() (result, error) {
+				pl, err := trackedPipelineWith(ctx, d, p, o.coalesced(), sqlstore.Mark, outbox.MiddlewareConfig{CompleteInBackground: true, SkipFirstCheck: true})
+				if err != nil {
+					return result{}, err
+				}
+				return timedEndToEnd(ctx, pl, l)
+			},
+			func() (result, error) {
+				pl, err := trackedPipelineWith(ctx, d, p, o.coalesced(), sqlstore.Delete, outbox.MiddlewareConfig{CompleteInBackground: true, SkipFirstCheck: true})
+				if err != nil {
+					return result{}, err
+				}
+				return timedEndToEnd(ctx, pl, l)
+			},
 		}
 		if d.hasForwarder() {
 			for _, poll := range forwarderPolls {
@@ -299,11 +323,20 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 		rep.add(group, inserts, p, rs[2], "msg/s")
 		rep.add(group, combined, p, rs[3], "msg/s")
 		rep.add(group, deleting, p, rs[4], "msg/s")
+		rep.add(group, background, p, rs[5], "msg/s")
+		rep.add(group, fast, p, rs[6], "msg/s")
+		rep.add(group, fastDeleting, p, rs[7], "msg/s")
 		for i, poll := range forwarderPolls {
 			if d.hasForwarder() {
-				rep.add(group, fwdName(poll), p, rs[5+i], "msg/s")
-				rep.compare(fmt.Sprintf("saturated at %d: project / forwarder, %s poll", p, pollText(poll)), rs[0], rs[5+i])
+				fwd := rs[8+i]
+				rep.add(group, fwdName(poll), p, fwd, "msg/s")
+				rep.compare(fmt.Sprintf("saturated at %d: project / forwarder, %s poll", p, pollText(poll)), rs[0], fwd)
+				rep.compare(fmt.Sprintf("saturated at %d: first copies unchecked / forwarder, %s poll", p, pollText(poll)), rs[6], fwd)
+				rep.compare(fmt.Sprintf("saturated at %d: first copies unchecked, by delete / forwarder, %s poll", p, pollText(poll)), rs[7], fwd)
 			}
+		}
+		if d.hasForwarder() {
+			costTargets(rep, p, map[string]result{"defaults": rs[0], "first copies unchecked, by delete": rs[7]}, rs[8:])
 		}
 		rep.compare(fmt.Sprintf("saturated at %d: inserts one by one / defaults", p), rs[2], rs[0])
 		rep.compare(fmt.Sprintf("saturated at %d: defaults / inserts always combined", p), rs[0], rs[3])
@@ -383,4 +416,36 @@ func replaySteps(ctx context.Context, d *database, o options, rep *report) error
 	}
 	rep.atMost(fmt.Sprintf("replay peak memory growth (%s) ≤ 100 MiB", what), float64(growth)/mib, 100, "%.1f MiB")
 	return nil
+}
+
+// costTargets checks the cost targets of the saturated case at one
+// publisher count: each project case against the forwarder at its best
+// for that figure (the lowest cost, the highest rate, among its polls).
+func costTargets(rep *report, publishers int, project map[string]result, forwarders []result) {
+	best := func(key string, better func(a, b float64) bool) float64 {
+		v := 0.0
+		for i, f := range forwarders {
+			x := f.cost[key]
+			if key == "rate" {
+				x = f.rate
+			}
+			if i == 0 || better(x, v) {
+				v = x
+			}
+		}
+		return v
+	}
+	lower := func(a, b float64) bool { return a < b }
+	cpu, wal, rate := best("cpu", lower), best("wal", lower), best("rate", func(a, b float64) bool { return a > b })
+	for _, name := range []string{"defaults", "first copies unchecked, by delete"} {
+		r := project[name]
+		if r.cost == nil || cpu == 0 || wal == 0 || rate == 0 {
+			continue
+		}
+		at := fmt.Sprintf("saturated at %d, project %s", publishers, name)
+		rep.atMost(at+": DB CPU/msg ≤ 0.8× the forwarder's lowest", r.cost["cpu"]/cpu, 0.8, "%.2f×")
+		rep.atMost(at+": WAL/msg ≤ 1.0× the forwarder's lowest", r.cost["wal"]/wal, 1.0, "%.2f×")
+		rep.atMost(at+": rows read/msg ≤ 10", r.cost["read"], 10, "%.1f")
+		rep.atLeast(at+": msg/s ≥ 1.3× the forwarder's highest", r.rate/rate, 1.3, "%.2f×")
+	}
 }

@@ -93,11 +93,13 @@ func exit(err error) {
 }
 
 type childState struct {
-	mode     Mode
-	at       int64
-	cycle    int
-	batch    int
-	ordered  bool
+	mode    Mode
+	at      int64
+	cycle   int
+	batch   int
+	ordered bool
+	// fast takes the fast path (envFast).
+	fast     bool
 	sends    atomic.Int64
 	handles  atomic.Int64
 	complets atomic.Int64
@@ -106,7 +108,7 @@ type childState struct {
 // stateFromEnv reads the kill point and the batch the parent chose.
 func stateFromEnv() *childState {
 	return &childState{mode: Mode(os.Getenv(envMode)), at: int64(atoi(envAt)), cycle: atoi(envCycle), batch: atoi(envBatch),
-		ordered: os.Getenv(envOrdered) == "1"}
+		ordered: os.Getenv(envOrdered) == "1", fast: os.Getenv(envFast) == "1"}
 }
 
 func child(cfg ChildConfig) error {
@@ -137,7 +139,7 @@ func child(cfg ChildConfig) error {
 	}
 	defer closePub()
 
-	router, err := newRouter(reg, outbox.MiddlewareConfig{}, nil)
+	router, err := newRouter(reg, outbox.MiddlewareConfig{CompleteInBackground: st.fast, SkipFirstCheck: st.fast}, nil)
 	if err != nil {
 		return err
 	}
@@ -194,7 +196,10 @@ func child(cfg ChildConfig) error {
 	}
 
 	if st.mode == Drain {
-		return drainChild(ctx, router, base, topic)
+		if err := drainChild(ctx, router, base, topic); err != nil {
+			return err
+		}
+		return reg.WaitCompletions(ctx)
 	}
 
 	pub, err := outbox.NewPublisher(reg, &haltingPublisher{Publisher: rawPub, st: st})

@@ -95,11 +95,24 @@ func TestCrashSQLiteGoChannelOrdered(t *testing.T) {
 	crashSQLiteGoChannelWith(t, *orderedKills, twoConsumers, true)
 }
 
+// TestCrashSQLiteGoChannelFast is TestCrashSQLiteGoChannel with
+// completions in the background and first copies unchecked
+// (MiddlewareConfig.CompleteInBackground, SkipFirstCheck): a kill after a
+// message went but before its completion's commit leaves its record
+// pending, and it is handled again, never lost.
+func TestCrashSQLiteGoChannelFast(t *testing.T) {
+	crashSQLiteGoChannelIn(t, *kills, nil, false, true)
+}
+
 func crashSQLiteGoChannel(t *testing.T, kills int, consumers []string) {
 	crashSQLiteGoChannelWith(t, kills, consumers, false)
 }
 
 func crashSQLiteGoChannelWith(t *testing.T, kills int, consumers []string, ordered bool) {
+	crashSQLiteGoChannelIn(t, kills, consumers, ordered, false)
+}
+
+func crashSQLiteGoChannelIn(t *testing.T, kills int, consumers []string, ordered, fast bool) {
 	dsn := testenv.SQLiteDSN(t)
 	db := testenv.Open(t, "SQLite", "sqlite", dsn)
 	table := testenv.Table(t)
@@ -115,6 +128,7 @@ func crashSQLiteGoChannelWith(t *testing.T, kills int, consumers []string, order
 		Consumers: consumers,
 		Env:       []string{"OUTBOX_CRASH_DSN=" + dsn},
 		Ordered:   ordered,
+		Fast:      fast,
 	})
 	t.Logf("SQLite+GoChannel: %s", sum)
 	crashtest.Check(t, sum)

@@ -40,6 +40,8 @@ const (
 	envConsumers = "OUTBOX_CRASH_CONSUMERS"
 	// envOrdered, "1", orders the tracked topic by key ([Config.Ordered]).
 	envOrdered = "OUTBOX_CRASH_ORDERED"
+	// envFast, "1", takes the fast path ([Config.Fast]).
+	envFast = "OUTBOX_CRASH_FAST"
 )
 
 // OrderKeys is how many order keys the messages of an ordered run
@@ -98,6 +100,12 @@ type Config struct {
 	// per consumer, the handlings of a key that came before a handling of
 	// an earlier record of that key ([ConsumerSummary.OutOfOrder]).
 	Ordered bool
+	// Fast makes the child's middleware complete in the background and
+	// skip the check of first copies (outbox.MiddlewareConfig's
+	// CompleteInBackground and SkipFirstCheck): a kill between a handler's
+	// return and its completion's commit must cost a resend, never a
+	// record.
+	Fast bool
 }
 
 // Summary is what a run found.
@@ -182,6 +190,9 @@ func childCmd(cfg Config, cycle int, mode Mode, at int) *exec.Cmd {
 	)
 	if cfg.Ordered {
 		env = append(env, envOrdered+"=1")
+	}
+	if cfg.Fast {
+		env = append(env, envFast+"=1")
 	}
 	return command(cfg.ChildTest, env...)
 }
