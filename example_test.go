@@ -112,3 +112,42 @@ func ExampleDrop() {
 	// true
 	// outbox: message dropped: order "order-9" has no lines
 }
+
+// The fast path: messages go once their handler succeeded and their
+// completions follow in the background, gathered into one statement, and
+// the first copy of each record this process published runs without the
+// check. WaitCompletions, after the router closed, lets the last
+// completions commit before the service exits.
+func ExampleRegistry_WaitCompletions() {
+	store, cleanup := exampleStore()
+	defer cleanup()
+
+	reg, _ := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store})
+	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	router, _ := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	mw, _ := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CompleteInBackground: true, SkipFirstCheck: true}, nil)
+	router.AddMiddleware(mw)
+
+	var handled sync.WaitGroup
+	handled.Add(3)
+	router.AddNoPublisherHandler("ship", "orders", pubSub, func(*message.Message) error {
+		handled.Done()
+		return nil
+	})
+	go func() { _ = router.Run(context.Background()) }()
+	<-router.Running()
+
+	pub, _ := outbox.NewPublisher(reg, pubSub)
+	for i := 1; i <= 3; i++ {
+		_ = pub.Publish("orders", message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf("order %d", i))))
+	}
+	handled.Wait()
+	_ = router.Close()
+	if err := reg.WaitCompletions(context.Background()); err != nil {
+		panic(err)
+	}
+
+	pending, _ := store.PendingAfter(context.Background(), "orders", 0, 10)
+	fmt.Println("pending:", len(pending))
+	// Output: pending: 0
+}
