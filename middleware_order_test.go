@@ -277,62 +277,73 @@ func TestMiddlewareOrders(t *testing.T) {
 				}, exactly(1, noRecord, 0)},
 			}
 			for _, sc := range scenarios {
-				t.Run(sc.name, func(t *testing.T) {
-					t.Parallel()
-					b := setup(t, sqlite, sqlstore.Mark)
-					mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{
-						MaxAttempts: 3,
-						Backoff:     outbox.Backoff{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond},
-					}, b.logger)
-					require.NoError(t, err)
-					k := orderKit{t: t, outbox: mw, poisoned: &poisonSink{}}
-					runs := &runCounter{}
-					s := runService(t, b, row.chain(k), sc.handler(runs))
+				for _, path := range []struct {
+					name string
+					fast bool
+				}{{"Defaults", false}, {"FastPath", true}} {
+					t.Run(sc.name+"/"+path.name, func(t *testing.T) {
+						t.Parallel()
+						b := setup(t, sqlite, sqlstore.Mark)
+						mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{
+							MaxAttempts: 3,
+							Backoff:     outbox.Backoff{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond},
+							// The fast path: completions in the background,
+							// first copies unchecked.
+							CompleteInBackground: path.fast,
+							SkipFirstCheck:       path.fast,
+						}, b.logger)
+						require.NoError(t, err)
+						k := orderKit{t: t, outbox: mw, poisoned: &poisonSink{}}
+						runs := &runCounter{}
+						s := runService(t, b, row.chain(k), sc.handler(runs))
 
-					msg := message.NewMessage(watermill.NewUUID(), []byte("x"))
-					if sc.name == "MalformedID" {
-						b.ownMetadata(t, msg, "abc")
-						publishUntilAcked(t, s.gc, b.topic, msg, runs)
-					} else {
-						publishUntilAcked(t, s.pub, b.topic, msg, runs)
-					}
+						msg := message.NewMessage(watermill.NewUUID(), []byte("x"))
+						if sc.name == "MalformedID" {
+							b.ownMetadata(t, msg, "abc")
+							publishUntilAcked(t, s.gc, b.topic, msg, runs)
+						} else {
+							publishUntilAcked(t, s.pub, b.topic, msg, runs)
+						}
 
-					// The message was acked: nothing of it is left to run.
-					got := runs.count()
-					assert.GreaterOrEqual(t, got, sc.want.minRuns, "handler runs")
-					assert.LessOrEqual(t, got, sc.want.maxRuns, "handler runs")
-					st := b.status(t)
-					switch sc.want.state {
-					case noRecord:
-						assert.Equal(t, recordstore.TopicStatus{Topic: b.topic}, st)
-					case completed:
-						assert.Equal(t, recordstore.TopicStatus{Topic: b.topic, Completed: 1}, st)
-					case abandoned:
-						assert.Equal(t, recordstore.TopicStatus{Topic: b.topic, Abandoned: 1}, st)
-					case pending:
-						assert.Equal(t, recordstore.TopicStatus{Topic: b.topic, Pending: 1}, st)
-					case pendingOrAbandoned:
-						assert.Contains(t, []recordstore.TopicStatus{{Topic: b.topic, Pending: 1}, {Topic: b.topic, Abandoned: 1}}, st)
-					}
-					poisoned := k.poisoned.snapshot()
-					assert.Len(t, poisoned, sc.want.poisoned, "messages diverted to the poison queue")
-					for _, p := range poisoned {
-						assert.Equal(t, msg.UUID, p.UUID)
-					}
+						// The message was acked: nothing of it is left to run,
+						// once the completions in the background are done.
+						require.NoError(t, b.reg.WaitCompletions(b.ctx(t)))
+						got := runs.count()
+						assert.GreaterOrEqual(t, got, sc.want.minRuns, "handler runs")
+						assert.LessOrEqual(t, got, sc.want.maxRuns, "handler runs")
+						st := b.status(t)
+						switch sc.want.state {
+						case noRecord:
+							assert.Equal(t, recordstore.TopicStatus{Topic: b.topic}, st)
+						case completed:
+							assert.Equal(t, recordstore.TopicStatus{Topic: b.topic, Completed: 1}, st)
+						case abandoned:
+							assert.Equal(t, recordstore.TopicStatus{Topic: b.topic, Abandoned: 1}, st)
+						case pending:
+							assert.Equal(t, recordstore.TopicStatus{Topic: b.topic, Pending: 1}, st)
+						case pendingOrAbandoned:
+							assert.Contains(t, []recordstore.TopicStatus{{Topic: b.topic, Pending: 1}, {Topic: b.topic, Abandoned: 1}}, st)
+						}
+						poisoned := k.poisoned.snapshot()
+						assert.Len(t, poisoned, sc.want.poisoned, "messages diverted to the poison queue")
+						for _, p := range poisoned {
+							assert.Equal(t, msg.UUID, p.UUID)
+						}
 
-					deliveries, _ := s.seen.snapshot()
-					lines := errorLines(b.logger, s.logger)
-					t.Logf("handler runs %d, deliveries %d, error lines %d, poisoned %d", got, deliveries, len(lines), len(poisoned))
-					assert.LessOrEqual(t, deliveries, 20, "deliveries: nothing spins")
-					assert.LessOrEqual(t, len(lines), 30, "error lines: nothing spins")
-					for _, e := range lines {
-						assert.NotErrorIs(t, e.Err, recordstore.ErrNotDue, "a copy held for the backoff is not an error: %s", e.Msg)
-					}
-					if sc.name == "MalformedID" {
-						require.Len(t, lines, 1, "one Error line for a malformed id")
-						assert.ErrorIs(t, lines[0].Err, outbox.ErrInvalidMetadata)
-					}
-				})
+						deliveries, _ := s.seen.snapshot()
+						lines := errorLines(b.logger, s.logger)
+						t.Logf("handler runs %d, deliveries %d, error lines %d, poisoned %d", got, deliveries, len(lines), len(poisoned))
+						assert.LessOrEqual(t, deliveries, 20, "deliveries: nothing spins")
+						assert.LessOrEqual(t, len(lines), 30, "error lines: nothing spins")
+						for _, e := range lines {
+							assert.NotErrorIs(t, e.Err, recordstore.ErrNotDue, "a copy held for the backoff is not an error: %s", e.Msg)
+						}
+						if sc.name == "MalformedID" {
+							require.Len(t, lines, 1, "one Error line for a malformed id")
+							assert.ErrorIs(t, lines[0].Err, outbox.ErrInvalidMetadata)
+						}
+					})
+				}
 			}
 		})
 	}
