@@ -1,6 +1,8 @@
 package integration_test
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,7 +53,7 @@ func TestNATSJetStream(t *testing.T) {
 			if err != nil {
 				t.Fatalf("nats subscriber: %v", err)
 			}
-			return connected(t, pub, sub)
+			return connected(t, pub, &settledSubscriber{inner: sub, closing: make(chan struct{})})
 		},
 		Remove: func(t *testing.T, topic, _ string) {
 			// The stream is named after the topic; its consumers go with it.
@@ -74,4 +76,60 @@ func natsJetStreamConfig(group string) wnats.JetStreamConfig {
 			return prefix + "_" + topic
 		},
 	}
+}
+
+// settledSubscriber works around a race in watermill-nats v2.1.3 (the
+// newest): its subscriber closes its output channel once the subscription's
+// context ends, without waiting for a NATS callback that is sending on it,
+// which the race detector reports (and which can panic). The inner
+// subscription runs on a context that never ends; the router reads the
+// wrapper's own channel, which ends with the router's context; Close stops
+// the forwarders and waits for them before it closes the inner subscriber,
+// so every send the inner subscriber completed happens before its close.
+type settledSubscriber struct {
+	inner   message.Subscriber
+	closing chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+}
+
+func (s *settledSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	in, err := s.inner.Subscribe(context.Background(), topic)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *message.Message)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(out)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.closing:
+				return
+			case m, ok := <-in:
+				if !ok {
+					return
+				}
+				select {
+				case out <- m:
+				case <-ctx.Done():
+					m.Nack()
+					return
+				case <-s.closing:
+					m.Nack()
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (s *settledSubscriber) Close() error {
+	s.once.Do(func() { close(s.closing) })
+	s.wg.Wait()
+	return s.inner.Close()
 }
