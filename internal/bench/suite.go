@@ -420,17 +420,22 @@ func replaySteps(ctx context.Context, d *database, o options, rep *report) error
 
 // costTargets checks the cost targets of the saturated case at one
 // publisher count: each project case against the forwarder at its best
-// for that figure (the lowest cost, the highest rate, among its polls).
+// for that figure (the lowest cost, the highest rate, among its polls that
+// lost no message).
 func costTargets(rep *report, publishers int, project map[string]result, forwarders []result) {
 	best := func(key string, better func(a, b float64) bool) float64 {
-		v := 0.0
-		for i, f := range forwarders {
+		v, found := 0.0, false
+		for _, f := range forwarders {
+			if f.lost > 0 {
+				// A poll that lost messages is no baseline.
+				continue
+			}
 			x := f.cost[key]
 			if key == "rate" {
 				x = f.rate
 			}
-			if i == 0 || better(x, v) {
-				v = x
+			if !found || better(x, v) {
+				v, found = x, true
 			}
 		}
 		return v
