@@ -44,6 +44,59 @@ type orderedHandler struct {
 	gates    map[string]chan struct{} // seq -> released when closed
 }
 
+// orderedCase is one ordered topic on a database: a running stale
+// resubmitter whose publisher delivers what is sent again to again, and a
+// publish of records of key "k" whose first copies it returns.
+type orderedCase struct {
+	b     *bundle
+	reg   *outbox.Registry
+	again <-chan *message.Message
+	// publish publishes one message per seq, in order, and returns the
+	// copies the broker sent (acked).
+	publish func(seqs ...string) map[string]*message.Message
+}
+
+func newOrderedCase(t *testing.T, backend testenv.Backend, resubmit outbox.StaleResubmitterConfig) *orderedCase {
+	t.Helper()
+	b := setup(t, backend, sqlstore.Mark)
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
+	require.NoError(t, err)
+	ctx := b.ctx(t)
+
+	resent := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = resent.Close() })
+	again, err := resent.Subscribe(ctx, b.topic)
+	require.NoError(t, err)
+	running := &signalLogger{msg: "Stale resubmitter running", hit: make(chan struct{}, 1)}
+	rs, err := outbox.NewStaleResubmitter(reg, resent, resubmit, running)
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- rs.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-stopped })
+	<-running.hit
+
+	first := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = first.Close() })
+	sent, err := first.Subscribe(ctx, b.topic)
+	require.NoError(t, err)
+	pub, err := outbox.NewPublisher(reg, first)
+	require.NoError(t, err)
+	return &orderedCase{b: b, reg: reg, again: again, publish: func(seqs ...string) map[string]*message.Message {
+		t.Helper()
+		msgs := map[string]*message.Message{}
+		for _, seq := range seqs {
+			msg := message.NewMessage(watermill.NewUUID(), []byte(seq))
+			msg.Metadata.Set("order", "k")
+			msg.Metadata.Set("seq", seq)
+			require.NoError(t, pub.Publish(b.topic, msg))
+			msgs[seq] = <-sent
+			msgs[seq].Ack()
+		}
+		return msgs
+	}}
+}
+
 func (o *orderedHandler) handle(msg *message.Message) ([]*message.Message, error) {
 	key, seq := msg.Metadata["order"], msg.Metadata["seq"]
 	o.mu.Lock()
@@ -73,40 +126,10 @@ func (o *orderedHandler) handle(msg *message.Message) ([]*message.Message, error
 func TestOrderKeyHoldsLaterRecords(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
-		b := setup(t, backend, sqlstore.Mark)
-		reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
-		require.NoError(t, err)
-		ctx := b.ctx(t)
-
 		// The sender of held records: a stale resubmitter's publisher.
-		resent := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
-		t.Cleanup(func() { _ = resent.Close() })
-		again, err := resent.Subscribe(ctx, b.topic)
-		require.NoError(t, err)
-		running := &signalLogger{msg: "Stale resubmitter running", hit: make(chan struct{}, 1)}
-		rs, err := outbox.NewStaleResubmitter(reg, resent, outbox.StaleResubmitterConfig{}, running)
-		require.NoError(t, err)
-		runCtx, stop := context.WithCancel(ctx)
-		stopped := make(chan error, 1)
-		go func() { stopped <- rs.Run(runCtx) }()
-		t.Cleanup(func() { stop(); <-stopped })
-		<-running.hit
-
-		first := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
-		t.Cleanup(func() { _ = first.Close() })
-		sent, err := first.Subscribe(ctx, b.topic)
-		require.NoError(t, err)
-		pub, err := outbox.NewPublisher(reg, first)
-		require.NoError(t, err)
-		msgs := map[string]*message.Message{}
-		for _, seq := range []string{"1", "2", "3"} {
-			msg := message.NewMessage(watermill.NewUUID(), []byte(seq))
-			msg.Metadata.Set("order", "k")
-			msg.Metadata.Set("seq", seq)
-			require.NoError(t, pub.Publish(b.topic, msg))
-			msgs[seq] = <-sent
-			msgs[seq].Ack()
-		}
+		c := newOrderedCase(t, backend, outbox.StaleResubmitterConfig{})
+		b, reg, again := c.b, c.reg, c.again
+		msgs := c.publish("1", "2", "3")
 
 		logger := &signalLogger{msg: "Record held by an earlier record of its key, waiting for it", hit: make(chan struct{}, 8)}
 		h := &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8),
@@ -188,42 +211,10 @@ func TestOrderKeyHoldsLaterRecords(t *testing.T) {
 func TestHeldCopyAsksForTheEarlierRecordAgain(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
-		b := setup(t, backend, sqlstore.Mark)
-		reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
-		require.NoError(t, err)
-		ctx := b.ctx(t)
-
-		// The sender of records sent again; its resubmitter never finds a
-		// record stale while the test runs.
-		resent := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
-		t.Cleanup(func() { _ = resent.Close() })
-		again, err := resent.Subscribe(ctx, b.topic)
-		require.NoError(t, err)
-		running := &signalLogger{msg: "Stale resubmitter running", hit: make(chan struct{}, 1)}
-		rs, err := outbox.NewStaleResubmitter(reg, resent, outbox.StaleResubmitterConfig{OlderThan: time.Hour}, running)
-		require.NoError(t, err)
-		runCtx, stop := context.WithCancel(ctx)
-		stopped := make(chan error, 1)
-		go func() { stopped <- rs.Run(runCtx) }()
-		t.Cleanup(func() { stop(); <-stopped })
-		<-running.hit
-
-		first := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
-		t.Cleanup(func() { _ = first.Close() })
-		sent, err := first.Subscribe(ctx, b.topic)
-		require.NoError(t, err)
-		pub, err := outbox.NewPublisher(reg, first)
-		require.NoError(t, err)
-		var two *message.Message
-		for _, seq := range []string{"1", "2"} {
-			msg := message.NewMessage(watermill.NewUUID(), []byte(seq))
-			msg.Metadata.Set("order", "k")
-			msg.Metadata.Set("seq", seq)
-			require.NoError(t, pub.Publish(b.topic, msg))
-			got := <-sent
-			got.Ack() // record 1's copy is lost here
-			two = got
-		}
+		// Its resubmitter never finds a record stale while the test runs.
+		c := newOrderedCase(t, backend, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
+		b, reg, again := c.b, c.reg, c.again
+		two := c.publish("1", "2")["2"] // record 1's copy is lost here
 
 		h := &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8), gates: map[string]chan struct{}{}}
 		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{HeldWait: time.Millisecond, HeldResendAfter: time.Nanosecond}, watermill.NopLogger{})
