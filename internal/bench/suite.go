@@ -228,8 +228,8 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 	combined := "project, inserts always combined (Coalescing.InsertsAloneBelow -1)"
 	deleting := "project, completion by delete (Completion: Delete)"
 	background := "project, completions in the background (CompleteInBackground)"
-	fast := "project, in the background, first copies unchecked (+ SkipFirstCheck)"
-	fastDeleting := "project, in the background, first copies unchecked, by delete"
+	fast := "project, fast path (CompleteInBackground + SkipFirstCheck)"
+	fastDeleting := "project, fast path, by delete"
 	fwdName := func(poll time.Duration) string {
 		return fmt.Sprintf("forwarder (watermill-sql, tx per publish), %s poll", pollText(poll))
 	}
@@ -331,12 +331,12 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 				fwd := rs[8+i]
 				rep.add(group, fwdName(poll), p, fwd, "msg/s")
 				rep.compare(fmt.Sprintf("saturated at %d: project / forwarder, %s poll", p, pollText(poll)), rs[0], fwd)
-				rep.compare(fmt.Sprintf("saturated at %d: first copies unchecked / forwarder, %s poll", p, pollText(poll)), rs[6], fwd)
-				rep.compare(fmt.Sprintf("saturated at %d: first copies unchecked, by delete / forwarder, %s poll", p, pollText(poll)), rs[7], fwd)
+				rep.compare(fmt.Sprintf("saturated at %d: fast path / forwarder, %s poll", p, pollText(poll)), rs[6], fwd)
+				rep.compare(fmt.Sprintf("saturated at %d: fast path, by delete / forwarder, %s poll", p, pollText(poll)), rs[7], fwd)
 			}
 		}
 		if d.hasForwarder() {
-			costTargets(rep, p, map[string]result{"defaults": rs[0], "first copies unchecked, by delete": rs[7]}, rs[8:])
+			costTargets(rep, p, map[string]result{"defaults": rs[0], "fast path, by delete": rs[7]}, rs[8:])
 		}
 		rep.compare(fmt.Sprintf("saturated at %d: inserts one by one / defaults", p), rs[2], rs[0])
 		rep.compare(fmt.Sprintf("saturated at %d: defaults / inserts always combined", p), rs[0], rs[3])
@@ -442,7 +442,7 @@ func costTargets(rep *report, publishers int, project map[string]result, forward
 	}
 	lower := func(a, b float64) bool { return a < b }
 	cpu, wal, rate := best("cpu", lower), best("wal", lower), best("rate", func(a, b float64) bool { return a > b })
-	for _, name := range []string{"defaults", "first copies unchecked, by delete"} {
+	for _, name := range []string{"defaults", "fast path, by delete"} {
 		r := project[name]
 		if r.cost == nil || cpu == 0 || wal == 0 || rate == 0 {
 			continue
