@@ -122,11 +122,11 @@ func (h *heldWaiters) done(k heldKey) {
 	}
 }
 
-// claimRun takes the delivery's place among the handlers running here;
-// false when a copy of the record runs already.
 // closed is a channel that is closed.
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
+// claimRun takes the delivery's place among the handlers running here;
+// false when a copy of the record runs already.
 func (h *heldWaiters) claimRun(k heldKey) bool {
 	_, taken := h.running.LoadOrStore(k, struct{}{})
 	return !taken
