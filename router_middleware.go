@@ -63,7 +63,11 @@ type MiddlewareConfig struct {
 	// than 16,384 records of the topic ago), is checked. The price: a copy
 	// of the record sent again elsewhere (a replay at another instance's
 	// start) and completed there before the first copy arrives here runs
-	// again, as two copies checked at the same moment do. Not used for a
+	// again, as two copies checked at the same moment do; and where
+	// several instances take turns on one queue, a copy another instance
+	// handled and failed may come back here as this process's first copy
+	// and run before its backoff is due (MaxAttempts still counts it).
+	// Not used for a
 	// topic with an [Tracked.OrderKey] (the check tells whether the record
 	// is held) nor on a store with a delivery lease (the check takes it).
 	// Defaults to false.
