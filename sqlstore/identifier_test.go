@@ -63,7 +63,8 @@ func TestSQLiteRefusesASchema(t *testing.T) {
 // TestQualifiedStatementsOnlyQualifyTheTables builds every statement and
 // migration for t and for s.t: the only difference is the schema before
 // each table (the record table, its consumers table and the schema version
-// table). Index and key names stay unqualified, and the statements of a
+// table). Index and key names stay unqualified but in DROP INDEX, which
+// finds the index by its qualified name; and the statements of a
 // plain name are those of a table in the connection's own schema.
 func TestQualifiedStatementsOnlyQualifyTheTables(t *testing.T) {
 	t.Parallel()
@@ -80,10 +81,16 @@ func TestQualifiedStatementsOnlyQualifyTheTables(t *testing.T) {
 		for _, mode := range []Completion{Mark, Delete} {
 			want, got := statementsOf(t, d, plain, mode), statementsOf(t, d, qualified, mode)
 			for name, stmt := range want {
-				if w := qualify.Replace(stmt); got[name] != w {
+				w := qualify.Replace(stmt)
+				dropIndex := strings.HasPrefix(stmt, "DROP INDEX")
+				if dropIndex { // an index is dropped by its qualified name
+					open := q("t")[:1] + "t_"
+					w = strings.Replace(w, open, q("s")+"."+open, 1)
+				}
+				if got[name] != w {
 					t.Errorf("%s %v %s:\n got %s\nwant %s", d.Name(), mode, name, got[name], w)
 				}
-				if strings.Contains(strings.NewReplacer(q("s")+"."+q("t_consumers"), "", q("s")+"."+q("t_receivers"), "").Replace(got[name]), q("s")+"."+q("t_")) {
+				if !dropIndex && strings.Contains(strings.NewReplacer(q("s")+"."+q("t_consumers"), "", q("s")+"."+q("t_receivers"), "").Replace(got[name]), q("s")+"."+q("t_")) {
 					t.Errorf("%s %v %s qualifies an index name: %s", d.Name(), mode, name, got[name])
 				}
 			}

@@ -97,6 +97,12 @@ func (t templateData) Table() string { return t.table.quoted(t.d) }
 
 func (t templateData) Index(suffix string) string { return t.d.quote(t.table.name + "_" + suffix) }
 
+// QualifiedIndex is an index of the table by its name qualified with the
+// table's schema, as DROP INDEX takes it.
+func (t templateData) QualifiedIndex(suffix string) string {
+	return t.table.in(t.d, t.table.name+"_"+suffix)
+}
+
 // ConsumersTable is the table of the per-consumer deliveries.
 func (t templateData) ConsumersTable() string { return t.table.in(t.d, consumersTable(t.table.name)) }
 

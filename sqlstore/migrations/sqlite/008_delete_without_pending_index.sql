@@ -1,0 +1,1 @@
+{{if not .Mark}}DROP INDEX IF EXISTS {{.QualifiedIndex "pending"}};{{end}}
