@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jmoiron/sqlx"
+
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -20,7 +22,8 @@ var _ recordstore.Cleaner = (*Store)(nil)
 // locking read takes no gap locks that concurrent inserts would wait for. A
 // large backlog is cleaned in bounded batches that never hold locks for
 // long. A deleting table keeps no completed records, so there it deletes
-// nothing.
+// nothing. A partitioned table ([Config.PartitionEvery]) drops its old
+// partitions whole; see [Store.Rotate].
 func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
 	if err := checkClean(s.table, olderThan, limit); err != nil {
 		return 0, err
@@ -32,9 +35,18 @@ func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (
 	if err != nil {
 		return 0, err
 	}
+	if s.partitionEvery > 0 {
+		return s.cleanPartitioned(ctx, db, d, olderThan, limit)
+	}
+	return s.cleanFrom(ctx, db, d, s.q.cleanSelect, olderThan, limit)
+}
+
+// cleanFrom is one batch of Clean, of the records that selectOld (the
+// statement cleanSelect, or one of a partition) picks.
+func (s *Store) cleanFrom(ctx context.Context, db *sqlx.DB, d *Dialect, selectOld string, olderThan time.Duration, limit int) (int, error) {
 	var cleaned int
-	err = s.inTxWith(ctx, db, "clean", d.cleanTxOptions, func(tx executor) error {
-		rows, err := tx.QueryContext(ctx, s.q.cleanSelect, micros(olderThan), limit)
+	err := s.inTxWith(ctx, db, "clean", d.cleanTxOptions, func(tx executor) error {
+		rows, err := tx.QueryContext(ctx, selectOld, micros(olderThan), limit)
 		if err != nil {
 			return s.fail("clean", err)
 		}

@@ -91,7 +91,24 @@ type templateData struct {
 	d     *Dialect
 	table tableName
 	Mark  bool
+	// Partitioned is true for a table partitioned by id (PostgreSQL,
+	// Config.PartitionEvery).
+	Partitioned bool
 }
+
+// Sequence is the quoted, qualified sequence of a partitioned table's ids.
+func (t templateData) Sequence() string { return t.table.in(t.d, sequenceName(t.table.name)) }
+
+// FirstPartition is the partition a partitioned table is created with.
+func (t templateData) FirstPartition() string { return t.table.in(t.d, partitionName(t.table.name, 0)) }
+
+// FirstPartitionIndex names an index of the first partition.
+func (t templateData) FirstPartitionIndex(suffix string) string {
+	return t.d.quote(partitionName(t.table.name, 0) + "_" + suffix)
+}
+
+// PartitionSpan is the range of ids of one partition.
+func (t templateData) PartitionSpan() int64 { return partitionSpan }
 
 func (t templateData) Table() string { return t.table.quoted(t.d) }
 
@@ -189,7 +206,12 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d *Dialect, ms []m
 	if version > len(ms) {
 		return &TableError{Table: s.table, Op: "migrate", Err: fmt.Errorf("%w: table is at version %d, newer than this code's %d", ErrSchemaVersion, version, len(ms))}
 	}
-	data := templateData{d: d, table: s.name, Mark: s.mode == Mark}
+	if version > 0 {
+		if err := s.checkPartitioned(ctx, tx, d, "migrate"); err != nil {
+			return err
+		}
+	}
+	data := templateData{d: d, table: s.name, Mark: s.mode == Mark, Partitioned: s.partitionEvery > 0}
 	if version >= target && target < len(ms) {
 		return tx.Commit() // at or past the version asked for
 	}
@@ -286,6 +308,9 @@ func (s *Store) verify(ctx context.Context) error {
 		return &TableError{Table: s.table, Op: "verify", Err: fmt.Errorf("%w: table is at version %d, this code needs %d; run Store.Migrate", ErrSchemaVersion, version, want)}
 	case version > want:
 		return &TableError{Table: s.table, Op: "verify", Err: fmt.Errorf("%w: table is at version %d, newer than this code's %d; upgrade the code", ErrSchemaVersion, version, want)}
+	}
+	if err := s.checkPartitioned(ctx, db, d, "verify"); err != nil {
+		return err
 	}
 	identity, err := s.readIdentity(ctx, db)
 	if err != nil {

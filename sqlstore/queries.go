@@ -105,9 +105,11 @@ type queries struct {
 	// stamp is the prefix, ending in "id IN ", of a send time update.
 	stamp string
 
-	// cleanSelect picks a batch of completed records; cleanDeliveries and
+	// cleanSelect picks a batch of completed records; cleanWhere is its
+	// part after the table, for a partition's; cleanDeliveries and
 	// cleanRecords are prefixes ending in "IN ".
 	cleanSelect     string
+	cleanWhere      string
 	cleanDeliveries string
 	cleanRecords    string
 
@@ -288,11 +290,15 @@ ORDER BY id LIMIT %s%s`,
 	q.claimReplay = claim("(last_sent_at IS NULL OR last_sent_at < " + d.ago(3) + ")")
 	q.stamp = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN ", t, f.clock)
 
-	q.cleanSelect = fmt.Sprintf("SELECT id, consumers FROM %s WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT %s%s",
-		t, d.ago(1), p(2), d.lockRows(true))
+	q.cleanWhere = fmt.Sprintf(" WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT %s%s", d.ago(1), p(2), d.lockRows(true))
+	q.cleanSelect = cleanSelectFrom(t) + q.cleanWhere
 	q.cleanDeliveries = fmt.Sprintf("DELETE FROM %s WHERE record_id IN ", tc)
 	q.cleanRecords = fmt.Sprintf("DELETE FROM %s WHERE id IN ", t)
 }
+
+// cleanSelectFrom begins the statement that selects old completed records
+// of table, a quoted name: the record table or one of its partitions.
+func cleanSelectFrom(table string) string { return "SELECT id, consumers FROM " + table }
 
 // buildStatus builds the statements of PendingStatus and Status.
 func (q *queries) buildStatus(f fragments) {

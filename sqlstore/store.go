@@ -56,6 +56,27 @@ type Config struct {
 	// more than with it set. MySQL, MariaDB and SQLite have no such
 	// per-statement setting and always wait.
 	DurableCompletion bool
+	// PartitionEvery makes a new marking table on PostgreSQL a partitioned
+	// one: its records go to one partition for this long, then to the
+	// next, and the Cleaner drops a whole partition once every record in it
+	// was completed longer ago than its OlderThan, instead of deleting them
+	// one by one. [Store.Clean] starts the next partition when the current
+	// one's first record is older than this, and [Store.Rotate] starts one
+	// at once. A partition that holds a pending or abandoned record is kept,
+	// and its old completed records are deleted one by one; a partition
+	// whose records were all completed is kept whole until its last
+	// completion is older than OlderThan, so completed records stay up to
+	// OlderThan plus PartitionEvery (and the Cleaner's Interval). Clean
+	// counts a dropped partition's records as PostgreSQL estimates them
+	// (pg_class.reltuples, which VACUUM and ANALYZE keep). Choose it
+	// no longer than the Cleaner's OlderThan. The table must be created
+	// partitioned: an existing table cannot become one, and [Store.Verify]
+	// refuses the option on a table of one piece. A store without it works
+	// on a partitioned table (an operator's tool, say), but its Clean
+	// deletes records one by one, as on a table of one piece: set it on
+	// every store that runs the Cleaner. Other databases, and deleting
+	// tables, refuse it. Defaults to 0, a table of one piece.
+	PartitionEvery time.Duration
 	// Coalescing combines concurrent inserts, and concurrent completions,
 	// into one statement each. Defaults to combining both, one statement of
 	// each kind in flight, at most 1000 records per statement; see
@@ -84,6 +105,9 @@ func (c Config) Validate() error {
 	if c.Lease < 0 {
 		return fmt.Errorf("%w: Lease %v is negative", ErrInvalidConfig, c.Lease)
 	}
+	if err := c.validatePartitions(); err != nil {
+		return err
+	}
 	if err := c.Coalescing.Validate(); err != nil {
 		return err
 	}
@@ -98,6 +122,8 @@ type Store struct {
 	versioned
 	mode  Completion
 	lease time.Duration
+	// partitionEvery is Config.PartitionEvery: 0 for a table of one piece.
+	partitionEvery time.Duration
 	// leaseArg is lease as the claim's argument, made once.
 	leaseArg any
 	q        *queries
@@ -139,7 +165,7 @@ func New(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{mode: cfg.Completion, lease: cfg.Lease, migrations: migrationFiles}
+	s := &Store{mode: cfg.Completion, lease: cfg.Lease, partitionEvery: cfg.PartitionEvery, migrations: migrationFiles}
 	s.q = buildQueries(cfg.Dialect, name, cfg.Completion, cfg.DurableCompletion)
 	s.versioned = versioned{dialect: cfg.Dialect, table: cfg.Table, name: name, kind: cfg.Completion.String(), vq: &s.q.versionQueries}
 	s.leaseArg = cfg.Dialect.leaseArg(cfg.Lease)
