@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	_ "github.com/go-sql-driver/mysql" // MariaDB driver
 	_ "github.com/jackc/pgx/v5/stdlib" // PostgreSQL driver
@@ -151,6 +152,18 @@ func (d *database) newStoreOf(ctx context.Context, co sqlstore.Coalescing, mode 
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	s, err := sqlstore.New(sqlstore.Config{Dialect: d.dialect, Table: "bench_" + hex.EncodeToString(b[:]), DB: d.db, Coalescing: co, Completion: mode})
+	if err != nil {
+		return nil, err
+	}
+	return s, s.Migrate(ctx)
+}
+
+// newPartitionedStore is newStore of a partitioned table
+// (sqlstore.Config.PartitionEvery), on PostgreSQL only.
+func (d *database) newPartitionedStore(ctx context.Context, co sqlstore.Coalescing) (*sqlstore.Store, error) {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	s, err := sqlstore.New(sqlstore.Config{Dialect: d.dialect, Table: "bench_" + hex.EncodeToString(b[:]), DB: d.db, Coalescing: co, PartitionEvery: 24 * time.Hour})
 	if err != nil {
 		return nil, err
 	}

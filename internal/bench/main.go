@@ -58,8 +58,11 @@ type options struct {
 	// scaleRows is how many completed records the scale case fills its
 	// table with.
 	scaleRows int
-	dsn       dsns
-	cases     map[string]bool
+	// partitionRows is how many completed records the partitioned scale
+	// case (PostgreSQL) fills its first partition with.
+	partitionRows int
+	dsn           dsns
+	cases         map[string]bool
 	// inFlight is Coalescing.MaxInFlight of the default cases; 0 keeps
 	// sqlstore's default.
 	inFlight int
@@ -100,6 +103,7 @@ func main() {
 	flag.IntVar(&o.pacedRate, "rate", 500, "messages per second in the paced latency cases")
 	flag.IntVar(&o.replayRows, "replay", 1_000_000, "pending rows replayed in the replay case")
 	flag.IntVar(&o.scaleRows, "scale-rows", 10_000_000, "completed records in the full table of the scale case")
+	flag.IntVar(&o.partitionRows, "partition-rows", 10_000_000, "completed records in the old partition of the scale case's partitioned table (PostgreSQL)")
 	flag.StringVar(&o.dsn.postgres, "postgres-dsn", testenv.PostgresDSN(), "PostgreSQL DSN")
 	flag.StringVar(&o.dsn.mysql, "mysql-dsn", testenv.MySQLDSN(), "MariaDB DSN (go-sql-driver/mysql, with interpolateParams=true)")
 	publishers := flag.String("publishers", "1,4,16", "publisher counts of the publish, latency-bound and saturated cases, comma-separated")
@@ -112,7 +116,7 @@ func main() {
 	o.stall = defaultStall
 	if *tiny {
 		o.duration, o.rounds, o.routerRounds, o.routerDuration, o.pacedN, o.replayRows = 100*time.Millisecond, 1, 1, 100*time.Millisecond, 50, 5000
-		o.saturatedN, o.saturatedRounds, o.scaleRows = 200, 1, 20_000
+		o.saturatedN, o.saturatedRounds, o.scaleRows, o.partitionRows = 200, 1, 20_000, 20_000
 	}
 	o.dbs = strings.Split(*dbs, ",")
 	var err error

@@ -22,7 +22,7 @@ func TestTinyRunMeasuresEveryCase(t *testing.T) {
 	var out bytes.Buffer
 	o := options{
 		dbs: []string{"postgres", "mariadb", "sqlite"}, duration: 50 * time.Millisecond, rounds: 1, routerRounds: 1, routerDuration: 50 * time.Millisecond, window: 8,
-		saturatedN: 30, saturatedRounds: 1, stall: defaultStall, pacedN: 20, pacedRate: 500, replayRows: 2000, scaleRows: 2000, dsn: dsns{postgres: testenv.PostgresDSN(), mysql: testenv.MySQLDSN()},
+		saturatedN: 30, saturatedRounds: 1, stall: defaultStall, pacedN: 20, pacedRate: 500, replayRows: 2000, scaleRows: 2000, partitionRows: 2000, dsn: dsns{postgres: testenv.PostgresDSN(), mysql: testenv.MySQLDSN()},
 	}
 	if err := run(context.Background(), &out, o); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
@@ -41,6 +41,7 @@ func TestTinyRunMeasuresEveryCase(t *testing.T) {
 		"Cleaner deleting the 2000 completed records", "paced 500 msg/s, full table, while the Cleaner runs",
 		"scale: saturated at 4, full / empty table", "scale: paced p99 publish → handler, full / empty table",
 		"scale: paced p99 of the Publish call, Cleaner running / idle",
+		"Cleaner dropping the partition of the 2000 completed records", "scale: paced p99 publish → handler, Cleaner dropping a partition / idle",
 		"## postgres (PostgreSQL", "## mariadb (MariaDB", "## sqlite (SQLite",
 	} {
 		if !strings.Contains(text, want) {

@@ -82,7 +82,7 @@ func scaleSteps(ctx context.Context, d *database, o options, rep *report) error 
 	rep.compareLatency("scale: paced p99 publish → handler, full / empty table", paced[1].p99, paced[0].p99)
 	rep.compareLatency("scale: paced p99 of the Publish call, full / empty table", paced[1].callP99, paced[0].callP99)
 
-	cleaner, during, err := cleanerCase(ctx, d, full, o)
+	cleaner, during, err := cleanerCase(ctx, d, full, o.scaleRows, o)
 	if err != nil {
 		return err
 	}
@@ -90,6 +90,55 @@ func scaleSteps(ctx context.Context, d *database, o options, rep *report) error 
 	rep.add(group, fmt.Sprintf("paced %d msg/s, full table, while the Cleaner runs", o.pacedRate), 1, during, "msg/s")
 	rep.compareLatency("scale: paced p99 publish → handler, Cleaner running / idle", during.p99, paced[1].p99)
 	rep.compareLatency("scale: paced p99 of the Publish call, Cleaner running / idle", during.callP99, paced[1].callP99)
+	if d.name != "postgres" {
+		return nil
+	}
+	return partitionedScaleSteps(ctx, d, o, rep)
+}
+
+// partitionedScaleSteps measures the Cleaner on a partitioned table
+// (sqlstore.Config.PartitionEvery): o.partitionRows completed records in
+// its first partition, the next one started; the paced latency on that
+// table idle, then while the Cleaner drops the old partition.
+func partitionedScaleSteps(ctx context.Context, d *database, o options, rep *report) error {
+	full, err := d.newPartitionedStore(ctx, o.coalesced())
+	if err != nil {
+		return err
+	}
+	defer d.drop(ctx, full)
+	start := time.Now()
+	if err := fillTable(ctx, d, full, fill{rows: o.partitionRows, topics: topics(scalePublishers), completed: true}); err != nil {
+		return err
+	}
+	filled := time.Since(start)
+	if err := full.Rotate(ctx); err != nil {
+		return err
+	}
+	group := fmt.Sprintf("scale, %d completed records in a partition (PartitionEvery)", o.partitionRows)
+	idle, err := sideBySideBy(o.saturatedRounds, byP99, func() (result, error) {
+		p, err := storePipeline(full, 1, func() {})
+		if err != nil {
+			return result{}, err
+		}
+		return timedEndToEnd(ctx, p, pacedLoad(o))
+	})
+	if err != nil {
+		return err
+	}
+	idle[0].note += fmt.Sprintf("; table filled in %v", filled.Round(time.Millisecond))
+	rep.add(group, fmt.Sprintf("paced %d msg/s, partitioned table", o.pacedRate), 1, idle[0], "msg/s")
+	cleaner, during, err := cleanerCase(ctx, d, full, -1, o)
+	if err != nil {
+		return err
+	}
+	var left bool
+	if err := d.db.GetContext(ctx, &left, "SELECT to_regclass($1) IS NOT NULL", full.Table()+"_p0"); err != nil || left {
+		return fmt.Errorf("the Cleaner left the partition of the filled records (%v)", err)
+	}
+	rep.add(group, fmt.Sprintf("Cleaner dropping the partition of the %d completed records", o.partitionRows), 0, cleaner, "rows/s")
+	rep.add(group, fmt.Sprintf("paced %d msg/s, partitioned table, while the Cleaner drops the partition", o.pacedRate), 1, during, "msg/s")
+	rep.compareLatency("scale: paced p99 publish → handler, Cleaner dropping a partition / idle", during.p99, idle[0].p99)
+	rep.compareLatency("scale: paced p99 of the Publish call, Cleaner dropping a partition / idle", during.callP99, idle[0].callP99)
 	return nil
 }
 
@@ -109,10 +158,11 @@ func pauseText(p time.Duration) string {
 const defaultCleanerBatch = 1000
 
 // cleanerCase runs the Cleaner, with its defaults (Pause included) but OlderThan, over the
-// full table until it has deleted every filled record, and a paced publisher
-// on that table for as long as it runs. It returns the Cleaner's rows per
+// full table until it has deleted its rows filled records (any number when
+// rows is negative: a dropped partition is counted as estimated), and a paced publisher
+// on that table for its count of messages and for as long as it runs. It returns the Cleaner's rows per
 // second and the paced publisher's latencies.
-func cleanerCase(ctx context.Context, d *database, full *sqlstore.Store, o options) (cleaner, paced result, err error) {
+func cleanerCase(ctx context.Context, d *database, full *sqlstore.Store, rows int, o options) (cleaner, paced result, err error) {
 	purging, closePool, err := d.writerStore(full)
 	if err != nil {
 		return result{}, result{}, err
@@ -149,10 +199,12 @@ func cleanerCase(ctx context.Context, d *database, full *sqlstore.Store, o optio
 		deleted, failed, firstErr, cleanErr = cleanAll(cleanCtx, c)
 		took = time.Since(start)
 	}()
-	// The Cleaner starts with the paced publisher, which goes on until the
-	// Cleaner is done.
+	// The Cleaner starts with the paced publisher, which sends its count
+	// and goes on until the Cleaner is done: a partition's drop takes a
+	// moment, and the latencies around it are measured among as many
+	// messages as the idle case's.
 	l := pacedLoad(o)
-	l.count, l.until, l.started = 1, done, func() { close(started) }
+	l.until, l.started = done, func() { close(started) }
 	paced, err = timedEndToEnd(ctx, p, l)
 	if err != nil {
 		cancel()
@@ -163,8 +215,8 @@ func cleanerCase(ctx context.Context, d *database, full *sqlstore.Store, o optio
 		return result{}, result{}, err
 	case cleanErr != nil:
 		return result{}, result{}, cleanErr
-	case deleted != o.scaleRows && failed == 0:
-		return result{}, result{}, fmt.Errorf("the Cleaner deleted %d records of the %d filled", deleted, o.scaleRows)
+	case rows >= 0 && deleted != rows && failed == 0:
+		return result{}, result{}, fmt.Errorf("the Cleaner deleted %d records of the %d filled", deleted, rows)
 	}
 	cleaner = result{rate: float64(deleted) / took.Seconds(), note: fmt.Sprintf("took %v", took.Round(time.Millisecond))}
 	if purging != full {
@@ -174,7 +226,7 @@ func cleanerCase(ctx context.Context, d *database, full *sqlstore.Store, o optio
 		// A batch whose commit failed is counted as deleted by Clean.
 		cleaner.note += fmt.Sprintf("; %d cleanups failed and were run again at once (%d counted deleted), first: %v", failed, deleted, firstErr)
 	}
-	paced.note = fmt.Sprintf("%s; for as long as the Cleaner ran", paced.note)
+	paced.note = fmt.Sprintf("%s; %d messages at least, and for as long as the Cleaner ran", paced.note, l.count)
 	return cleaner, paced, nil
 }
 
