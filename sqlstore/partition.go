@@ -286,8 +286,21 @@ func (s *Store) dropPartition(ctx context.Context, conn *sqlx.Conn, p partition,
 	table := s.name.in(s.dialect, partitionName(s.name.name, p.k))
 	parent := s.name.quoted(s.dialect)
 	blocked, old, err := s.partitionState(ctx, conn, table, olderThan)
-	if err != nil || blocked || !old {
-		return 0, blocked, err
+	if err != nil {
+		return 0, false, err
+	}
+	if blocked && (!p.attached || p.detaching) {
+		// A round cut short after its detach left a record that committed
+		// late outside the table: attach the partition again.
+		var stmts []string
+		if p.detaching {
+			stmts = append(stmts, "ALTER TABLE "+parent+" DETACH PARTITION "+table+" FINALIZE")
+		}
+		stmts = append(stmts, "ALTER TABLE "+parent+" ATTACH PARTITION "+table+" "+p.bounds())
+		return 0, true, s.execAll(ctx, conn, "clean", stmts)
+	}
+	if blocked || !old {
+		return 0, blocked, nil
 	}
 	if err := s.deleteDeliveriesOf(ctx, conn, p); err != nil {
 		return 0, false, err

@@ -372,4 +372,16 @@ func TestPartitionedTableFinishesARoundCutShort(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 2, n, "the detached partition is dropped")
 	assert.Equal(t, []string{s.Table() + "_p1"}, partitionNames(t, db, s))
+
+	// A round cut short after detaching a partition that a late record
+	// keeps: the next round attaches it again, and the record is pending.
+	require.NoError(t, s.Rotate(ctx))
+	_, err = db.ExecContext(ctx, "ALTER TABLE "+s.Table()+" DETACH PARTITION "+s.Table()+"_p1")
+	require.NoError(t, err)
+	_, err = s.Clean(ctx, time.Hour, 10)
+	require.NoError(t, err)
+	pending, err := s.PendingAfter(ctx, "orders", 0, 10)
+	require.NoError(t, err)
+	require.Len(t, pending, 1, "the detached partition's pending record is back")
+	assert.Equal(t, later[0].ID, pending[0].ID)
 }
