@@ -19,6 +19,8 @@ type attachment struct {
 	identity string
 	// err refuses the pool: its driver is for another database.
 	err error
+	// stmts are the statements prepared on db, when the dialect prepares.
+	stmts *stmtCache
 }
 
 // Attach sets (or replaces) the connection pool. It is safe to call while the
@@ -31,6 +33,11 @@ func (s *Store) Attach(db *sqlx.DB) {
 	if s.dialect.probe == nil {
 		a.dialect = s.dialect
 	}
+	if s.dialect.prepare && db != nil {
+		a.stmts = newStmtCache()
+	}
+	// The old pool's prepared statements are not closed: a call may
+	// still be about to run one. They go with their pool when it closes.
 	s.att.Store(a)
 }
 
@@ -92,6 +99,6 @@ func (s *Store) probe(ctx context.Context, a *attachment) (*Dialect, error) {
 	if err != nil {
 		return nil, s.fail("probe server", err)
 	}
-	s.att.Store(&attachment{db: a.db, dialect: d, identity: a.identity, err: a.err})
+	s.att.Store(&attachment{db: a.db, dialect: d, identity: a.identity, err: a.err, stmts: a.stmts})
 	return d, nil
 }

@@ -129,7 +129,7 @@ type recordState struct {
 // false when there is no record with the id.
 func (s *Store) readState(ctx context.Context, db executor, d recordstore.Delivery) (recordState, bool, error) {
 	query, args := s.stateQuery(d)
-	st, err := scanState(db.QueryRowContext(ctx, query, args...), d.Ordered)
+	st, err := scanState(s.queryRow(ctx, db, query, args...), d.Ordered)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return st, false, nil

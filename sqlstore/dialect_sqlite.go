@@ -54,7 +54,10 @@ var sqlite = Dialect{
 	//
 	// beginImmediate takes the database's write lock, waiting for it
 	// within the busy timeout.
-	beginImmediate:     "BEGIN IMMEDIATE",
+	beginImmediate: "BEGIN IMMEDIATE",
+	// prepare: modernc.org/sqlite parses every statement it runs; the
+	// ordered check spent more time in the parser than in the query.
+	prepare:            true,
 	versionTableDDLSQL: textVersionTableDDL,
 	// versionIdentitySQL: SQLite table names are never qualified (see
 	// schemaExists).

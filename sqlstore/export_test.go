@@ -76,3 +76,17 @@ func BrowseStatements(s *Store) (pending, abandoned, consumer string) {
 	b := &s.q.browse
 	return b.byTopic[Pending], b.byTopic[Abandoned], b.byConsumer
 }
+
+// Prepared is how many statements s keeps prepared on its pool.
+func Prepared(s *Store) int {
+	a := s.att.Load()
+	if a == nil || a.stmts == nil {
+		return 0
+	}
+	a.stmts.mu.RLock()
+	defer a.stmts.mu.RUnlock()
+	return len(a.stmts.m)
+}
+
+// MaxPrepared is the bound on the statements a pool keeps prepared.
+const MaxPrepared = maxPrepared

@@ -159,7 +159,7 @@ func (s *Store) PutBack(ctx context.Context, topic string, id int64) error {
 	if err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, s.q.order.putBack, dueLongAgo, id, topic); err != nil {
+	if _, err := s.execContext(ctx, db, s.q.order.putBack, dueLongAgo, id, topic); err != nil {
 		return s.fail("put back", err)
 	}
 	return nil
