@@ -129,7 +129,15 @@ type recordState struct {
 // false when there is no record with the id.
 func (s *Store) readState(ctx context.Context, db executor, d recordstore.Delivery) (recordState, bool, error) {
 	query, args := s.stateQuery(d)
-	st, err := scanState(s.queryRow(ctx, db, query, args...), d.Ordered)
+	var row *sql.Row
+	if d.Ordered {
+		// The ordered check is the statement SQLite parses longest, and
+		// it runs again for every held copy: it is kept prepared.
+		row = s.queryRow(ctx, db, query, args...)
+	} else {
+		row = db.QueryRowContext(ctx, query, args...)
+	}
+	st, err := scanState(row, d.Ordered)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return st, false, nil

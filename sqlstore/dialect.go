@@ -160,8 +160,9 @@ type Dialect struct {
 
 	// The behaviours below are MySQL's alone; nil elsewhere.
 
-	// prepare keeps the statements of fixed text prepared on the pool
-	// (see stmtCache), for a driver that parses every statement anew.
+	// prepare keeps the ordered topics' checks and put-backs prepared on
+	// the pool (see stmtCache), for a driver that parses every statement
+	// anew.
 	prepare bool
 	// probe looks at the server behind a pool before the store can
 	// insert: the MySQL dialect tells MariaDB from MySQL and checks the

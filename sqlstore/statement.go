@@ -51,7 +51,7 @@ func (s *Store) inTxWith(ctx context.Context, db executor, op string, opts *sql.
 
 // exec runs a statement and returns the number of rows it changed.
 func (s *Store) exec(ctx context.Context, db executor, op, query string, args ...any) (int64, error) {
-	res, err := s.execContext(ctx, db, query, args...)
+	res, err := db.ExecContext(ctx, query, args...)
 	if err != nil {
 		return 0, s.fail(op, err)
 	}
