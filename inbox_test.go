@@ -31,14 +31,15 @@ var effectsMessages = flag.Int("effects.messages", 2_000,
 	"messages sent by TestExactlyOnceEffectInTheReceiversDatabase (full size: -effects.messages=10000)")
 
 // TestExactlyOnceEffectInTheReceiversDatabase: service A (a database of its
-// own) publishes tracked messages (-effects.messages) to service B, which has a database
-// of its own and runs as two instances, each receiving every message (two
+// own) publishes tracked messages (-effects.messages) to service B, which
+// has a database of its own and runs as two instances, each receiving every message (two
 // concurrent copies of each). B's handler writes its effect and the inbox
 // entry in one transaction (outbox.InboxTx), and one handling in 20 fails
 // after its commit, so that its copy comes back. B's database ends with
 // exactly one effect per message.
 func TestExactlyOnceEffectInTheReceiversDatabase(t *testing.T) {
 	t.Parallel()
+	messages := *effectsMessages
 	forEachBackend(t, func(t *testing.T, b testenv.Backend) {
 		// A bound on a hang, not on speed: under the race detector, beside
 		// the other packages' tests, SQLite's 20,000 handlings of the full
@@ -68,7 +69,7 @@ func TestExactlyOnceEffectInTheReceiversDatabase(t *testing.T) {
 			_, _ = dbB.ExecContext(context.Background(), "DROP TABLE "+inbox.Table())
 		})
 
-		broker := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: int64(*effectsMessages)}, watermill.NopLogger{})
+		broker := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: int64(messages)}, watermill.NopLogger{})
 		t.Cleanup(func() { _ = broker.Close() })
 		var acked atomic.Int64
 		done := make(chan struct{})
@@ -77,7 +78,7 @@ func TestExactlyOnceEffectInTheReceiversDatabase(t *testing.T) {
 		countAcks := func(h message.HandlerFunc) message.HandlerFunc {
 			return func(msg *message.Message) ([]*message.Message, error) {
 				out, err := h(msg)
-				if err == nil && acked.Add(1) == int64(copies**effectsMessages) {
+				if err == nil && acked.Add(1) == int64(copies*messages) {
 					closeDone.Do(func() { close(done) })
 				}
 				return out, err
@@ -112,9 +113,9 @@ func TestExactlyOnceEffectInTheReceiversDatabase(t *testing.T) {
 		pub, err := outbox.NewPublisher(regA, broker)
 		require.NoError(t, err)
 		batch := make([]*message.Message, 0, 500)
-		for i := range *effectsMessages {
+		for i := range messages {
 			batch = append(batch, message.NewMessage(fmt.Sprintf("effect-%05d", i), []byte("{}")))
-			if len(batch) == cap(batch) || i == *effectsMessages-1 {
+			if len(batch) == cap(batch) || i == messages-1 {
 				require.NoError(t, pub.Publish("effects", batch...))
 				batch = batch[:0]
 			}
@@ -122,16 +123,16 @@ func TestExactlyOnceEffectInTheReceiversDatabase(t *testing.T) {
 		select {
 		case <-done:
 		case <-ctx.Done():
-			t.Fatalf("%d of %d copies acked", acked.Load(), copies**effectsMessages)
+			t.Fatalf("%d of %d copies acked", acked.Load(), copies*messages)
 		}
 
 		var n, distinct int
 		require.NoError(t, dbB.GetContext(ctx, &n, "SELECT COUNT(*) FROM "+effects))
 		require.NoError(t, dbB.GetContext(ctx, &distinct, "SELECT COUNT(DISTINCT uuid) FROM "+effects))
-		assert.Equal(t, *effectsMessages, n, "effects")
-		assert.Equal(t, *effectsMessages, distinct, "distinct effects")
+		assert.Equal(t, messages, n, "effects")
+		assert.Equal(t, messages, distinct, "distinct effects")
 		assert.Positive(t, failures.Load(), "handlings that failed after their commit")
-		t.Logf("%s: %d effects of %d messages, %d copies acked, %d handlings failed after their commit", b.Name, n, *effectsMessages, acked.Load(), failures.Load())
+		t.Logf("%s: %d effects of %d messages, %d copies acked, %d handlings failed after their commit", b.Name, n, messages, acked.Load(), failures.Load())
 	})
 }
 

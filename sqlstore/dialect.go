@@ -158,12 +158,13 @@ type Dialect struct {
 	// Record.Origin, on an inbox an entry already handled.
 	uniqueViolation func(err error) bool
 
-	// The behaviours below are MySQL's alone; nil elsewhere.
-
 	// prepare keeps the ordered topics' checks and put-backs prepared on
 	// the pool (see stmtCache), for a driver that parses every statement
 	// anew.
 	prepare bool
+
+	// The behaviours below are MySQL's alone; nil elsewhere.
+
 	// probe looks at the server behind a pool before the store can
 	// insert: the MySQL dialect tells MariaDB from MySQL and checks the
 	// connection settings. The store probes once per attached pool and

@@ -87,6 +87,3 @@ func Prepared(s *Store) int {
 	defer a.stmts.mu.RUnlock()
 	return len(a.stmts.m)
 }
-
-// MaxPrepared is the bound on the statements a pool keeps prepared.
-const MaxPrepared = maxPrepared
