@@ -54,6 +54,17 @@ func (b *backgroundCompletions) start(wait time.Duration) (<-chan struct{}, bool
 	return b.batch, true
 }
 
+// add counts one more piece of work in the background beyond the bound
+// of start: an insert whose publish has returned (publisher_decorator.go).
+func (b *backgroundCompletions) add() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.running == 0 {
+		b.idle = make(chan struct{})
+	}
+	b.running++
+}
+
 // done gives back the place of a completion that finished.
 func (b *backgroundCompletions) done() {
 	b.mu.Lock()
@@ -66,11 +77,12 @@ func (b *backgroundCompletions) done() {
 }
 
 // WaitCompletions waits until no completion runs in the background
-// ([MiddlewareConfig.CompleteInBackground]), or ctx ends, whose error it
+// ([MiddlewareConfig.CompleteInBackground]) and no insert of a publish that
+// returned before its answer ([NewPublisher]), or ctx ends, whose error it
 // returns. Call it after the router has closed and before the service
 // exits, so that the records of the last handled messages are complete
-// rather than sent again at the next start. Without the option it returns
-// at once.
+// rather than sent again at the next start. With nothing in the background
+// it returns at once.
 func (r *Registry) WaitCompletions(ctx context.Context) error {
 	for {
 		r.background.mu.Lock()

@@ -11,6 +11,15 @@ func SetInsertTimeout(d time.Duration) (restore func()) {
 	return func() { insertTimeout = old }
 }
 
+// SetInsertGrace sets how long a publish whose context ended waits for its
+// insert's answer, until the returned function restores it. Tests that
+// call it must not run in parallel with other publishing tests.
+func SetInsertGrace(d time.Duration) (restore func()) {
+	old := insertGrace
+	insertGrace = d
+	return func() { insertGrace = old }
+}
+
 // SetResubmitDefaults sets the default OlderThan and Interval of the stale
 // resubmitter (and so the replay's default ClaimGrace) until the returned
 // function restores them, so that a test of the README's adoption, which

@@ -35,6 +35,9 @@ func networkBackends(t *testing.T, fn func(t *testing.T, b testenv.Backend)) {
 func TestPublishOutcome(t *testing.T) {
 	networkBackends(t, func(t *testing.T, backend testenv.Backend) {
 		t.Run("CancelWhileTheInsertIsInFlightFinishesTheInsert", func(t *testing.T) {
+			// The answer comes within the grace after the cancel: the
+			// outcome is known.
+			defer outbox.SetInsertGrace(time.Minute)()
 			b := setup(t, backend, sqlstore.Mark)
 			raw := &countingPublisher{Publisher: gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})}
 			defer raw.Close()
@@ -87,6 +90,47 @@ func TestPublishOutcome(t *testing.T) {
 			assert.Contains(t, err.Error(), "may have been saved")
 			_, sent := raw.counts()
 			assert.Equal(t, 1, sent, "nothing was sent")
+		})
+
+		t.Run("DeadlineBoundsThePublishWhenTheDatabaseIsSilent", func(t *testing.T) {
+			// The insert's own bound is far away: only the caller's
+			// deadline can end the publish while the database is silent.
+			defer outbox.SetInsertTimeout(10 * time.Minute)()
+			b := setup(t, backend, sqlstore.Mark)
+			_, viaProxy, proxy := proxied(t, backend)
+			b.store.Attach(viaProxy)
+			raw := &countingPublisher{Publisher: gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})}
+			defer raw.Close()
+			pub, err := outbox.NewPublisher(b.reg, raw)
+			require.NoError(t, err)
+			require.NoError(t, pub.Publish(b.topic, message.NewMessage("warm-up", nil)))
+
+			proxy.Silence()
+			defer proxy.Restore()
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			msg := message.NewMessage("unanswered", nil)
+			msg.SetContext(ctx)
+			err = pub.Publish(b.topic, msg)
+			var insErr *outbox.InsertError
+			require.ErrorAs(t, err, &insErr)
+			assert.True(t, insErr.OutcomeUnknown)
+			assert.ErrorIs(t, err, outbox.ErrOutcomeUnknown)
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.Contains(t, err.Error(), "may have been saved")
+			// The database has not answered yet: the insert is still on
+			// its way in the background.
+			expired, cancelExpired := context.WithCancel(context.Background())
+			cancelExpired()
+			assert.ErrorIs(t, b.reg.WaitCompletions(expired), context.Canceled, "the insert still runs")
+			_, sent := raw.counts()
+			assert.Equal(t, 1, sent, "nothing was sent")
+
+			proxy.Restore()
+			waitCtx, cancelWait := context.WithTimeout(context.Background(), time.Minute)
+			defer cancelWait()
+			require.NoError(t, b.reg.WaitCompletions(waitCtx))
+			assert.Equal(t, 2, b.pendingCount(t), "the insert finished after the publish returned: its record is pending for a resend")
 		})
 
 		t.Run("RefusedInsertSavedNothing", func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -26,11 +27,13 @@ import (
 // and other metadata are not changed.
 //
 // The insert runs on the first message's context without its
-// cancellation, bounded by 30 seconds, so that a caller giving up never
-// leaves the outcome unknown: when that context ends while the records are
-// being saved, Publish waits for the insert and then returns a
-// [*SendError] wrapping the context's error, without sending; the records
-// are pending and the next replay (or the stale resubmitter) sends them.
+// cancellation, bounded by 30 seconds. Publish returns by that context's
+// deadline (or cancellation) plus 100 milliseconds: when the insert
+// finished by then but the context has ended, it returns a [*SendError]
+// wrapping the context's error, without sending, and the records are
+// pending for the stale resubmitter or the next replay; when it has not,
+// it returns an [*InsertError] matching [ErrOutcomeUnknown], and the
+// insert goes on to its own end ([Registry.WaitCompletions] waits for it).
 //
 // The messages a router handler of a tracked message returns (published by
 // the router through [PublisherDecorator]) are saved keyed by that delivery
@@ -106,14 +109,9 @@ func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 		return err
 	}
 	ctx := publishContext(msgs)
-	saveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), insertTimeout)
-	defer cancel()
-	identity, err := t.store.Identity(saveCtx)
+	identity, err := p.insert(ctx, t, records)
 	if err != nil {
-		return &InsertError{Topic: t.topic, Count: len(msgs), Err: err}
-	}
-	if err := t.store.Insert(saveCtx, records); err != nil {
-		return &InsertError{Topic: t.topic, Count: len(msgs), Err: err, OutcomeUnknown: errors.Is(err, recordstore.ErrOutcomeUnknown)}
+		return err
 	}
 	stamp(t, identity, msgs, records)
 	if t.firstCopies.on.Load() && t.orderKey == "" && t.completedBy == ByReceivers {
@@ -130,6 +128,64 @@ func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 // the statement or its commit is on its way would otherwise be left not
 // knowing whether the records were saved. A variable for the tests.
 var insertTimeout = DefaultStatementTimeout
+
+// insertGrace is how long a publish whose context ended waits for an
+// insert on its way before it returns an unknown outcome: an answer that
+// is about to come makes the outcome known. A variable for the tests.
+var insertGrace = 100 * time.Millisecond
+
+// insert reads the table's identity and saves the records, on ctx's values
+// without its cancellation, within insertTimeout. When ctx can end, the
+// insert runs in a goroutine of its own, so that the publish returns by
+// ctx's end plus insertGrace: an insert still on its way then is an
+// unknown outcome, and it goes on to its own end (the registry's
+// WaitCompletions waits for it), so that records it saves are sent by the
+// stale resubmitter or the next replay.
+func (p *publisher) insert(ctx context.Context, t *tracked, records []recordstore.Record) (string, error) {
+	saveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), insertTimeout)
+	if ctx.Done() == nil {
+		defer cancel()
+		return insertRecords(saveCtx, t, records)
+	}
+	type result struct {
+		identity string
+		err      error
+	}
+	done := make(chan result, 1)
+	p.reg.background.add()
+	go func() {
+		defer p.reg.background.done()
+		defer cancel()
+		identity, err := insertRecords(saveCtx, t, records)
+		done <- result{identity, err}
+	}()
+	select {
+	case r := <-done:
+		return r.identity, r.err
+	case <-ctx.Done():
+	}
+	grace := time.NewTimer(insertGrace)
+	defer grace.Stop()
+	select {
+	case r := <-done:
+		return r.identity, r.err
+	case <-grace.C:
+		return "", &InsertError{Topic: t.topic, Count: len(records), OutcomeUnknown: true,
+			Err: fmt.Errorf("%w: the publish's context ended before the database answered: %w", recordstore.ErrOutcomeUnknown, context.Cause(ctx))}
+	}
+}
+
+// insertRecords reads the table's identity and saves the records.
+func insertRecords(ctx context.Context, t *tracked, records []recordstore.Record) (string, error) {
+	identity, err := t.store.Identity(ctx)
+	if err != nil {
+		return "", &InsertError{Topic: t.topic, Count: len(records), Err: err}
+	}
+	if err := t.store.Insert(ctx, records); err != nil {
+		return "", &InsertError{Topic: t.topic, Count: len(records), Err: err, OutcomeUnknown: errors.Is(err, recordstore.ErrOutcomeUnknown)}
+	}
+	return identity, nil
+}
 
 // recordsOf builds the records of a tracked publish. A message that already
 // carries outbox keys (published again after a failed send, or forwarded)
