@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -25,6 +27,7 @@ import (
 // cannot learn whether it commits.
 type Inbox struct {
 	now func() time.Time
+	id  string
 
 	mu sync.Mutex
 	// seq numbers the entries in the order they were saved.
@@ -53,7 +56,7 @@ type inboxEntry struct {
 // NewInbox returns an empty in-memory inbox. Its entries are stamped with
 // time.Now.
 func NewInbox() *Inbox {
-	return &Inbox{now: time.Now, byUUID: map[inboxKey]*inboxEntry{}, byKey: map[inboxKey]*inboxEntry{}}
+	return &Inbox{now: time.Now, id: watermill.NewUUID(), byUUID: map[inboxKey]*inboxEntry{}, byKey: map[inboxKey]*inboxEntry{}}
 }
 
 // Entries returns the committed entries, in the order they were saved,
@@ -78,17 +81,34 @@ func (in *Inbox) Entries() []recordstore.InboxEntry {
 // Handled implements [recordstore.Inbox]. An entry held for a [Tx] that
 // has not committed is not handled yet.
 func (in *Inbox) Handled(ctx context.Context, e recordstore.InboxEntry) (bool, error) {
+	found, err := in.HandledAs(ctx, e)
+	return found != nil, err
+}
+
+var _ recordstore.InboxFinder = (*Inbox)(nil)
+
+// HandledAs implements [recordstore.InboxFinder]: the committed entry that
+// Handled finds, nil when there is none.
+func (in *Inbox) HandledAs(ctx context.Context, e recordstore.InboxEntry) (*recordstore.InboxEntry, error) {
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return nil, err
 	}
 	if err := validateEntry(e); err != nil {
-		return false, err
+		return nil, err
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	x := in.find(e)
-	return x != nil && x.tx == nil, nil
+	if x == nil || x.tx != nil {
+		return nil, nil
+	}
+	found := x.e
+	return &found, nil
 }
+
+// Identity returns the inbox's identity, random and its own: the
+// receiving service's name in the confirmations it sends.
+func (in *Inbox) Identity(context.Context) (string, error) { return in.id, nil }
 
 // MarkHandled implements [recordstore.Inbox].
 func (in *Inbox) MarkHandled(ctx context.Context, e recordstore.InboxEntry) error {

@@ -54,3 +54,14 @@ type Inbox interface {
 	// the database clock, and returns how many it deleted.
 	Clean(ctx context.Context, olderThan time.Duration, limit int) (int, error)
 }
+
+// InboxFinder is implemented by an [Inbox] that names the entry a message
+// duplicates, so that a message skipped for its business key is logged
+// with the UUID of the message that was handled. The sqlstore package's
+// Inbox and the outboxtest package's implement it.
+type InboxFinder interface {
+	// HandledAs returns the consumer's entry with e's MessageUUID, or,
+	// when e has a BusinessKey, with that key; nil when there is none. It
+	// answers as Handled does, in one round trip.
+	HandledAs(ctx context.Context, e InboxEntry) (*InboxEntry, error)
+}

@@ -95,6 +95,20 @@ type ReplayClaimer interface {
 	ClaimReplay(ctx context.Context, topic string, afterID int64, grace time.Duration, limit, maxBytes int) ([]Record, error)
 }
 
+// SpacedClaimer is implemented by a [StaleClaimer] that spaces the resends
+// of a record by how long it has waited: the outbox.StaleResubmitter uses
+// it for the topics with remote consumers, which confirm each delivery over
+// the broker, so that a lost copy or a lost confirmation is sent again soon
+// and a receiver that is down is not flooded.
+type SpacedClaimer interface {
+	// ClaimSpaced is [ByteBoundedReader.ClaimStaleBytes] whose age grows
+	// with the record's wait: a record is claimed when its last send is
+	// older than minAge and than twice the time from its save to that
+	// send, or older than maxAge. A record never sent again waits minAge;
+	// each resend then doubles the wait, up to maxAge.
+	ClaimSpaced(ctx context.Context, topic string, afterID int64, minAge, maxAge time.Duration, limit, maxBytes int) ([]Record, error)
+}
+
 // ByteBoundedReader is implemented by a [Store] that can end a page of
 // records at a byte budget, so that a backlog of large payloads is read a
 // few records at a time: outbox.Replay and the outbox.StaleResubmitter use

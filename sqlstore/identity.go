@@ -80,11 +80,11 @@ func (s *Store) identityThrough(ctx context.Context, q executor, db *sqlx.DB) (s
 }
 
 // readIdentity reads the table's identity, "" when it has none yet.
-func (s *Store) readIdentity(ctx context.Context, q executor) (string, error) {
+func (v *versioned) readIdentity(ctx context.Context, q executor) (string, error) {
 	var identity sql.NullString
-	err := q.QueryRowContext(ctx, s.q.readIdentity, s.name.name).Scan(&identity)
+	err := q.QueryRowContext(ctx, v.vq.readIdentity, v.name.name).Scan(&identity)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return "", s.fail("read identity", err)
+		return "", v.fail("read identity", err)
 	}
 	return identity.String, nil
 }

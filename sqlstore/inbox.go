@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -75,6 +76,8 @@ type Inbox struct {
 	versioned
 	db *sqlx.DB
 	q  inboxQueries
+	// identity is the table's identity once read.
+	identity atomic.Pointer[string]
 }
 
 var _ recordstore.Inbox = (*Inbox)(nil)
@@ -99,9 +102,9 @@ func buildInboxQueries(d *Dialect, name tableName) inboxQueries {
 	t, p := name.quoted(d), d.placeholder
 	return inboxQueries{
 		versionQueries: buildVersionQueries(d, name),
-		handled: fmt.Sprintf("SELECT 1 FROM %s WHERE consumer = %s AND (message_uuid = %s OR business_key = %s) LIMIT 1",
-			t, p(1), p(2), p(3)),
-		handledUUID: fmt.Sprintf("SELECT 1 FROM %s WHERE consumer = %s AND message_uuid = %s", t, p(1), p(2)),
+		handled: fmt.Sprintf("SELECT message_uuid FROM %s WHERE consumer = %s AND (message_uuid = %s OR business_key = %s) ORDER BY CASE WHEN message_uuid = %s THEN 0 ELSE 1 END LIMIT 1",
+			t, p(1), p(2), p(3), p(4)),
+		handledUUID: fmt.Sprintf("SELECT message_uuid FROM %s WHERE consumer = %s AND message_uuid = %s", t, p(1), p(2)),
 		insert: fmt.Sprintf("INSERT INTO %s (consumer, message_uuid, business_key, source, record_id, handled_at) VALUES (%s, %s, %s, %s, %s, %s)%s",
 			t, p(1), p(2), p(3), p(4), p(5), d.clock, d.skipDuplicates),
 		clean: d.deleteOldest(t, "handled_at < "+d.ago(1), "handled_at", p(2)),
@@ -138,22 +141,53 @@ func (in *Inbox) DB() *sqlx.DB { return in.db }
 // unique key too. It does not wait for a transaction that is saving the
 // entry and has not committed: that one reports false until it commits.
 func (in *Inbox) Handled(ctx context.Context, e recordstore.InboxEntry) (bool, error) {
+	found, err := in.HandledAs(ctx, e)
+	return found != nil, err
+}
+
+var _ recordstore.InboxFinder = (*Inbox)(nil)
+
+// HandledAs implements [recordstore.InboxFinder]: the query of Handled,
+// which reads the message UUID of the entry it finds (the entry's own when
+// both match). The entry returned is e with that UUID.
+func (in *Inbox) HandledAs(ctx context.Context, e recordstore.InboxEntry) (*recordstore.InboxEntry, error) {
 	if err := validateEntry(e); err != nil {
-		return false, in.fail("check inbox", err)
+		return nil, in.fail("check inbox", err)
 	}
 	query, args := in.q.handledUUID, []any{e.Consumer, e.MessageUUID}
 	if e.BusinessKey != "" {
-		query, args = in.q.handled, append(args, e.BusinessKey)
+		query, args = in.q.handled, append(args, e.BusinessKey, e.MessageUUID)
 	}
-	var one int
-	err := in.db.QueryRowContext(ctx, query, args...).Scan(&one)
+	var uuid string
+	err := in.db.QueryRowContext(ctx, query, args...).Scan(&uuid)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return false, nil
+		return nil, nil
 	case err != nil:
-		return false, in.fail("check inbox", err)
+		return nil, in.fail("check inbox", err)
 	}
-	return true, nil
+	found := e
+	found.MessageUUID = uuid
+	return &found, nil
+}
+
+// Identity returns the inbox table's identity, which Migrate gives it and
+// keeps in [VersionTable]: the receiving service's name in the
+// confirmations it sends, so that a sender sees two services that confirm
+// under one consumer name. It is read once, then kept.
+func (in *Inbox) Identity(ctx context.Context) (string, error) {
+	if id := in.identity.Load(); id != nil {
+		return *id, nil
+	}
+	id, err := in.readIdentity(ctx, in.db)
+	if err != nil {
+		return "", err
+	}
+	if id == "" {
+		return "", &TableError{Table: in.table, Op: "read identity", Err: fmt.Errorf("%w: the inbox has no identity; run Inbox.Migrate", ErrSchemaVersion)}
+	}
+	in.identity.Store(&id)
+	return id, nil
 }
 
 // MarkHandled implements [recordstore.Inbox]: one INSERT on the inbox's

@@ -49,16 +49,26 @@ func (in *Inbox) migrate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		switch {
-		case version > 0 && kind != inboxKind, version > len(ms):
+		if version > 0 && kind != inboxKind || version > len(ms) {
 			return in.checkVersion("migrate", version, kind, len(ms))
-		case version == len(ms):
+		}
+		identity := ""
+		if version > 0 {
+			if identity, err = in.readIdentity(ctx, tx); err != nil {
+				return err
+			}
+		}
+		if version == len(ms) && identity != "" {
 			return tx.Commit()
 		}
 		if err := in.runMigrations(ctx, tx, d, ms[version:], templateData{d: d, table: in.name}); err != nil {
 			return err
 		}
-		if err := in.writeVersion(ctx, tx, version, len(ms), ""); err != nil {
+		if identity == "" {
+			// The receiving service's identity in its confirmations.
+			identity = newIdentity()
+		}
+		if err := in.writeVersion(ctx, tx, version, len(ms), identity); err != nil {
 			return err
 		}
 		if err := tx.Commit(); err != nil {

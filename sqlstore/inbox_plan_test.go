@@ -39,7 +39,7 @@ FROM generate_series(1, 20000) AS i`, in.Table()))
 		name, query, types, args string
 		want                     []string
 	}{
-		{"Handled", handled, "text, text, text", "'c1', 'm11', 'k12'", []string{table + "_pkey", table + "_bkey"}},
+		{"Handled", handled, "text, text, text, text", "'c1', 'm11', 'k12', 'm11'", []string{table + "_pkey", table + "_bkey"}},
 		{"HandledWithoutBusinessKey", handledUUID, "text, text", "'c1', 'm11'", []string{table + "_pkey"}},
 		{"Clean", clean, "bigint, bigint", "3600000000, 100", []string{table + "_handled", "Tid Scan"}},
 	} {

@@ -102,6 +102,9 @@ type queries struct {
 	// claimReplay is claimStale that also takes the records never sent
 	// again after their publish (last_sent_at NULL), whatever their age.
 	claimReplay string
+	// claimSpaced is claimStale whose age grows with the record's wait
+	// (ClaimSpaced).
+	claimSpaced string
 	// stamp is the prefix, ending in "id IN ", of a send time update.
 	stamp string
 
@@ -279,15 +282,22 @@ func (q *queries) buildResend(f fragments) {
 		t, d.forceIndex(f.table.name+"_pending"), p(1), p(2), f.pending, p(3))
 	// A record with consumers is due when one of its pending deliveries
 	// is.
-	claim := func(sentBefore string) string {
+	claim := func(sentBefore string, limit int) string {
 		return fmt.Sprintf(`SELECT id, topic, uuid, payload, metadata FROM %s r
 WHERE topic = %s AND id > %s AND %s AND %s
   AND ((consumers = 0 AND %s) OR (consumers > 0 AND EXISTS (SELECT 1 FROM %s c WHERE c.record_id = r.id AND %s AND %s)))
 ORDER BY id LIMIT %s%s`,
-			t, p(1), p(2), f.pending, sentBefore, f.due("due_at"), tc, cPending, f.due("c.due_at"), p(4), d.lockRows(true))
+			t, p(1), p(2), f.pending, sentBefore, f.due("due_at"), tc, cPending, f.due("c.due_at"), p(limit), d.lockRows(true))
 	}
-	q.claimStale = claim("COALESCE(last_sent_at, created_at) < " + d.ago(3) + " AND " + f.headOfKey())
-	q.claimReplay = claim("(last_sent_at IS NULL OR last_sent_at < " + d.ago(3) + ")")
+	q.claimStale = claim("COALESCE(last_sent_at, created_at) < "+d.ago(3)+" AND "+f.headOfKey(), 4)
+	q.claimReplay = claim("(last_sent_at IS NULL OR last_sent_at < "+d.ago(3)+")", 4)
+	// A record waits from its last send at least the minimum age (3) and
+	// at most the maximum (4), and in between as long as it had waited
+	// from its save to that send: twice its age at the last send, from
+	// its save.
+	lastSent := "COALESCE(last_sent_at, created_at)"
+	q.claimSpaced = claim(fmt.Sprintf("%s < %s AND (%s < %s OR 2 * %s >= %s) AND %s",
+		lastSent, d.ago(3), lastSent, d.ago(4), d.ageMicros(lastSent), d.ageMicros("created_at"), f.headOfKey()), 5)
 	q.stamp = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id IN ", t, f.clock)
 
 	q.cleanWhere = fmt.Sprintf(" WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT %s%s", d.ago(1), p(2), d.lockRows(true))

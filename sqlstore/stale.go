@@ -38,9 +38,23 @@ func (s *Store) ClaimReplay(ctx context.Context, topic string, afterID int64, gr
 	return s.claimSent(ctx, s.q.claimReplay, topic, afterID, grace, limit, maxBytes)
 }
 
-// claimSent runs a claim statement (claimStale or claimReplay) and stamps what
+var _ recordstore.SpacedClaimer = (*Store)(nil)
+
+// ClaimSpaced implements [recordstore.SpacedClaimer] with one claim
+// statement: a record's wait after its last send (last_sent_at, or
+// created_at) is minAge, or twice its wait from created_at to that send
+// when that is longer, and at most maxAge.
+func (s *Store) ClaimSpaced(ctx context.Context, topic string, afterID int64, minAge, maxAge time.Duration, limit, maxBytes int) ([]recordstore.Record, error) {
+	if maxAge < minAge {
+		return nil, fmt.Errorf("%w: claiming records with spaced resends needs a maximum age (%v) no shorter than the minimum (%v)", ErrInvalidConfig, maxAge, minAge)
+	}
+	return s.claimSent(ctx, s.q.claimSpaced, topic, afterID, minAge, limit, maxBytes, micros(maxAge))
+}
+
+// claimSent runs a claim statement (claimStale, claimReplay or
+// claimSpaced, whose extra argument comes after the age) and stamps what
 // it read as sent, in one transaction.
-func (s *Store) claimSent(ctx context.Context, query, topic string, afterID int64, olderThan time.Duration, limit, maxBytes int) ([]recordstore.Record, error) {
+func (s *Store) claimSent(ctx context.Context, query, topic string, afterID int64, olderThan time.Duration, limit, maxBytes int, extra ...any) ([]recordstore.Record, error) {
 	if olderThan <= 0 || limit < 1 {
 		return nil, fmt.Errorf("%w: claiming stale records needs a positive age and limit (got %v, %d)", ErrInvalidConfig, olderThan, limit)
 	}
@@ -48,20 +62,21 @@ func (s *Store) claimSent(ctx context.Context, query, topic string, afterID int6
 	if err != nil {
 		return nil, err
 	}
+	args := append(append([]any{topic, afterID, micros(olderThan)}, extra...), limit)
 	var recs []recordstore.Record
 	err = s.inTx(ctx, db, "claim stale", func(tx executor) error {
-		rows, err := tx.QueryContext(ctx, query, topic, afterID, micros(olderThan), limit)
+		rows, err := tx.QueryContext(ctx, query, args...)
 		if err != nil {
 			return s.fail("claim stale", err)
 		}
 		if recs, err = s.scanRecords(rows, "claim stale", maxBytes); err != nil || len(recs) == 0 {
 			return err
 		}
-		args := make([]any, len(recs))
+		ids := make([]any, len(recs))
 		for i, r := range recs {
-			args[i] = r.ID
+			ids[i] = r.ID
 		}
-		if _, err := tx.ExecContext(ctx, s.q.stamp+idList(d, 1, len(recs)), args...); err != nil {
+		if _, err := tx.ExecContext(ctx, s.q.stamp+idList(d, 1, len(recs)), ids...); err != nil {
 			return s.fail("claim stale", err)
 		}
 		return nil

@@ -140,6 +140,37 @@ func (s *contract) testClaimStale(t *testing.T) {
 		})
 	})
 
+	t.Run("SpacedClaimWaitsLongerAfterEachResend", func(t *testing.T) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			store := s.store(t, mode)
+			cl := need[recordstore.SpacedClaimer](t, store)
+			recs := insert(t, store, records("orders", 2))
+			a, b := recs[0].ID, recs[1].ID
+
+			got, err := cl.ClaimSpaced(ctx(t), "orders", 0, time.Hour, 2*time.Hour, 10, 0)
+			require.NoError(t, err)
+			assert.Empty(t, got, "records just saved wait the minimum age")
+
+			s.in.Backdate(t, store, SavedAt, a)
+			got, err = cl.ClaimSpaced(ctx(t), "orders", 0, time.Minute, time.Hour, 10, 0)
+			require.NoError(t, err)
+			assert.Equal(t, []int64{a}, claimedIDs(got), "a record never sent again waits the minimum age from its save")
+
+			got, err = cl.ClaimSpaced(ctx(t), "orders", 0, time.Microsecond, time.Hour, 10, 0)
+			require.NoError(t, err)
+			assert.NotContains(t, claimedIDs(got), a, "after a resend it waits as long as it had waited, though that is far beyond the minimum")
+
+			s.in.Backdate(t, store, SentAt, a)
+			got, err = cl.ClaimSpaced(ctx(t), "orders", 0, time.Minute, time.Hour, 10, 0)
+			require.NoError(t, err)
+			assert.Equal(t, []int64{a}, claimedIDs(got), "a record last sent longer ago than the maximum age is claimed")
+			assert.NotContains(t, claimedIDs(got), b)
+
+			_, err = cl.ClaimSpaced(ctx(t), "orders", 0, time.Hour, time.Minute, 10, 0)
+			require.ErrorIs(t, err, recordstore.ErrInvalidConfig, "a maximum shorter than the minimum")
+		})
+	})
+
 	t.Run("AfterIDIsACursor", func(t *testing.T) {
 		t.Parallel()
 		store := s.store(t, Mark)
