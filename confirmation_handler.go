@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -27,6 +28,18 @@ type ConfirmationObserver interface {
 	// another table, of an undeclared remote consumer, or naming another
 	// message than the record's.
 	ConfirmationRejected(topic, consumer string)
+}
+
+// InboxObserver is implemented by an [Observer] that also counts what a
+// receiving service's inbox skips, found by type assertion: the
+// outboxmetrics package's collector does.
+type InboxObserver interface {
+	// BusinessKeyDuplicate counts messages of other services acknowledged
+	// without running the handler because the consumer had handled
+	// another message with the same business key
+	// ([MiddlewareConfig.BusinessKey]). They are counted as
+	// DuplicateSkipped too.
+	BusinessKeyDuplicate(topic, consumer string)
 }
 
 // ConfirmationHandlerConfig configures [NewConfirmationHandler].
@@ -150,20 +163,24 @@ func (c *confirmer) handle(msg *message.Message) error {
 	// completion then acts on the delivery it checked.
 	d := recordstore.Delivery{ID: conf.ID, Topic: t.topic, Consumer: conf.Consumer, UUID: conf.UUID, Declared: t.deliveries}
 	err = t.store.CheckPending(ctx, d)
+	fields := c.fields(msg, conf)
 	if err == nil || errors.Is(err, recordstore.ErrNotDue) {
+		if conf.Failed != "" {
+			c.sawConsumer(t, conf)
+			return c.failed(ctx, t, d, conf, fields)
+		}
 		err = t.store.Complete(ctx, d)
 	}
-	fields := c.fields(msg, conf)
 	switch {
 	case err == nil:
 		c.reg.observer().Handled(t.topic, conf.Consumer)
 		c.logger.Trace("Remote consumer confirmed its delivery", fields)
-		c.sawConsumer(t, conf.Consumer)
+		c.sawConsumer(t, conf)
 		return nil
 	case errors.Is(err, recordstore.ErrNotPending):
 		c.reg.observer().DuplicateSkipped(t.topic, conf.Consumer)
 		c.logger.Debug("Confirmation of a delivery already complete", fields)
-		c.sawConsumer(t, conf.Consumer)
+		c.sawConsumer(t, conf)
 		return nil
 	case errors.Is(err, recordstore.ErrMessageMismatch), errors.Is(err, recordstore.ErrUnknownRecord), errors.Is(err, recordstore.ErrNoDelivery):
 		c.reject(msg, conf, err.Error())
@@ -172,10 +189,57 @@ func (c *confirmer) handle(msg *message.Message) error {
 	return fmt.Errorf("outbox: completing record %d of %q for remote consumer %q: %w", d.ID, d.Topic, d.Consumer, err)
 }
 
+// failed counts a remote consumer's failed handling of a pending delivery,
+// as the middleware counts a local one: the registry's MaxAttempts
+// abandons it, and its Backoff spaces the resends, on a store that
+// implements [recordstore.FailureRecorder]. The delivery stays pending
+// otherwise, and the stale resubmitter sends it again. A database error
+// nacks the report, so that it comes back.
+func (c *confirmer) failed(ctx context.Context, t *tracked, d recordstore.Delivery, conf confirmation, fields watermill.LogFields) error {
+	c.reg.observer().Failed(t.topic, conf.Consumer)
+	fr, ok := t.store.(recordstore.FailureRecorder)
+	if !ok {
+		warn(c.logger, "Remote consumer failed to handle a message; the store counts no attempts, so it is sent again as it is", fields.Add(watermill.LogFields{"error": conf.Failed}))
+		return nil
+	}
+	p := c.reg.failures()
+	attempts, abandoned, err := fr.RecordFailure(ctx, d, "consumer "+strconv.Quote(conf.Consumer)+" in another service: "+conf.Failed, p.maxAttempts, p.backoff.Delay)
+	switch {
+	case errors.Is(err, recordstore.ErrNotPending):
+		return nil
+	case err != nil:
+		return fmt.Errorf("outbox: counting the failure of record %d of %q at remote consumer %q: %w", d.ID, d.Topic, d.Consumer, err)
+	case abandoned:
+		c.reg.observer().Abandoned(t.topic, conf.Consumer)
+		c.logger.Error("Remote consumer's delivery abandoned after its last allowed attempt", errors.New(conf.Failed), fields.Add(watermill.LogFields{"attempts": attempts}))
+	default:
+		c.logger.Info("Remote consumer failed to handle a message; it is sent again", fields.Add(watermill.LogFields{"attempts": attempts, "error": conf.Failed}))
+	}
+	return nil
+}
+
 // sawConsumer records the remote consumer of a confirmation that matched
-// one of its deliveries as seen: its service runs and confirms.
-func (c *confirmer) sawConsumer(t *tracked, consumer string) {
-	c.reg.sawReceiver(t, t.seenSlot(consumer), consumer, c.logger)
+// one of its deliveries as seen: its service runs and confirms. It also
+// reports a second receiving service confirming under the same consumer
+// name.
+func (c *confirmer) sawConsumer(t *tracked, conf confirmation) {
+	t.confirmedBy(conf.Consumer)
+	c.reg.sawReceiver(t, t.seenSlot(conf.Consumer), conf.Consumer, c.logger)
+	if conf.Receiver == "" {
+		return
+	}
+	key := t.topic + "\x00" + conf.Consumer
+	first, loaded := c.reg.receivers.LoadOrStore(key, conf.Receiver)
+	if !loaded || first == conf.Receiver {
+		return
+	}
+	if _, reported := c.reg.receivers.LoadOrStore(key+"\x00"+conf.Receiver, struct{}{}); reported {
+		return
+	}
+	c.logger.Error("Two receiving services confirm under one consumer name", fmt.Errorf(
+		"%w: services with inboxes %q and %q both confirm deliveries of tracked topic %q as consumer %q; each confirmation completes the delivery for both, so one of them may never handle a message. "+
+			"Consumer names must be unique across services: give each service's handler its own name and declare both in Tracked.RemoteConsumers",
+		ErrInvalidConfig, first, conf.Receiver, t.topic, conf.Consumer), watermill.LogFields{"topic": t.topic, "consumer": conf.Consumer})
 }
 
 func (c *confirmer) fields(msg *message.Message, conf confirmation) watermill.LogFields {

@@ -54,7 +54,10 @@
 // from the confirmation, only when it names the record's table, topic, id,
 // message UUID and a declared remote consumer. [InboxTx] commits the inbox
 // entry with the handler's own writes, so that the effect happens once in
-// the receiver's database. For receivers that do not run the outbox,
+// the receiver's database. A failed handling is reported to the sender,
+// which counts it toward its [MiddlewareConfig.MaxAttempts]; a copy lost
+// on its way, or its confirmation, is sent again after
+// [StaleResubmitterConfig.ConfirmWithin]. For receivers that do not run the outbox,
 // [OnSend] completes a record once the wrapped publisher accepted it. A
 // topic whose records nothing will complete is reported at start.
 //

@@ -45,6 +45,13 @@ var (
 	// sentinel.
 	ErrOutcomeUnknown = recordstore.ErrOutcomeUnknown
 
+	// ErrInboxTxNotCommitted is wrapped by the error of a handler of
+	// another service's message that saved its inbox entry with [InboxTx]
+	// and returned nil, while the entry did not commit (its transaction
+	// rolled back, or was never committed): the message counts as not
+	// handled, its delivery as a failed attempt.
+	ErrInboxTxNotCommitted = errors.New("outbox: the InboxTx transaction did not commit")
+
 	// ErrTxDone is returned by a [PublishingTx] that was already committed
 	// or rolled back.
 	ErrTxDone = errors.New("outbox: transaction already committed or rolled back")

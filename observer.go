@@ -162,3 +162,11 @@ func (m multiObserver) Mismatched(topic, consumer string) {
 		o.Mismatched(topic, consumer)
 	}
 }
+
+func (m multiObserver) BusinessKeyDuplicate(topic, consumer string) {
+	for _, o := range m {
+		if c, ok := o.(InboxObserver); ok {
+			c.BusinessKeyDuplicate(topic, consumer)
+		}
+	}
+}

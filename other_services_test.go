@@ -60,20 +60,56 @@ func (c *confirmTally) Handled(topic, consumer string) {
 
 func (c *confirmTally) ConfirmationRejected(string, string) { c.rejected.Add(1) }
 
+func (c *confirmTally) BusinessKeyDuplicate(string, string) { c.add("business key", 1) }
+
 func newPeer(t *testing.T, b testenv.Backend, name string, broker *gochannel.GoChannel, tracked []outbox.Tracked, cfg outbox.MiddlewareConfig) *peer {
 	t.Helper()
 	return newPeerWith(t, b, name, broker, tracked, cfg, nil)
 }
 
-// newPeerWith is newPeer whose tracked topics save into wrap(store) rather
-// than into the store itself, when wrap is not nil.
 // around puts router middlewares outside (before) and inside (after) the
 // outbox middleware of a peer.
 type around struct{ outer, inner []message.HandlerMiddleware }
 
+// peerOptions are what a test may change of a peer beyond its topics and
+// middleware configuration.
+type peerOptions struct {
+	mws    []around
+	replay outbox.ReplayConfig
+}
+
+// peerOption sets one of a peer's options.
+type peerOption func(*peerOptions)
+
+// withMiddlewares puts router middlewares around the peer's outbox
+// middleware.
+func withMiddlewares(a around) peerOption {
+	return func(o *peerOptions) { o.mws = append(o.mws, a) }
+}
+
+// withReplay gives the peer's ReplayPlugin (and its stale resubmitter) a
+// configuration of the test's.
+func withReplay(cfg outbox.ReplayConfig) peerOption {
+	return func(o *peerOptions) { o.replay = cfg }
+}
+
+// quickConfirmations is a replay whose stale resubmitter sends a record of
+// a topic with remote consumers again after 300 ms without its
+// confirmations (doubling to a second), so that tests of lost copies and
+// of failures reported by remote consumers take seconds.
+var quickConfirmations = withReplay(outbox.ReplayConfig{Resubmit: outbox.StaleResubmitterConfig{
+	OlderThan: time.Second, ConfirmWithin: 300 * time.Millisecond, Interval: 100 * time.Millisecond}})
+
+// newPeerWith is newPeer whose tracked topics save into wrap(store) rather
+// than into the store itself, when wrap is not nil, with the options.
 func newPeerWith(t *testing.T, b testenv.Backend, name string, broker *gochannel.GoChannel, tracked []outbox.Tracked, cfg outbox.MiddlewareConfig,
-	wrap func(*sqlstore.Store) recordstore.Store, mws ...around) *peer {
+	wrap func(*sqlstore.Store) recordstore.Store, options ...peerOption) *peer {
 	t.Helper()
+	var opts peerOptions
+	for _, o := range options {
+		o(&opts)
+	}
+	mws := opts.mws
 	p := &peer{name: name, logger: &testenv.CaptureLogger{}, runs: map[string]map[string]int{}, each: make(chan struct{}, 1),
 		obs: &confirmTally{tally: newTally(), handled: make(chan struct{}, 1)}, runErr: make(chan error, 1)}
 	db := b.Open(t)
@@ -103,7 +139,7 @@ func newPeerWith(t *testing.T, b testenv.Backend, name string, broker *gochannel
 	for _, a := range mws {
 		p.router.AddMiddleware(a.inner...)
 	}
-	p.router.AddPlugin(outbox.ReplayPlugin(p.reg, broker, outbox.ReplayConfig{}, p.logger))
+	p.router.AddPlugin(outbox.ReplayPlugin(p.reg, broker, opts.replay, p.logger))
 	require.NoError(t, outbox.AddConfirmationHandler(p.router, p.reg, broker, p.logger))
 	p.pub, err = outbox.NewPublisher(p.reg, broker)
 	require.NoError(t, err)
@@ -464,6 +500,17 @@ func TestInboxBusinessKeySkipsAnOperationUnderANewUUID(t *testing.T) {
 			a.waitDrained(t, ctx, "orders")
 		}
 		assert.Equal(t, map[string]int{"charge-1": 1}, r.ran("billing"), "the second operation skipped by its business key")
+		assert.Equal(t, 1, r.obs.get("business key"), "counted apart")
+		var skipped []testenv.LogEntry
+		for _, e := range r.logger.Entries("info") {
+			if e.Fields["business_key"] != nil {
+				skipped = append(skipped, e)
+			}
+		}
+		require.Len(t, skipped, 1, "logged at Info")
+		assert.Equal(t, "charge-1-again", skipped[0].Fields["message_uuid"])
+		assert.Equal(t, "charge-1", skipped[0].Fields["handled_message_uuid"])
+		assert.Equal(t, "order-42", skipped[0].Fields["business_key"])
 		a.stop(t)
 		r.stop(t)
 	})
@@ -502,9 +549,9 @@ func TestInboxRefusesAnEntryTheMessageRunsOnce(t *testing.T) {
 // TestReceiverInTheDocumentedMiddlewareOrder: a receiving service with an
 // inbox, Recoverer outside the outbox middleware and Retry inside it (the
 // order the docs give). A handler that fails once is retried inside the
-// delivery; one that panics once is recovered, nacked and redelivered.
-// Either way the handler's successful run is recorded and confirmed once,
-// and the sender's table drains.
+// delivery; one that panics once has its failure reported to the sender,
+// which sends the message again. Either way the handler's successful run
+// is recorded and confirmed once, and the sender's table drains.
 func TestReceiverInTheDocumentedMiddlewareOrder(t *testing.T) {
 	t.Parallel()
 	b := testenv.Backends()[1]
@@ -520,10 +567,10 @@ func TestReceiverInTheDocumentedMiddlewareOrder(t *testing.T) {
 			inbox, err := sqlstore.NewInbox(sqlstore.InboxConfig{Dialect: b.Dialect, DB: db})
 			require.NoError(t, err)
 			require.NoError(t, inbox.Migrate(ctx))
-			a := newPeer(t, b, "A", broker, []outbox.Tracked{{Topic: "orders", RemoteConsumers: []string{"billing"}}}, outbox.MiddlewareConfig{})
+			a := newPeerWith(t, b, "A", broker, []outbox.Tracked{{Topic: "orders", RemoteConsumers: []string{"billing"}}}, outbox.MiddlewareConfig{}, nil, quickConfirmations)
 			r := newPeerWith(t, b, "B", broker, nil, outbox.MiddlewareConfig{Inbox: inbox, Confirmations: broker}, nil,
-				around{outer: []message.HandlerMiddleware{middleware.Recoverer},
-					inner: []message.HandlerMiddleware{middleware.Retry{MaxRetries: 2}.Middleware}})
+				withMiddlewares(around{outer: []message.HandlerMiddleware{middleware.Recoverer},
+					inner: []message.HandlerMiddleware{middleware.Retry{MaxRetries: 2}.Middleware}}))
 			var runs atomic.Int32
 			r.handle("billing", "orders", broker, func(*message.Message) error {
 				if runs.Add(1) == 1 {

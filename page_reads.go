@@ -60,6 +60,17 @@ func (p *pageReads) stale(ctx context.Context, claimer recordstore.StaleClaimer,
 	return recs, p.adapt(recs, limit), nil
 }
 
+// spaced claims the next batch of topic's records whose resends are
+// spaced ([recordstore.SpacedClaimer]), and reports whether more may follow.
+func (p *pageReads) spaced(ctx context.Context, claimer recordstore.SpacedClaimer, topic string, after int64, minAge, maxAge time.Duration) ([]recordstore.Record, bool, error) {
+	limit := p.limit
+	recs, err := claimer.ClaimSpaced(ctx, topic, after, minAge, maxAge, limit, p.maxBytes)
+	if err != nil {
+		return nil, false, err
+	}
+	return recs, p.adapt(recs, limit), nil
+}
+
 // replay claims the next page of topic's records for a replay by claims:
 // with [recordstore.ReplayClaimer], those never sent again after their
 // publish too; with a bare [recordstore.StaleClaimer], the stale ones.

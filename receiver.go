@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -49,7 +50,7 @@ func (m *middleware) receive(h message.HandlerFunc, msg *message.Message) ([]*me
 			e.BusinessKey = m.cfg.BusinessKey(msg)
 		}
 		checkCtx, cancel := context.WithTimeout(ctx, m.cfg.CheckTimeout)
-		handled, err := m.cfg.Inbox.Handled(checkCtx, e)
+		handledAs, err := handledAs(checkCtx, m.cfg.Inbox, e)
 		cancel()
 		if errors.Is(err, recordstore.ErrInvalidEntry) {
 			// No redelivery makes the entry valid (an empty or oversized
@@ -63,9 +64,8 @@ func (m *middleware) receive(h message.HandlerFunc, msg *message.Message) ([]*me
 			return nil, &CheckError{Topic: topic, ID: c.ID, Err: fmt.Errorf("reading the inbox: %w", err)}
 		}
 		m.inbox.answered()
-		if handled {
-			m.logger.Debug("Message already handled by this consumer (inbox), acking copy without handling", fields)
-			m.reg.observer().DuplicateSkipped(topic, consumer)
+		if handledAs != nil {
+			m.skipHandled(topic, consumer, e, *handledAs, fields)
 			if confirm {
 				return nil, m.confirm(ctx, c, fields)
 			}
@@ -77,6 +77,38 @@ func (m *middleware) receive(h message.HandlerFunc, msg *message.Message) ([]*me
 	return m.runReceived(h, msg, r, c, confirm, fields)
 }
 
+// handledAs is the consumer's entry that makes e a duplicate, nil when it
+// has none: through [recordstore.InboxFinder] when the inbox is one, which
+// names the entry, and otherwise [recordstore.Inbox.Handled], which only
+// says whether there is one.
+func handledAs(ctx context.Context, in recordstore.Inbox, e recordstore.InboxEntry) (*recordstore.InboxEntry, error) {
+	if f, ok := in.(recordstore.InboxFinder); ok {
+		return f.HandledAs(ctx, e)
+	}
+	handled, err := in.Handled(ctx, e)
+	if err != nil || !handled {
+		return nil, err
+	}
+	return &e, nil
+}
+
+// skipHandled logs and counts a copy the consumer has handled. A message
+// under another UUID with a business key already handled is another
+// message asking for an operation done already: that is logged at Info,
+// with both UUIDs, and counted apart ([InboxObserver]).
+func (m *middleware) skipHandled(topic, consumer string, e, handled recordstore.InboxEntry, fields watermill.LogFields) {
+	m.reg.observer().DuplicateSkipped(topic, consumer)
+	if e.BusinessKey == "" || handled.MessageUUID == e.MessageUUID {
+		m.logger.Debug("Message already handled by this consumer (inbox), acking copy without handling", fields)
+		return
+	}
+	m.logger.Info("Another message with a business key this consumer already handled; acking it without handling", fields.Add(watermill.LogFields{
+		"business_key": truncate(e.BusinessKey, 128), "handled_message_uuid": truncate(handled.MessageUUID, 128)}))
+	if o, ok := m.reg.observer().(InboxObserver); ok {
+		o.BusinessKeyDuplicate(topic, consumer)
+	}
+}
+
 // runReceived runs the handler of another service's message, then records
 // it in the inbox (r, nil without one) and confirms it when asked.
 func (m *middleware) runReceived(h message.HandlerFunc, msg *message.Message, r *receipt, c confirmation, confirm bool, fields watermill.LogFields) ([]*message.Message, error) {
@@ -84,10 +116,16 @@ func (m *middleware) runReceived(h message.HandlerFunc, msg *message.Message, r 
 	if r != nil {
 		msg.SetContext(context.WithValue(ctx, receiptKey{}, r))
 	}
-	produced, herr := h(msg)
+	produced, herr, panicked := runHandler(h, msg)
 	msg.SetContext(ctx)
+	if panicked != nil {
+		herr = fmt.Errorf("handler panicked: %v", panicked)
+	}
+	if herr == nil || IsDrop(herr) {
+		herr = m.checkInboxTx(ctx, r, herr, fields)
+	}
 	if herr != nil && !IsDrop(herr) {
-		return produced, herr
+		return produced, m.receiveFailed(ctx, c, confirm, herr, panicked, fields)
 	}
 	if herr != nil {
 		produced = nil
@@ -105,6 +143,60 @@ func (m *middleware) runReceived(h message.HandlerFunc, msg *message.Message, r 
 		return nil, m.confirm(ctx, c, fields)
 	}
 	return nil, nil
+}
+
+// checkInboxTx makes sure that an entry the handler saved with [InboxTx]
+// committed, by reading it back on the inbox's own connection: a handler
+// whose transaction rolled back (or never committed) and that returned nil
+// did not have its effect, so the message is no more handled than if the
+// handler had failed. It returns herr, or the error that the entry is not
+// there. A handler that dropped the message has its entry saved by the
+// middleware instead.
+func (m *middleware) checkInboxTx(ctx context.Context, r *receipt, herr error, fields watermill.LogFields) error {
+	if r == nil || !r.marked.Load() {
+		return herr
+	}
+	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CheckTimeout)
+	defer cancel()
+	found, err := handledAs(checkCtx, r.inbox, r.entry)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: reading the inbox entry back failed: %w", ErrInboxTxNotCommitted, err)
+	case found != nil:
+		return herr
+	case herr != nil:
+		// Dropped: nothing to commit, the middleware saves the entry.
+		r.marked.Store(false)
+		return herr
+	}
+	return fmt.Errorf("%w: the handler returned nil, but the inbox entry it saved with outbox.InboxTx is not in the inbox (the transaction rolled back, or was never committed)", ErrInboxTxNotCommitted)
+}
+
+// receiveFailed settles a failed handling of another service's message.
+// When the message asks for a confirmation, the failure is reported to the
+// sender, which counts it toward its MaxAttempts and sends the message again
+// after its confirmation window ([StaleResubmitterConfig.ConfirmWithin]),
+// and the copy is acknowledged: no redelivery here could be spaced by the
+// sender's backoff, nor stopped once the sender has abandoned the delivery.
+// If the report cannot be published, or the message asks for none, the
+// failure is returned (a nack), and a panic goes on up as it came.
+func (m *middleware) receiveFailed(ctx context.Context, c confirmation, confirm bool, herr error, panicked any, fields watermill.LogFields) error {
+	m.reg.observer().Failed(c.Topic, c.Consumer)
+	if confirm {
+		c.Failed = truncateUTF8(herr.Error(), maxFailureText)
+		if m.confirm(ctx, c, fields) == nil {
+			f := fields
+			if panicked != nil {
+				f = fields.Add(watermill.LogFields{"stack": string(debug.Stack())})
+			}
+			m.logger.Error("Handler failed on another service's message; the failure is reported to its sender, which sends the message again", herr, f)
+			return nil
+		}
+	}
+	if panicked != nil {
+		panic(panicked)
+	}
+	return herr
 }
 
 // confirmationOf is the confirmation the message asks for, if it asks
@@ -137,6 +229,7 @@ func (m *middleware) confirmationOf(msg *message.Message, topic, consumer string
 // confirm publishes the confirmation; its failure nacks the message, so
 // that the next copy confirms again.
 func (m *middleware) confirm(ctx context.Context, c confirmation, fields watermill.LogFields) error {
+	c.Receiver = m.receiverIdentity(ctx)
 	out := message.NewMessage(watermill.NewUUID(), c.marshal())
 	out.SetContext(ctx)
 	if err := m.cfg.Confirmations.Publish(c.to, out); err != nil {
@@ -144,6 +237,35 @@ func (m *middleware) confirm(ctx context.Context, c confirmation, fields watermi
 		return &ConfirmError{Topic: c.Topic, ID: c.ID, Consumer: c.Consumer, Err: err}
 	}
 	return nil
+}
+
+// identifier is an inbox with a table identity (sqlstore's, outboxtest's).
+type identifier interface {
+	Identity(ctx context.Context) (string, error)
+}
+
+// receiverIdentity is the receiving service's identity in its
+// confirmations: its inbox's table identity, read once; "" without an
+// inbox that has one, or while it cannot be read.
+func (m *middleware) receiverIdentity(ctx context.Context) string {
+	if id := m.receiver.Load(); id != nil {
+		return *id
+	}
+	in, ok := m.cfg.Inbox.(identifier)
+	if !ok {
+		none := ""
+		m.receiver.Store(&none)
+		return none
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CheckTimeout)
+	defer cancel()
+	id, err := in.Identity(ctx)
+	if err != nil {
+		m.logger.Debug("Reading the inbox's identity failed; the confirmation names no receiving service", watermill.LogFields{"error": err.Error()})
+		return ""
+	}
+	m.receiver.Store(&id)
+	return id
 }
 
 // receivedOnAck records and confirms a handled message once the router has
@@ -201,8 +323,11 @@ func (m *middleware) markReceived(ctx context.Context, r *receipt, fields waterm
 //
 // A second copy handled at the same moment waits for tx; when tx commits it
 // gets [ErrAlreadyHandled], and when tx rolls back it records the message
-// itself. The confirmation to the sender, if the message asks for one, is
-// published after the handler returns, as without InboxTx.
+// itself. When the handler returns, the middleware reads the entry back on
+// the inbox's own connection: a handler that returned nil though tx did not
+// commit has a failed attempt (wrapping [ErrInboxTxNotCommitted]), neither
+// confirmed nor recorded. The confirmation to the sender, if the message
+// asks for one, is published after that, as without InboxTx.
 //
 // It returns nil, doing nothing, for a message the middleware does not keep
 // in an inbox (no [MiddlewareConfig.Inbox], a message of this service's own

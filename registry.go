@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 
@@ -146,6 +147,9 @@ type tracked struct {
 	// receiver of a topic without declared consumers (receivers_seen.go).
 	seen    []atomic.Int64
 	seenOne atomic.Int64
+	// confirmed holds, per delivery, when this process last took a
+	// confirmation of a remote consumer (monotonic, as seen).
+	confirmed []atomic.Int64
 	// firstCopies are the records this process published lately, whose
 	// first copies may skip the check (first_copy.go).
 	firstCopies firstCopies
@@ -179,6 +183,31 @@ type Registry struct {
 	// background counts the completions running off the handler's path
 	// (MiddlewareConfig.CompleteInBackground).
 	background backgroundCompletions
+	// failurePolicy is the MaxAttempts and Backoff of the first
+	// middleware built on the registry, which also count the failures
+	// that remote consumers report (confirmation_handler.go).
+	failurePolicy atomic.Pointer[failurePolicy]
+	// receivers holds, per topic and remote consumer, the receiving
+	// service that confirmed under its name first, to report a second
+	// one.
+	receivers sync.Map // "topic\x00consumer" -> string
+}
+
+// failurePolicy is how failed attempts are counted and spaced.
+type failurePolicy struct {
+	maxAttempts int
+	backoff     Backoff
+}
+
+// failures returns the registry's failure policy: its middleware's, or
+// the defaults when none was built.
+func (r *Registry) failures() failurePolicy {
+	if p := r.failurePolicy.Load(); p != nil {
+		return *p
+	}
+	var p failurePolicy
+	p.backoff.setDefaults()
+	return p
 }
 
 // NewRegistry builds a registry of the tracked topics. Topics must be
@@ -267,6 +296,7 @@ func buildEntries(list []Tracked) (map[string]*tracked, error) {
 		if len(all) > 0 {
 			e.deliveries = all
 			e.seen = make([]atomic.Int64, len(all))
+			e.confirmed = make([]atomic.Int64, len(all))
 		}
 		byTopic[t.Topic] = e
 	}
@@ -310,6 +340,33 @@ func (r *Registry) RemoteConsumers(topic string) []string {
 		return slices.Clone(t.remote)
 	}
 	return nil
+}
+
+// hasRemote reports whether a tracked topic has remote consumers.
+func (r *Registry) hasRemote() bool {
+	return slices.ContainsFunc(r.entries(), func(t *tracked) bool { return len(t.remote) > 0 })
+}
+
+// confirmedBy records that a remote consumer's confirmation matched one of
+// its deliveries now.
+func (t *tracked) confirmedBy(consumer string) {
+	if i := slices.Index(t.deliveries, consumer); i >= 0 {
+		t.confirmed[i].Store(int64(time.Since(processStart)) + 1)
+	}
+}
+
+// lastConfirmed is how long ago this process last took a confirmation of
+// the consumer; false when it took none.
+func (t *tracked) lastConfirmed(consumer string, now time.Time) (time.Duration, bool) {
+	i := slices.Index(t.deliveries, consumer)
+	if i < 0 {
+		return 0, false
+	}
+	at := t.confirmed[i].Load()
+	if at == 0 {
+		return 0, false
+	}
+	return now.Sub(processStart) - time.Duration(at-1), true
 }
 
 type loggerBox struct{ l watermill.LoggerAdapter }

@@ -118,8 +118,10 @@ type MiddlewareConfig struct {
 	// store that implements [recordstore.FailureRecorder]: the record is kept, no longer
 	// pending, and the middleware returns an [*AbandonedError]. Each failure
 	// is counted, with its error text, whatever MaxAttempts is; a
-	// successful handling costs nothing extra. Defaults to 0, which never
-	// abandons.
+	// successful handling costs nothing extra. The failures that remote
+	// consumers report ([Tracked.RemoteConsumers]) count the same way, with
+	// the MaxAttempts and Backoff of the first middleware built on the
+	// registry. Defaults to 0, which never abandons.
 	MaxAttempts int
 	// Backoff spaces the attempts of a failing delivery, on a store that
 	// implements [recordstore.FailureRecorder]: the delivery is due again only after a
@@ -171,10 +173,15 @@ type MiddlewareConfig struct {
 	// handler has succeeded, or dropped the message, the middleware
 	// publishes a confirmation to the topic the message names, and the
 	// sending service completes the delivery. If that publish fails the
-	// message is nacked, and the next copy confirms again. Use the
-	// service's plain publisher, not one decorated by the outbox. Defaults
-	// to nil: a message that asks for a confirmation is handled, and the
-	// missing publisher is logged as an error once.
+	// message is nacked, and the next copy confirms again. When the
+	// handler fails (or panics, or its [InboxTx] transaction did not
+	// commit), the failure is reported the same way and the message is
+	// acknowledged: the sender counts it toward its MaxAttempts and sends
+	// the message again after its confirmation window
+	// ([StaleResubmitterConfig.ConfirmWithin]). Use the service's plain
+	// publisher, not one decorated by the outbox. Defaults to nil: a
+	// message that asks for a confirmation is handled (a failure nacked),
+	// and the missing publisher is logged as an error once.
 	Confirmations message.Publisher
 }
 
@@ -263,6 +270,7 @@ func NewMiddleware(reg *Registry, cfg MiddlewareConfig, logger watermill.LoggerA
 	if cfg.Confirmations != nil {
 		cfg.Confirmations = undecorated(cfg.Confirmations)
 	}
+	reg.failurePolicy.CompareAndSwap(nil, &failurePolicy{maxAttempts: cfg.MaxAttempts, backoff: cfg.Backoff})
 	if cfg.SkipFirstCheck {
 		for _, t := range reg.entries() {
 			t.firstCopies.on.Store(true)
@@ -288,6 +296,8 @@ type middleware struct {
 	// unconfirmed logs, once per consumer, a message that asks for a
 	// confirmation this middleware cannot publish.
 	unconfirmed sync.Map
+	// receiver is the identity the confirmations name, once read.
+	receiver atomic.Pointer[string]
 }
 
 func newLeasePrefix() string {

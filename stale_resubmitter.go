@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -20,6 +21,18 @@ type StaleResubmitterConfig struct {
 	OlderThan time.Duration
 	// Interval is the time between two scans. Defaults to 1 minute.
 	Interval time.Duration
+	// ConfirmWithin is how long a record of a topic with remote consumers
+	// ([Tracked.RemoteConsumers]) waits after a send for the confirmations
+	// that complete it before it is sent again, so that a copy the broker
+	// lost (sent before the receiver's queue existed, say) or a lost
+	// confirmation costs seconds, not OlderThan. Each resend doubles the
+	// wait, up to OlderThan, so that a receiver that is down is not
+	// flooded. Such topics are scanned every ConfirmWithin/3 (at most every
+	// Interval). Used on a store that implements
+	// [recordstore.SpacedClaimer]; with another, the records wait
+	// OlderThan. Defaults to 30 seconds, or OlderThan when that is
+	// shorter.
+	ConfirmWithin time.Duration
 	// BatchSize is how many records one claim takes and one Publish sends.
 	// Defaults to 100.
 	BatchSize int
@@ -41,6 +54,7 @@ type StaleResubmitterConfig struct {
 var (
 	defaultResubmitOlderThan = 5 * time.Minute
 	defaultResubmitInterval  = time.Minute
+	defaultConfirmWithin     = 30 * time.Second
 )
 
 func (c *StaleResubmitterConfig) setDefaults() {
@@ -49,6 +63,9 @@ func (c *StaleResubmitterConfig) setDefaults() {
 	}
 	if c.Interval == 0 {
 		c.Interval = defaultResubmitInterval
+	}
+	if c.ConfirmWithin == 0 {
+		c.ConfirmWithin = min(defaultConfirmWithin, c.OlderThan)
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 100
@@ -65,6 +82,9 @@ func (c *StaleResubmitterConfig) setDefaults() {
 func (c StaleResubmitterConfig) Validate() error {
 	if c.OlderThan < 0 || c.Interval < 0 || c.BatchSize < 1 || c.StatementTimeout < 0 {
 		return fmt.Errorf("%w: stale resubmit needs a positive OlderThan, Interval, BatchSize and StatementTimeout (got %v, %v, %d, %v)", ErrInvalidConfig, c.OlderThan, c.Interval, c.BatchSize, c.StatementTimeout)
+	}
+	if c.ConfirmWithin <= 0 || c.ConfirmWithin > c.OlderThan {
+		return fmt.Errorf("%w: stale resubmit needs a positive ConfirmWithin no longer than OlderThan (got %v, %v)", ErrInvalidConfig, c.ConfirmWithin, c.OlderThan)
 	}
 	if c.MaxBatchBytes < 1 {
 		return fmt.Errorf("%w: stale resubmit needs a positive MaxBatchBytes (got %d)", ErrInvalidConfig, c.MaxBatchBytes)
@@ -83,6 +103,9 @@ type StaleResubmitter struct {
 	out    *resender
 	cfg    StaleResubmitterConfig
 	logger watermill.LoggerAdapter
+	// warned is when each topic's unconfirmed resends were last logged.
+	warnMu sync.Mutex
+	warned map[string]time.Time
 }
 
 // NewStaleResubmitter returns a resubmitter that sends through pub, decorated
@@ -99,61 +122,119 @@ func NewStaleResubmitter(reg *Registry, pub message.Publisher, cfg StaleResubmit
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &StaleResubmitter{reg: reg, out: out, cfg: cfg, logger: logger}, nil
+	return &StaleResubmitter{reg: reg, out: out, cfg: cfg, logger: logger, warned: map[string]time.Time{}}, nil
 }
 
 // ResubmitOnce claims and sends the stale records of every tracked topic once
 // and returns how many it sent per name. It stops at the first error; the
 // records of a batch whose send failed were stamped as sent and are tried
-// again after OlderThan.
+// again after OlderThan (ConfirmWithin for a topic with remote consumers).
 func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ResendResult, error) {
+	return r.resubmit(ctx, false)
+}
+
+// resubmit runs a round over every tracked topic, or over those with
+// remote consumers only.
+func (r *StaleResubmitter) resubmit(ctx context.Context, remoteOnly bool) (ResendResult, error) {
 	result := ResendResult{}
 	if !r.reg.enabled {
 		return result, nil
 	}
 	for _, t := range r.reg.entries() {
-		name := t.topic
+		if remoteOnly && len(t.remote) == 0 {
+			continue
+		}
 		claimer, ok := t.store.(recordstore.StaleClaimer)
 		if !ok {
 			continue
 		}
-		id, err := identityWithin(ctx, r.cfg.StatementTimeout, t)
+		n, err := r.resubmitTopic(ctx, t, claimer)
+		if n > 0 {
+			result[t.topic] = n
+		}
 		if err != nil {
 			return result, err
 		}
-		// The round walks the backlog by id once: with an OlderThan
-		// shorter than the round, its first claims would be stale again
-		// before its last, and a round without a cursor would go on for
-		// ever on records that are not being completed.
-		var after int64
-		reads := newPageReads(r.cfg.BatchSize, r.cfg.MaxBatchBytes)
-		for {
-			sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-			recs, more, err := reads.stale(sctx, claimer, name, after, r.cfg.OlderThan)
-			cancel()
-			if err != nil {
-				return result, &ResendError{Topic: name, Err: fmt.Errorf("claiming stale records: %w", err)}
-			}
-			if len(recs) == 0 {
-				break
-			}
-			claimed := len(recs)
-			after = recs[claimed-1].ID
-			if recs = dueNow(recs, time.Now()); len(recs) > 0 {
-				if err := r.out.send(ctx, t, id, recs); err != nil {
-					return result, err
-				}
-				result[name] += len(recs)
-			}
-			if !more {
-				break
-			}
-		}
-		if n := result[name]; n > 0 {
-			r.logger.Info("Resubmitted stale pending records", watermill.LogFields{"topic": name, "resubmitted": n})
+		if n > 0 {
+			r.logger.Info("Resubmitted stale pending records", watermill.LogFields{"topic": t.topic, "resubmitted": n})
+			r.unconfirmed(t, n)
 		}
 	}
 	return result, nil
+}
+
+// resubmitTopic claims and sends the stale records of one topic.
+func (r *StaleResubmitter) resubmitTopic(ctx context.Context, t *tracked, claimer recordstore.StaleClaimer) (int, error) {
+	id, err := identityWithin(ctx, r.cfg.StatementTimeout, t)
+	if err != nil {
+		return 0, err
+	}
+	spaced, _ := claimer.(recordstore.SpacedClaimer)
+	if len(t.remote) == 0 {
+		spaced = nil
+	}
+	// The round walks the backlog by id once: with an OlderThan shorter
+	// than the round, its first claims would be stale again before its
+	// last, and a round without a cursor would go on for ever on records
+	// that are not being completed.
+	var after int64
+	sent := 0
+	reads := newPageReads(r.cfg.BatchSize, r.cfg.MaxBatchBytes)
+	for {
+		sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+		var recs []recordstore.Record
+		var more bool
+		if spaced != nil {
+			recs, more, err = reads.spaced(sctx, spaced, t.topic, after, r.cfg.ConfirmWithin, r.cfg.OlderThan)
+		} else {
+			recs, more, err = reads.stale(sctx, claimer, t.topic, after, r.cfg.OlderThan)
+		}
+		cancel()
+		if err != nil {
+			return sent, &ResendError{Topic: t.topic, Err: fmt.Errorf("claiming stale records: %w", err)}
+		}
+		if len(recs) == 0 {
+			return sent, nil
+		}
+		after = recs[len(recs)-1].ID
+		if recs = dueNow(recs, time.Now()); len(recs) > 0 {
+			if err := r.out.send(ctx, t, id, recs); err != nil {
+				return sent, err
+			}
+			sent += len(recs)
+		}
+		if !more {
+			return sent, nil
+		}
+	}
+}
+
+// unconfirmed warns, at most once per ConfirmWithin and topic, that records
+// of a topic with remote consumers were sent again because confirmations
+// did not come, naming each remote consumer and when it last confirmed:
+// one that stopped confirming stands out.
+func (r *StaleResubmitter) unconfirmed(t *tracked, resent int) {
+	if len(t.remote) == 0 {
+		return
+	}
+	now := time.Now()
+	r.warnMu.Lock()
+	last, ok := r.warned[t.topic]
+	if ok && now.Sub(last) < r.cfg.ConfirmWithin {
+		r.warnMu.Unlock()
+		return
+	}
+	r.warned[t.topic] = now
+	r.warnMu.Unlock()
+	for _, consumer := range t.remote {
+		fields := watermill.LogFields{"topic": t.topic, "consumer": consumer, "resent": resent, "confirm_within": r.cfg.ConfirmWithin}
+		if ago, seen := t.lastConfirmed(consumer, now); seen {
+			fields["last_confirmed_ago"] = ago.Round(time.Second).String()
+		} else {
+			fields["last_confirmed_ago"] = "never since this process started"
+		}
+		warn(r.logger, "Records of a topic with remote consumers were sent again: their confirmations did not come in time. A remote consumer that has stopped confirming leaves its deliveries pending", fields)
+	}
 }
 
 // Run resubmits every Interval until ctx is done, then returns nil. A failed
@@ -164,8 +245,17 @@ func (r *StaleResubmitter) ResubmitOnce(ctx context.Context) (ResendResult, erro
 func (r *StaleResubmitter) Run(ctx context.Context) error {
 	defer r.reg.running(r.out)()
 	r.logger.Debug("Stale resubmitter running", watermill.LogFields{"interval": r.cfg.Interval, "older_than": r.cfg.OlderThan})
-	return runEvery(ctx, r.cfg.Interval, r.logger, "Stale resubmit round failed; the next round tries again", func(ctx context.Context) error {
-		_, err := r.ResubmitOnce(ctx)
+	tick := r.cfg.Interval
+	if r.reg.hasRemote() {
+		tick = min(tick, max(r.cfg.ConfirmWithin/3, time.Millisecond))
+	}
+	lastFull := time.Now()
+	return runEvery(ctx, tick, r.logger, "Stale resubmit round failed; the next round tries again", func(ctx context.Context) error {
+		full := time.Since(lastFull) >= r.cfg.Interval-tick/2
+		if full {
+			lastFull = time.Now()
+		}
+		_, err := r.resubmit(ctx, !full)
 		return err
 	})
 }

@@ -70,8 +70,10 @@ type Collector struct {
 }
 
 var (
-	_ prometheus.Collector = (*Collector)(nil)
-	_ outbox.Observer      = (*Collector)(nil)
+	_ prometheus.Collector        = (*Collector)(nil)
+	_ outbox.Observer             = (*Collector)(nil)
+	_ outbox.ConfirmationObserver = (*Collector)(nil)
+	_ outbox.InboxObserver        = (*Collector)(nil)
 )
 
 // NewCollector returns a collector of the registry's names. It does not
@@ -93,15 +95,17 @@ func NewCollector(reg *outbox.Registry, cfg Config, logger watermill.LoggerAdapt
 		help   string
 		labels []string
 	}{
-		"records_published_total":   {"Tracked messages saved and sent by the publisher.", perName},
-		"records_handled_total":     {"Deliveries completed after their handler succeeded or dropped the message.", perConsumer},
-		"duplicates_skipped_total":  {"Deliveries acknowledged without handling because the consumer had already completed the record.", perConsumer},
-		"handler_failures_total":    {"Handler failures of tracked messages.", perConsumer},
-		"records_abandoned_total":   {"Deliveries abandoned after their last allowed attempt.", perConsumer},
-		"records_resent_total":      {"Records sent again, by kind: replay (startup), resubmit (stale resubmitter) or requeue.", []string{nameLabel, kindLabel}},
-		"not_owned_total":           {"Messages with outbox metadata this service does not own (another service's or topic's record, or an undeclared consumer); handled untracked.", perConsumer},
-		"unknown_records_total":     {"Messages naming a record of this service's table that does not exist; acknowledged without handling.", perConsumer},
-		"mismatched_messages_total": {"Messages naming a record of this service's table that was saved for another message (another UUID); acknowledged without handling.", perConsumer},
+		"records_published_total":             {"Tracked messages saved and sent by the publisher.", perName},
+		"records_handled_total":               {"Deliveries completed after their handler succeeded or dropped the message.", perConsumer},
+		"duplicates_skipped_total":            {"Deliveries acknowledged without handling because the consumer had already completed the record.", perConsumer},
+		"handler_failures_total":              {"Handler failures of tracked messages.", perConsumer},
+		"records_abandoned_total":             {"Deliveries abandoned after their last allowed attempt.", perConsumer},
+		"records_resent_total":                {"Records sent again, by kind: replay (startup), resubmit (stale resubmitter) or requeue.", []string{nameLabel, kindLabel}},
+		"not_owned_total":                     {"Messages with outbox metadata this service does not own (another service's or topic's record, or an undeclared consumer); handled untracked.", perConsumer},
+		"unknown_records_total":               {"Messages naming a record of this service's table that does not exist; acknowledged without handling.", perConsumer},
+		"mismatched_messages_total":           {"Messages naming a record of this service's table that was saved for another message (another UUID); acknowledged without handling.", perConsumer},
+		"confirmations_rejected_total":        {"Confirmations of remote consumers that completed nothing: malformed, of another table, of an undeclared consumer, or of another message.", perConsumer},
+		"inbox_business_key_duplicates_total": {"Other services' messages acknowledged without handling because the consumer had handled another message with the same business key.", perConsumer},
 	} {
 		c.counts[name] = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: cfg.Namespace, Subsystem: cfg.Subsystem, Name: name, Help: m.help,
@@ -201,4 +205,14 @@ func (c *Collector) UnknownRecord(name, consumer string) {
 // Mismatched implements [outbox.Observer].
 func (c *Collector) Mismatched(topic, consumer string) {
 	c.add("mismatched_messages_total", 1, topic, consumer)
+}
+
+// ConfirmationRejected implements [outbox.ConfirmationObserver].
+func (c *Collector) ConfirmationRejected(topic, consumer string) {
+	c.add("confirmations_rejected_total", 1, topic, consumer)
+}
+
+// BusinessKeyDuplicate implements [outbox.InboxObserver].
+func (c *Collector) BusinessKeyDuplicate(topic, consumer string) {
+	c.add("inbox_business_key_duplicates_total", 1, topic, consumer)
 }

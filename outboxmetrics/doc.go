@@ -17,6 +17,8 @@
 //	outbox_not_owned_total                       messages of another table, topic or consumer, handled untracked
 //	outbox_unknown_records_total                 messages naming a record the table does not have
 //	outbox_mismatched_messages_total             messages naming a record saved for another message (another UUID)
+//	outbox_confirmations_rejected_total          remote consumers' confirmations that completed nothing
+//	outbox_inbox_business_key_duplicates_total   other services' messages skipped for a business key already handled
 //	outbox_pending_records                       records waiting to be completed
 //	outbox_oldest_pending_age_seconds            age of the oldest pending record
 //	outbox_consumer_pending_records              records a declared consumer has still to complete
