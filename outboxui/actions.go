@@ -10,7 +10,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -64,7 +63,6 @@ func seeOther(w http.ResponseWriter, target string) {
 var notices = map[string]string{
 	"requeued": "Requeued: pending again, due at once for the service's stale resubmitter.",
 	"due":      "Made due: the service's stale resubmitter sends it at its next round.",
-	"retired":  "Consumer retired: its pending deliveries are completed.",
 }
 
 func recordPage(id int64, done string) string {
@@ -117,34 +115,4 @@ func (h *Handler) makeDue(ctx context.Context, id int64) error {
 		return &conflict{"Not pending", "The record is not pending (any more): nothing was changed."}
 	}
 	return err
-}
-
-func (h *Handler) retire(w http.ResponseWriter, r *http.Request, fields watermill.LogFields) {
-	topic, consumer := r.PostFormValue("topic"), r.PostFormValue("consumer")
-	if topic == "" || consumer == "" {
-		h.message(w, http.StatusBadRequest, "Bad request", "Retiring needs a topic and a consumer.")
-		return
-	}
-	fields["topic"], fields["consumer"] = topic, consumer
-	ctx, cancel := h.ctx(r)
-	defer cancel()
-	var n int
-	var err error
-	if h.cfg.Registry != nil {
-		n, err = outbox.RetireConsumer(ctx, h.cfg.Registry, topic, consumer)
-	} else {
-		n, err = h.store.Retire(ctx, topic, consumer)
-	}
-	fields["completed"] = n
-	if errors.Is(err, outbox.ErrInvalidConfig) {
-		h.logger.Info("outboxui: retire refused", watermill.LogFields{"topic": topic, "consumer": consumer, "reason": err.Error()})
-		h.message(w, http.StatusConflict, "Not retired", "The service's registry does not track this topic, or its topic still declares this consumer: remove it from the topic's consumers first.")
-		return
-	}
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.logger.Info("outboxui: consumer retired", fields)
-	seeOther(w, "./?"+url.Values{"done": {"retired"}, "n": {strconv.Itoa(n)}}.Encode())
 }

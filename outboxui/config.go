@@ -19,9 +19,10 @@ type Config struct {
 
 	// Registry, when set, is the service's: retiring a consumer goes
 	// through outbox.RetireConsumer, which refuses a topic the registry
-	// does not track and a consumer the topic still declares. Defaults to
-	// nil: the store retires any consumer it is asked to (outboxctl serve,
-	// which has no registry, works so).
+	// does not track and a consumer the topic still declares, and its
+	// remote consumers are shown as such. Defaults to nil: the store
+	// refuses only a consumer that its topic's latest start declared
+	// (outboxctl serve, which has no registry, works so).
 	Registry *outbox.Registry
 
 	// Authorize, when set, is called on every request before anything is

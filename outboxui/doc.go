@@ -32,7 +32,11 @@
 // With [Config.Actions] on, an operator can requeue an abandoned record
 // (pending again, due at once for the service's outbox.StaleResubmitter),
 // make a pending record due for it, and retire a consumer that its topic
-// no longer declares (as outbox.RetireConsumer does). The dashboard never
+// no longer declares (as outbox.RetireConsumer does). Retire asks first:
+// its page shows how many pending deliveries it would complete and when
+// the consumer was last seen, and a second POST acts, whose page says how
+// many it completed; a consumer that the latest start of the service
+// declared is refused ([sqlstore.Store.Retire]). The dashboard never
 // publishes: the service sends. Each action is a POST carrying a secret
 // token of the process in a hidden field, refused without it and from
 // another origin ([http.CrossOriginProtection]), and logged.

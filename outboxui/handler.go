@@ -74,7 +74,7 @@ func New(store *sqlstore.Store, cfg Config, logger watermill.LoggerAdapter) (*Ha
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "records", "record", "message"} {
+	for _, name := range []string{"overview", "records", "record", "retire", "message"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("outboxui: parsing page %s: %w", name, err)

@@ -2,7 +2,6 @@ package outboxui_test
 
 import (
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -13,37 +12,22 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/outbox/internal/testenv"
 	"github.com/wmoutbox/outbox/outboxui"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, string(body)
+	return testenv.Request(t, http.MethodGet, url, "", nil, nil)
 }
 
 // post sends an action's form as a browser of the same origin would not:
 // without Origin or Sec-Fetch-Site headers, as a script would.
 func post(t *testing.T, target string, form url.Values, header http.Header) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, target, strings.NewReader(form.Encode()))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := client.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, string(body)
+	return testenv.Request(t, http.MethodPost, target, "", form, header)
 }
 
 var tokenField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
@@ -144,4 +128,71 @@ func TestConfigIsValidated(t *testing.T) {
 	}
 	_, err = outboxui.New(nil, outboxui.Config{}, nil)
 	assert.ErrorIs(t, err, sqlstore.ErrInvalidConfig)
+}
+
+// retireForm is the form of a retire of consumer "stats" of "payments",
+// confirmed or not.
+func retireForm(t *testing.T, d *seeded, confirm bool) url.Values {
+	form := url.Values{"topic": {"payments"}, "consumer": {"stats"}, "csrf": {token(t, d, d.shared)}}
+	if confirm {
+		form.Set("confirm", "yes")
+	}
+	return form
+}
+
+// statsPending is how many deliveries consumer "stats" of "payments" has
+// pending.
+func statsPending(t *testing.T, d *seeded) int64 {
+	t.Helper()
+	return testenv.ConsumerPending(t, d.store, "payments", "stats")
+}
+
+// TestRetireAsksBeforeItActs, on every database: an operator retires
+// consumer "stats" of "payments" from the dashboard of a store that no
+// start declared in. The first POST shows what the retire would complete
+// and acts on nothing; the confirmed one completes and reports the count.
+func TestRetireAsksBeforeItActs(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend) {
+		d := seed(t, b, outboxui.Config{Actions: true})
+		require.NoError(t, d.store.SawReceiver(testCtx(t), "payments", "stats"))
+		target := d.server.URL + "/outbox/retire"
+
+		code, body := post(t, target, retireForm(t, d, false), nil)
+		assert.Equal(t, http.StatusOK, code)
+		assert.Contains(t, body, `<dd id="retire-pending">1</dd>`)
+		assert.Regexp(t, `<dd id="retire-last-seen">\d+s ago</dd>`, body)
+		assert.Contains(t, body, `name="confirm" value="yes"`)
+		assert.Equal(t, int64(1), statsPending(t, d), "asking completes nothing")
+
+		code, body = post(t, target, retireForm(t, d, true), nil)
+		assert.Equal(t, http.StatusOK, code)
+		assert.Contains(t, body, `Completed <b id="retired-count">1</b> pending deliveries`)
+		assert.Zero(t, statsPending(t, d))
+	})
+}
+
+// TestRetireRefusesAConsumerTheLatestStartDeclares, on every database: the
+// latest start of the service declared "stats" of "payments" (a remote
+// consumer); the dashboard, which has no registry, says so when asked and
+// when a confirmed form comes anyway, and completes nothing.
+func TestRetireRefusesAConsumerTheLatestStartDeclares(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend) {
+		d := seed(t, b, outboxui.Config{Actions: true})
+		require.NoError(t, d.store.DeclareConsumers(testCtx(t), []recordstore.Declaration{{Topic: "payments", Consumers: []string{"ship"}, RemoteConsumers: []string{"stats"}}}))
+		target := d.server.URL + "/outbox/retire"
+		for _, confirm := range []bool{false, true} {
+			code, body := post(t, target, retireForm(t, d, confirm), nil)
+			assert.Equal(t, http.StatusConflict, code, "confirmed: %v", confirm)
+			assert.Regexp(t, `The latest start of the service declared it, \d+s ago, as a remote consumer: it may still run`, body)
+			assert.NotContains(t, body, `name="confirm"`)
+		}
+		assert.Equal(t, int64(1), statsPending(t, d), "nothing was completed")
+
+		require.NoError(t, d.store.DeclareConsumers(testCtx(t), []recordstore.Declaration{{Topic: "payments", Consumers: []string{"ship"}}}))
+		code, body := post(t, target, retireForm(t, d, true), nil)
+		assert.Equal(t, http.StatusOK, code, body)
+		assert.Zero(t, statsPending(t, d))
+	})
 }

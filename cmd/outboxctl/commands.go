@@ -31,7 +31,8 @@ func noFlags(*cli, *flag.FlagSet) {}
 var commands = []*command{
 	{
 		name: "status", summary: "per topic: pending, oldest pending, abandoned, completed",
-		doc:     "Counts the records of each topic by state, with the age of the oldest pending one.",
+		doc: "Counts the records of each topic by state, with the age of the oldest pending one; then,\n" +
+			"for each remote consumer, its deliveries awaiting confirmation and the age of the oldest.",
 		example: "outboxctl -dsn file:outbox.db status",
 		define:  noFlags, run: (*cli).status,
 	},
@@ -89,7 +90,8 @@ var commands = []*command{
 		doc: "Completes every pending delivery of a consumer to a topic's records, as if it had handled\n" +
 			"them, and completes each record none of whose deliveries is left pending: for a consumer\n" +
 			"removed from Tracked.Consumers, or the old name of a renamed one, which the service\n" +
-			"reports at start. Run it once the service no longer declares the consumer.",
+			"reports at start. It refuses, exiting 1, a consumer that the latest start of a service\n" +
+			"on the table declared: redeploy the service without it first.",
 		example: "outboxctl retire -topic orders -consumer stats",
 		define: func(c *cli, fs *flag.FlagSet) {
 			fs.StringVar(&c.topic, "topic", "", "the tracked `topic` (required)")
