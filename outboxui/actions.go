@@ -14,8 +14,9 @@ import (
 )
 
 // action wraps an action's handler: it refuses the request when the
-// actions are off, when it comes from another origin, and when its form
-// lacks the process's token; it logs the refusals.
+// actions are off, when it comes from another origin (with AllowedHosts,
+// an Origin that is not one of them), and when its form lacks the
+// process's token; it logs the refusals.
 func (h *Handler) action(fn func(w http.ResponseWriter, r *http.Request, fields watermill.LogFields)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		fields := watermill.LogFields{"action": r.URL.Path, "remote": r.RemoteAddr}
@@ -24,7 +25,7 @@ func (h *Handler) action(fn func(w http.ResponseWriter, r *http.Request, fields 
 			h.message(w, http.StatusForbidden, "Actions are off", "This dashboard only shows the records: the service did not turn its actions on.")
 			return
 		}
-		if err := h.cop.Check(r); err != nil {
+		if err := h.cop.Check(r); err != nil || !h.hosts.sameOrigin(r) {
 			h.logger.Info("outboxui: action refused: cross-origin request", fields)
 			h.message(w, http.StatusForbidden, "Forbidden", "The request came from another site.")
 			return

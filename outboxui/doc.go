@@ -2,7 +2,7 @@
 // service mounts in its own HTTP mux, next to its other endpoints, to show
 // an operator the records of a [sqlstore.Store] and let them act on them.
 //
-//	ui, err := outboxui.New(store, outboxui.Config{Authorize: adminOnly}, logger)
+//	ui, err := outboxui.New(store, outboxui.Config{Authorize: adminOnly, AllowedHosts: []string{"ops.example.com"}}, logger)
 //	mux.Handle("/outbox/", http.StripPrefix("/outbox", ui))
 //
 // The command "outboxctl serve -dsn … -addr 127.0.0.1:8080" serves the
@@ -45,7 +45,12 @@
 //
 // Mount the dashboard behind the service's own authentication: it shows
 // payloads and, with actions on, changes records. [Config.Authorize] is
-// called on every request before anything is read. Errors are logged with
+// called on every request before anything is read. A browser that can
+// reach the dashboard can be led to it by a page of another site under a
+// name of that site's own (DNS rebinding), whose Host and Origin a
+// same-origin check accepts: set [Config.AllowedHosts] to the names the
+// operators use, unless a proxy in front checks the Host, and wrap the
+// server's other handlers in [Handler.Guard]. Errors are logged with
 // their detail and shown as a generic message. Everything the pages need
 // (templates, CSS) is embedded; they load nothing from elsewhere and use no
 // JavaScript.

@@ -2,7 +2,9 @@ package outboxui_test
 
 import (
 	"errors"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -122,7 +124,9 @@ func TestConfigIsValidated(t *testing.T) {
 	t.Parallel()
 	s, err := sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite(), Table: "t"})
 	require.NoError(t, err)
-	for _, cfg := range []outboxui.Config{{PageSize: 501}, {PageSize: -1}, {PayloadLimit: 8}, {Timeout: -1}} {
+	for _, cfg := range []outboxui.Config{{PageSize: 501}, {PageSize: -1}, {PayloadLimit: 8}, {Timeout: -1},
+		{AllowedHosts: []string{""}}, {AllowedHosts: []string{"http://localhost:8080"}}, {AllowedHosts: []string{"localhost/outbox"}},
+		{AllowedHosts: []string{"user@localhost"}}, {AllowedHosts: []string{"local host"}}, {AllowedHosts: []string{":8080"}}} {
 		_, err := outboxui.New(s, cfg, nil)
 		assert.ErrorIs(t, err, sqlstore.ErrInvalidConfig, "%+v", cfg)
 	}
@@ -195,4 +199,79 @@ func TestRetireRefusesAConsumerTheLatestStartDeclares(t *testing.T) {
 		assert.Equal(t, http.StatusOK, code, body)
 		assert.Zero(t, statsPending(t, d))
 	})
+}
+
+// serveAllowing serves the dashboard of the seeded store under /outbox/,
+// as a service mounts it, answering its own address (127.0.0.1:port) and
+// the other hosts; it returns its URL and its own Host.
+func serveAllowing(t *testing.T, d *seeded, others ...string) (string, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	own := ln.Addr().String()
+	ui, err := outboxui.New(d.store, outboxui.Config{Actions: true, AllowedHosts: append([]string{own}, others...)}, d.logger)
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("/outbox/", http.StripPrefix("/outbox", ui))
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL, own
+}
+
+// TestAllowedHostsRefuseAForgedHostAndOrigin: a service mounts the
+// dashboard with AllowedHosts; a page of another site, evil.example, whose
+// name resolves to the service, sends its Host and Origin with every
+// request.
+func TestAllowedHostsRefuseAForgedHostAndOrigin(t *testing.T) {
+	t.Parallel()
+	d := seed(t, backend(t, "SQLite"), outboxui.Config{})
+	base, own := serveAllowing(t, d, "Outbox.Internal")
+	_, port, err := net.SplitHostPort(own)
+	require.NoError(t, err)
+	evil := "evil.example:" + port
+	sameSite := http.Header{"Origin": {"http://" + evil}, "Sec-Fetch-Site": {"same-origin"}}
+	_, page := get(t, base+"/outbox/record?id="+strconv.FormatInt(d.shared, 10))
+	m := tokenField.FindStringSubmatch(page)
+	require.NotNil(t, m, page)
+	tok := m[1]
+
+	for _, path := range []string{"/outbox/", "/outbox/record?id=" + strconv.FormatInt(d.shared, 10), "/outbox/records?topic=orders", "/outbox/style.css"} {
+		code, body := testenv.Request(t, http.MethodGet, base+path, evil, nil, nil)
+		assert.Equal(t, http.StatusMisdirectedRequest, code, path)
+		assert.NotContains(t, body, tok, path)
+		assert.NotContains(t, body, "orders", path)
+	}
+	form := url.Values{"topic": {"payments"}, "consumer": {"stats"}, "csrf": {tok}, "confirm": {"yes"}}
+	code, _ := testenv.Request(t, http.MethodPost, base+"/outbox/retire", evil, form, sameSite)
+	assert.Equal(t, http.StatusMisdirectedRequest, code)
+	// The Host of the service with a forged Origin: the browser said
+	// same-origin, but the origin is not an allowed host.
+	code, body := testenv.Request(t, http.MethodPost, base+"/outbox/retire", own, form, sameSite)
+	assert.Equal(t, http.StatusForbidden, code)
+	assert.Contains(t, body, "another site")
+	assert.Equal(t, int64(1), statsPending(t, d), "nothing was retired")
+	assert.NotEmpty(t, d.logger.Entries("info"), "the refusals are logged")
+
+	// Hosts are compared without regard to case; a name allowed without a
+	// port is allowed only so.
+	code, _ = testenv.Request(t, http.MethodGet, base+"/outbox/", "outbox.internal", nil, nil)
+	assert.Equal(t, http.StatusOK, code)
+	code, _ = testenv.Request(t, http.MethodGet, base+"/outbox/", "outbox.internal:"+port, nil, nil)
+	assert.Equal(t, http.StatusMisdirectedRequest, code)
+
+	code, _ = testenv.Request(t, http.MethodPost, base+"/outbox/retire", own, form, http.Header{"Origin": {"http://" + own}, "Sec-Fetch-Site": {"same-origin"}})
+	assert.Equal(t, http.StatusOK, code, "the service's own page")
+	assert.Zero(t, statsPending(t, d))
+
+	// Guard gives the server's other handlers the same check.
+	ui, err := outboxui.New(d.store, outboxui.Config{AllowedHosts: []string{own}}, nil)
+	require.NoError(t, err)
+	other := httptestServer(t, ui.Guard(http.RedirectHandler("/outbox/", http.StatusFound)))
+	code, _ = testenv.Request(t, http.MethodGet, other+"/", evil, nil, nil)
+	assert.Equal(t, http.StatusMisdirectedRequest, code)
+	code, _ = testenv.Request(t, http.MethodGet, other+"/", own, nil, nil)
+	assert.Equal(t, http.StatusFound, code)
 }
