@@ -21,8 +21,11 @@ import (
 // It refuses, with an error wrapping [ErrInvalidConfig], a topic the
 // registry does not track and a consumer the topic still declares, and
 // returns an error wrapping [ErrNotSupported] when the topic's store does
-// not implement [recordstore.ConsumerRetirer]. The command
-// "outboxctl retire -topic T -consumer C" does the same from a shell.
+// not implement [recordstore.ConsumerRetirer]. The store refuses, with an
+// error wrapping [recordstore.ErrConsumerDeclared], a consumer that the
+// latest start of a service sharing it still declares (an instance not yet
+// redeployed). The command "outboxctl retire -topic T -consumer C" does
+// the same from a shell, with the store's check alone.
 func RetireConsumer(ctx context.Context, reg *Registry, topic, consumer string) (int, error) {
 	if reg == nil {
 		return 0, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)

@@ -199,7 +199,9 @@ func (r ResendResult) Total() int {
 //
 // Before anything is sent, every distinct store that implements [recordstore.Verifier]
 // is verified; a store that is not ready makes Replay return a
-// [*VerifyError] and send nothing. Then each consumer with pending
+// [*VerifyError] and send nothing. Each store that implements
+// [recordstore.ConsumerDeclarer] records the consumers its topics declare.
+// Then each consumer with pending
 // deliveries of a tracked topic that the topic does not declare (removed or
 // renamed) is logged at Error with the fix, [RetireConsumer], on a store
 // that implements [recordstore.StatusReader].
@@ -250,6 +252,7 @@ func (r *replayer) run(ctx context.Context) (ResendResult, error) {
 		r.logger.Error("Replay aborted: a store is not ready", err, nil)
 		return result, err
 	}
+	r.declare(ctx)
 	r.reportUndeclared(ctx)
 	for _, t := range r.reg.entries() {
 		name := t.topic

@@ -3,6 +3,7 @@ package outbox
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/wmoutbox/outbox/recordstore"
 )
@@ -18,6 +19,9 @@ type StatusOptions struct {
 // ReadStatus reports the records of every tracked topic, in topic order,
 // from the stores that implement [recordstore.StatusReader]; a topic whose
 // store does not is left out, and a topic without records reports zeros.
+// A consumer the topic declares in [Tracked.RemoteConsumers] is reported
+// [ConsumerStatus].Remote, whatever the store keeps: its pending
+// deliveries await its confirmation.
 // On a ctx without a deadline each store's read is bounded by
 // [DefaultStatementTimeout].
 func ReadStatus(ctx context.Context, reg *Registry, opts StatusOptions) ([]TopicStatus, error) {
@@ -54,6 +58,11 @@ func ReadStatus(ctx context.Context, reg *Registry, opts StatusOptions) ([]Topic
 		}
 		st := found[t.topic]
 		st.Topic = t.topic
+		for i := range st.Consumers {
+			if slices.Contains(t.remote, st.Consumers[i].Consumer) {
+				st.Consumers[i].Remote = true
+			}
+		}
 		out = append(out, st)
 	}
 	return out, nil

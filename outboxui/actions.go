@@ -10,13 +10,13 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // action wraps an action's handler: it refuses the request when the
-// actions are off, when it comes from another origin, and when its form
-// lacks the process's token; it logs the refusals.
+// actions are off, when it comes from another origin (with AllowedHosts,
+// an Origin that is not one of them), and when its form lacks the
+// process's token; it logs the refusals.
 func (h *Handler) action(fn func(w http.ResponseWriter, r *http.Request, fields watermill.LogFields)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		fields := watermill.LogFields{"action": r.URL.Path, "remote": r.RemoteAddr}
@@ -25,7 +25,7 @@ func (h *Handler) action(fn func(w http.ResponseWriter, r *http.Request, fields 
 			h.message(w, http.StatusForbidden, "Actions are off", "This dashboard only shows the records: the service did not turn its actions on.")
 			return
 		}
-		if err := h.cop.Check(r); err != nil {
+		if err := h.cop.Check(r); err != nil || !h.hosts.sameOrigin(r) {
 			h.logger.Info("outboxui: action refused: cross-origin request", fields)
 			h.message(w, http.StatusForbidden, "Forbidden", "The request came from another site.")
 			return
@@ -64,7 +64,6 @@ func seeOther(w http.ResponseWriter, target string) {
 var notices = map[string]string{
 	"requeued": "Requeued: pending again, due at once for the service's stale resubmitter.",
 	"due":      "Made due: the service's stale resubmitter sends it at its next round.",
-	"retired":  "Consumer retired: its pending deliveries are completed.",
 }
 
 func recordPage(id int64, done string) string {
@@ -117,34 +116,4 @@ func (h *Handler) makeDue(ctx context.Context, id int64) error {
 		return &conflict{"Not pending", "The record is not pending (any more): nothing was changed."}
 	}
 	return err
-}
-
-func (h *Handler) retire(w http.ResponseWriter, r *http.Request, fields watermill.LogFields) {
-	topic, consumer := r.PostFormValue("topic"), r.PostFormValue("consumer")
-	if topic == "" || consumer == "" {
-		h.message(w, http.StatusBadRequest, "Bad request", "Retiring needs a topic and a consumer.")
-		return
-	}
-	fields["topic"], fields["consumer"] = topic, consumer
-	ctx, cancel := h.ctx(r)
-	defer cancel()
-	var n int
-	var err error
-	if h.cfg.Registry != nil {
-		n, err = outbox.RetireConsumer(ctx, h.cfg.Registry, topic, consumer)
-	} else {
-		n, err = h.store.Retire(ctx, topic, consumer)
-	}
-	fields["completed"] = n
-	if errors.Is(err, outbox.ErrInvalidConfig) {
-		h.logger.Info("outboxui: retire refused", watermill.LogFields{"topic": topic, "consumer": consumer, "reason": err.Error()})
-		h.message(w, http.StatusConflict, "Not retired", "The service's registry does not track this topic, or its topic still declares this consumer: remove it from the topic's consumers first.")
-		return
-	}
-	if err != nil {
-		h.fail(w, r, err)
-		return
-	}
-	h.logger.Info("outboxui: consumer retired", fields)
-	seeOther(w, "./?"+url.Values{"done": {"retired"}, "n": {strconv.Itoa(n)}}.Encode())
 }

@@ -13,7 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/outbox/internal/testenv"
 	"github.com/wmoutbox/outbox/outboxui"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -178,4 +180,49 @@ func recordState(t *testing.T, d *seeded, id int64) sqlstore.State {
 	r, err := d.store.Operator().Get(testCtx(t), id)
 	require.NoError(t, err)
 	return r.State
+}
+
+// TestBrowserRetireAsksFirst, in Chromium, on every database: the latest
+// start of the service declared "stats" of "payments" a remote consumer
+// (in another service, confirming over the broker). The overview shows its
+// delivery awaiting confirmation, and its retire button leads to a
+// refusal; once a start no longer declares it, to the question with what
+// the retire would complete and when it was last seen, and then to the
+// count it completed.
+func TestBrowserRetireAsksFirst(t *testing.T) {
+	for _, b := range testenv.Backends() { // one Chromium at a time
+		t.Run(b.Name, func(t *testing.T) { browserRetireAsksFirst(t, b) })
+	}
+}
+
+func browserRetireAsksFirst(t *testing.T, b testenv.Backend) {
+	d := seed(t, b, outboxui.Config{Actions: true})
+	ctx := browser(t)
+	base := d.server.URL + "/outbox/"
+	declare := func(decl recordstore.Declaration) {
+		t.Helper()
+		require.NoError(t, d.store.DeclareConsumers(testCtx(t), []recordstore.Declaration{decl}))
+	}
+	declare(recordstore.Declaration{Topic: "payments", Consumers: []string{"ship"}, RemoteConsumers: []string{"stats"}})
+	require.NoError(t, d.store.SawReceiver(testCtx(t), "payments", "stats"))
+	stats := consumerRow("payments", "stats")
+
+	visit(t, ctx, base, "#topics")
+	assert.Equal(t, []string{"remote, awaiting confirmation", "1"}, texts(t, ctx, stats+" span.remote", cell(stats, "pending")))
+	click(t, ctx, stats+" button", "#refused")
+	assert.Regexp(t, `declared it, \d+s ago, as a remote consumer`, texts(t, ctx, "#refused")[0])
+	assert.Equal(t, int64(1), statsPending(t, d))
+
+	declare(recordstore.Declaration{Topic: "payments", Consumers: []string{"ship"}})
+	visit(t, ctx, base, "#topics")
+	click(t, ctx, stats+" button", "#retire-question")
+	got := texts(t, ctx, "#retire-pending", "#retire-last-seen", "#retire-confirm")
+	assert.Equal(t, "1", got[0])
+	assert.Regexp(t, `^\d+s ago$`, got[1])
+	assert.Equal(t, "complete 1 deliveries", got[2])
+	assert.Equal(t, int64(1), statsPending(t, d), "asking completes nothing")
+
+	click(t, ctx, "#retire-confirm", "#retired")
+	assert.Equal(t, "1", texts(t, ctx, "#retired-count")[0])
+	assert.Zero(t, statsPending(t, d))
 }

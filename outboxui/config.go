@@ -19,10 +19,26 @@ type Config struct {
 
 	// Registry, when set, is the service's: retiring a consumer goes
 	// through outbox.RetireConsumer, which refuses a topic the registry
-	// does not track and a consumer the topic still declares. Defaults to
-	// nil: the store retires any consumer it is asked to (outboxctl serve,
-	// which has no registry, works so).
+	// does not track and a consumer the topic still declares, and its
+	// remote consumers are shown as such. Defaults to nil: the store
+	// refuses only a consumer that its topic's latest start declared
+	// (outboxctl serve, which has no registry, works so).
 	Registry *outbox.Registry
+
+	// AllowedHosts, when set, are the Host values the dashboard answers,
+	// as a browser sends them: a name or an address, with the port when
+	// the address has one ("localhost:8080", "[::1]:8080",
+	// "outbox.example.com"), compared without regard to case. A request
+	// with another Host gets 421 Misdirected Request, reads included, and
+	// an action whose Origin is not one of them is refused: a page of
+	// another site whose name its owner resolves to this server (DNS
+	// rebinding) can then neither read the pages, their payloads and
+	// action token, nor act. Set it whenever a browser reaches the
+	// dashboard without a proxy that checks the Host; [Handler.Guard]
+	// applies the same check to the server's other handlers. Defaults to
+	// none: every Host is answered, and an action's Origin is compared
+	// with the request's own Host, which such a page chooses.
+	AllowedHosts []string
 
 	// Authorize, when set, is called on every request before anything is
 	// read; a non-nil error refuses it with 403 Forbidden (the error is
@@ -67,5 +83,6 @@ func (c Config) Validate() error {
 	case c.Timeout < 0:
 		return fmt.Errorf("%w: outboxui: Timeout %v is negative", sqlstore.ErrInvalidConfig, c.Timeout)
 	}
-	return nil
+	_, err := parseHosts(c.AllowedHosts)
+	return err
 }

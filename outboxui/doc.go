@@ -2,7 +2,7 @@
 // service mounts in its own HTTP mux, next to its other endpoints, to show
 // an operator the records of a [sqlstore.Store] and let them act on them.
 //
-//	ui, err := outboxui.New(store, outboxui.Config{Authorize: adminOnly}, logger)
+//	ui, err := outboxui.New(store, outboxui.Config{Authorize: adminOnly, AllowedHosts: []string{"ops.example.com"}}, logger)
 //	mux.Handle("/outbox/", http.StripPrefix("/outbox", ui))
 //
 // The command "outboxctl serve -dsn … -addr 127.0.0.1:8080" serves the
@@ -32,7 +32,11 @@
 // With [Config.Actions] on, an operator can requeue an abandoned record
 // (pending again, due at once for the service's outbox.StaleResubmitter),
 // make a pending record due for it, and retire a consumer that its topic
-// no longer declares (as outbox.RetireConsumer does). The dashboard never
+// no longer declares (as outbox.RetireConsumer does). Retire asks first:
+// its page shows how many pending deliveries it would complete and when
+// the consumer was last seen, and a second POST acts, whose page says how
+// many it completed; a consumer that the latest start of the service
+// declared is refused ([sqlstore.Store.Retire]). The dashboard never
 // publishes: the service sends. Each action is a POST carrying a secret
 // token of the process in a hidden field, refused without it and from
 // another origin ([http.CrossOriginProtection]), and logged.
@@ -41,7 +45,12 @@
 //
 // Mount the dashboard behind the service's own authentication: it shows
 // payloads and, with actions on, changes records. [Config.Authorize] is
-// called on every request before anything is read. Errors are logged with
+// called on every request before anything is read. A browser that can
+// reach the dashboard can be led to it by a page of another site under a
+// name of that site's own (DNS rebinding), whose Host and Origin a
+// same-origin check accepts: set [Config.AllowedHosts] to the names the
+// operators use, unless a proxy in front checks the Host, and wrap the
+// server's other handlers in [Handler.Guard]. Errors are logged with
 // their detail and shown as a generic message. Everything the pages need
 // (templates, CSS) is embedded; they load nothing from elsewhere and use no
 // JavaScript.

@@ -31,6 +31,7 @@ type Handler struct {
 	// carries.
 	token string
 	cop   *http.CrossOriginProtection
+	hosts hosts
 	pages map[string]*template.Template
 	css   []byte
 	mux   *http.ServeMux
@@ -55,6 +56,9 @@ func New(store *sqlstore.Store, cfg Config, logger watermill.LoggerAdapter) (*Ha
 	}
 	h := &Handler{store: store, ops: store.Operator(), cfg: cfg, logger: logger, token: hex.EncodeToString(secret), cop: http.NewCrossOriginProtection()}
 	var err error
+	if h.hosts, err = parseHosts(cfg.AllowedHosts); err != nil {
+		return nil, err
+	}
 	if h.pages, err = parsePages(); err != nil {
 		return nil, err
 	}
@@ -74,7 +78,7 @@ func New(store *sqlstore.Store, cfg Config, logger watermill.LoggerAdapter) (*Ha
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "records", "record", "message"} {
+	for _, name := range []string{"overview", "records", "record", "retire", "message"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("outboxui: parsing page %s: %w", name, err)
@@ -86,6 +90,9 @@ func parsePages() (map[string]*template.Template, error) {
 
 // ServeHTTP implements [http.Handler].
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.misdirected(w, r) {
+		return
+	}
 	if h.cfg.Authorize != nil {
 		if err := h.cfg.Authorize(r); err != nil {
 			h.logger.Info("outboxui: request refused by Authorize", watermill.LogFields{"path": r.URL.Path, "remote": r.RemoteAddr, "reason": err.Error()})

@@ -2,8 +2,9 @@ package outboxui_test
 
 import (
 	"errors"
-	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -13,37 +14,22 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/wmoutbox/outbox/internal/testenv"
 	"github.com/wmoutbox/outbox/outboxui"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, string(body)
+	return testenv.Request(t, http.MethodGet, url, "", nil, nil)
 }
 
 // post sends an action's form as a browser of the same origin would not:
 // without Origin or Sec-Fetch-Site headers, as a script would.
 func post(t *testing.T, target string, form url.Values, header http.Header) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, target, strings.NewReader(form.Encode()))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	for k, v := range header {
-		req.Header[k] = v
-	}
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := client.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, string(body)
+	return testenv.Request(t, http.MethodPost, target, "", form, header)
 }
 
 var tokenField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
@@ -138,10 +124,154 @@ func TestConfigIsValidated(t *testing.T) {
 	t.Parallel()
 	s, err := sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite(), Table: "t"})
 	require.NoError(t, err)
-	for _, cfg := range []outboxui.Config{{PageSize: 501}, {PageSize: -1}, {PayloadLimit: 8}, {Timeout: -1}} {
+	for _, cfg := range []outboxui.Config{{PageSize: 501}, {PageSize: -1}, {PayloadLimit: 8}, {Timeout: -1},
+		{AllowedHosts: []string{""}}, {AllowedHosts: []string{"http://localhost:8080"}}, {AllowedHosts: []string{"localhost/outbox"}},
+		{AllowedHosts: []string{"user@localhost"}}, {AllowedHosts: []string{"local host"}}, {AllowedHosts: []string{":8080"}}} {
 		_, err := outboxui.New(s, cfg, nil)
 		assert.ErrorIs(t, err, sqlstore.ErrInvalidConfig, "%+v", cfg)
 	}
 	_, err = outboxui.New(nil, outboxui.Config{}, nil)
 	assert.ErrorIs(t, err, sqlstore.ErrInvalidConfig)
+}
+
+// retireForm is the form of a retire of consumer "stats" of "payments",
+// confirmed or not.
+func retireForm(t *testing.T, d *seeded, confirm bool) url.Values {
+	form := url.Values{"topic": {"payments"}, "consumer": {"stats"}, "csrf": {token(t, d, d.shared)}}
+	if confirm {
+		form.Set("confirm", "yes")
+	}
+	return form
+}
+
+// statsPending is how many deliveries consumer "stats" of "payments" has
+// pending.
+func statsPending(t *testing.T, d *seeded) int64 {
+	t.Helper()
+	return testenv.ConsumerPending(t, d.store, "payments", "stats")
+}
+
+// TestRetireAsksBeforeItActs, on every database: an operator retires
+// consumer "stats" of "payments" from the dashboard of a store that no
+// start declared in. The first POST shows what the retire would complete
+// and acts on nothing; the confirmed one completes and reports the count.
+func TestRetireAsksBeforeItActs(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend) {
+		d := seed(t, b, outboxui.Config{Actions: true})
+		require.NoError(t, d.store.SawReceiver(testCtx(t), "payments", "stats"))
+		target := d.server.URL + "/outbox/retire"
+
+		code, body := post(t, target, retireForm(t, d, false), nil)
+		assert.Equal(t, http.StatusOK, code)
+		assert.Contains(t, body, `<dd id="retire-pending">1</dd>`)
+		assert.Regexp(t, `<dd id="retire-last-seen">\d+s ago</dd>`, body)
+		assert.Contains(t, body, `name="confirm" value="yes"`)
+		assert.Equal(t, int64(1), statsPending(t, d), "asking completes nothing")
+
+		code, body = post(t, target, retireForm(t, d, true), nil)
+		assert.Equal(t, http.StatusOK, code)
+		assert.Contains(t, body, `Completed <b id="retired-count">1</b> pending deliveries`)
+		assert.Zero(t, statsPending(t, d))
+	})
+}
+
+// TestRetireRefusesAConsumerTheLatestStartDeclares, on every database: the
+// latest start of the service declared "stats" of "payments" (a remote
+// consumer); the dashboard, which has no registry, says so when asked and
+// when a confirmed form comes anyway, and completes nothing.
+func TestRetireRefusesAConsumerTheLatestStartDeclares(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend) {
+		d := seed(t, b, outboxui.Config{Actions: true})
+		require.NoError(t, d.store.DeclareConsumers(testCtx(t), []recordstore.Declaration{{Topic: "payments", Consumers: []string{"ship"}, RemoteConsumers: []string{"stats"}}}))
+		target := d.server.URL + "/outbox/retire"
+		for _, confirm := range []bool{false, true} {
+			code, body := post(t, target, retireForm(t, d, confirm), nil)
+			assert.Equal(t, http.StatusConflict, code, "confirmed: %v", confirm)
+			assert.Regexp(t, `The latest start of the service declared it, \d+s ago, as a remote consumer: it may still run`, body)
+			assert.NotContains(t, body, `name="confirm"`)
+		}
+		assert.Equal(t, int64(1), statsPending(t, d), "nothing was completed")
+
+		require.NoError(t, d.store.DeclareConsumers(testCtx(t), []recordstore.Declaration{{Topic: "payments", Consumers: []string{"ship"}}}))
+		code, body := post(t, target, retireForm(t, d, true), nil)
+		assert.Equal(t, http.StatusOK, code, body)
+		assert.Zero(t, statsPending(t, d))
+	})
+}
+
+// serveAllowing serves the dashboard of the seeded store under /outbox/,
+// as a service mounts it, answering its own address (127.0.0.1:port) and
+// the other hosts; it returns its URL and its own Host.
+func serveAllowing(t *testing.T, d *seeded, others ...string) (string, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	own := ln.Addr().String()
+	ui, err := outboxui.New(d.store, outboxui.Config{Actions: true, AllowedHosts: append([]string{own}, others...)}, d.logger)
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("/outbox/", http.StripPrefix("/outbox", ui))
+	srv := httptest.NewUnstartedServer(mux)
+	srv.Listener.Close()
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL, own
+}
+
+// TestAllowedHostsRefuseAForgedHostAndOrigin: a service mounts the
+// dashboard with AllowedHosts; a page of another site, evil.example, whose
+// name resolves to the service, sends its Host and Origin with every
+// request.
+func TestAllowedHostsRefuseAForgedHostAndOrigin(t *testing.T) {
+	t.Parallel()
+	d := seed(t, backend(t, "SQLite"), outboxui.Config{})
+	base, own := serveAllowing(t, d, "Outbox.Internal")
+	_, port, err := net.SplitHostPort(own)
+	require.NoError(t, err)
+	evil := "evil.example:" + port
+	sameSite := http.Header{"Origin": {"http://" + evil}, "Sec-Fetch-Site": {"same-origin"}}
+	_, page := get(t, base+"/outbox/record?id="+strconv.FormatInt(d.shared, 10))
+	m := tokenField.FindStringSubmatch(page)
+	require.NotNil(t, m, page)
+	tok := m[1]
+
+	for _, path := range []string{"/outbox/", "/outbox/record?id=" + strconv.FormatInt(d.shared, 10), "/outbox/records?topic=orders", "/outbox/style.css"} {
+		code, body := testenv.Request(t, http.MethodGet, base+path, evil, nil, nil)
+		assert.Equal(t, http.StatusMisdirectedRequest, code, path)
+		assert.NotContains(t, body, tok, path)
+		assert.NotContains(t, body, "orders", path)
+	}
+	form := url.Values{"topic": {"payments"}, "consumer": {"stats"}, "csrf": {tok}, "confirm": {"yes"}}
+	code, _ := testenv.Request(t, http.MethodPost, base+"/outbox/retire", evil, form, sameSite)
+	assert.Equal(t, http.StatusMisdirectedRequest, code)
+	// The Host of the service with a forged Origin: the browser said
+	// same-origin, but the origin is not an allowed host.
+	code, body := testenv.Request(t, http.MethodPost, base+"/outbox/retire", own, form, sameSite)
+	assert.Equal(t, http.StatusForbidden, code)
+	assert.Contains(t, body, "another site")
+	assert.Equal(t, int64(1), statsPending(t, d), "nothing was retired")
+	assert.NotEmpty(t, d.logger.Entries("info"), "the refusals are logged")
+
+	// Hosts are compared without regard to case; a name allowed without a
+	// port is allowed only so.
+	code, _ = testenv.Request(t, http.MethodGet, base+"/outbox/", "outbox.internal", nil, nil)
+	assert.Equal(t, http.StatusOK, code)
+	code, _ = testenv.Request(t, http.MethodGet, base+"/outbox/", "outbox.internal:"+port, nil, nil)
+	assert.Equal(t, http.StatusMisdirectedRequest, code)
+
+	code, _ = testenv.Request(t, http.MethodPost, base+"/outbox/retire", own, form, http.Header{"Origin": {"http://" + own}, "Sec-Fetch-Site": {"same-origin"}})
+	assert.Equal(t, http.StatusOK, code, "the service's own page")
+	assert.Zero(t, statsPending(t, d))
+
+	// Guard gives the server's other handlers the same check.
+	ui, err := outboxui.New(d.store, outboxui.Config{AllowedHosts: []string{own}}, nil)
+	require.NoError(t, err)
+	other := httptestServer(t, ui.Guard(http.RedirectHandler("/outbox/", http.StatusFound)))
+	code, _ = testenv.Request(t, http.MethodGet, other+"/", evil, nil, nil)
+	assert.Equal(t, http.StatusMisdirectedRequest, code)
+	code, _ = testenv.Request(t, http.MethodGet, other+"/", own, nil, nil)
+	assert.Equal(t, http.StatusFound, code)
 }

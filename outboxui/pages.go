@@ -79,6 +79,9 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		seen := map[string]bool{}
 		for _, c := range t.TopicStatus.Consumers {
 			seen[c.Consumer] = true
+			if reg := h.cfg.Registry; reg != nil && slices.Contains(reg.RemoteConsumers(t.Topic), c.Consumer) {
+				c.Remote = true
+			}
 			t.Consumers = append(t.Consumers, consumerRow{ConsumerStatus: c, Topic: t.Topic, Abandoned: t.Activity.AbandonedDeliveries[c.Consumer]})
 		}
 		for c, n := range t.Activity.AbandonedDeliveries {

@@ -60,6 +60,9 @@ var (
 	// that is not abandoned (pending, completed or missing).
 	ErrNotAbandoned = errors.New("outbox: record is not abandoned")
 
+	// ErrConsumerDeclared is wrapped by [*ConsumerDeclaredError].
+	ErrConsumerDeclared = errors.New("outbox: the consumer is still declared")
+
 	// ErrNotSupported is wrapped when a store lacks an optional operation a
 	// call needs, such as [TxInserter] or [TxCompleter].
 	ErrNotSupported = errors.New("outbox: not supported by the store")
@@ -130,3 +133,29 @@ func (e *HeldError) Error() string {
 
 // Unwrap returns [ErrHeld].
 func (e *HeldError) Unwrap() error { return ErrHeld }
+
+// ConsumerDeclaredError is returned by the Retire of a [ConsumerDeclarer]
+// asked to retire a consumer that the topic's latest declaration lists:
+// the service's latest start still declares it, Since ago by the database
+// clock, so it may still run. Nothing was completed.
+type ConsumerDeclaredError struct {
+	Topic    string
+	Consumer string
+	// Remote reports that it is declared a remote consumer.
+	Remote bool
+	Since  time.Duration
+}
+
+// Error implements error.
+func (e *ConsumerDeclaredError) Error() string {
+	kind, field := "consumer", "Consumers"
+	if e.Remote {
+		kind, field = "remote consumer", "RemoteConsumers"
+	}
+	return fmt.Sprintf("outbox: %s %q of topic %q is declared by the latest start of its service, %v ago: "+
+		"it may still run, so its deliveries are not completed; remove it from Tracked.%s and restart the service first",
+		kind, e.Consumer, e.Topic, e.Since.Round(time.Second), field)
+}
+
+// Unwrap returns [ErrConsumerDeclared].
+func (e *ConsumerDeclaredError) Unwrap() error { return ErrConsumerDeclared }

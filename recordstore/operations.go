@@ -154,7 +154,36 @@ type ConsumerRetirer interface {
 	// keeps what it did and can be run again. It returns how many
 	// deliveries it completed; zero, and no error, when the consumer has
 	// none pending. Records saved without consumers are not touched.
+	//
+	// A store that is also a [ConsumerDeclarer] refuses, completing
+	// nothing, a consumer that the topic's latest declaration lists: it
+	// returns a [*ConsumerDeclaredError]. A topic never declared in the
+	// store is retired as asked.
 	Retire(ctx context.Context, topic, consumer string) (int, error)
+}
+
+// Declaration is what one start of a service declares of one tracked
+// topic: its consumers in services that share the store, and its remote
+// consumers, which confirm over the broker (outbox.Tracked.Consumers and
+// RemoteConsumers). A topic with one receiver declares neither.
+type Declaration struct {
+	Topic           string
+	Consumers       []string
+	RemoteConsumers []string
+}
+
+// ConsumerDeclarer is implemented by a [Store] that keeps what the latest
+// start of a service declared of each of its topics, so that tools without
+// the service's registry know it: its [ConsumerRetirer] refuses a consumer
+// still declared, and its [StatusReader] tells remote consumers
+// ([ConsumerStatus.Remote]).
+type ConsumerDeclarer interface {
+	// DeclareConsumers records the declarations of a start, by the
+	// database clock, in one statement: each topic's declaration replaces
+	// the one an earlier start wrote, so that a consumer it no longer
+	// lists stops counting as declared. Topics it does not name keep
+	// theirs. outbox.Replay calls it once per store at each start.
+	DeclareConsumers(ctx context.Context, decls []Declaration) error
 }
 
 // TopicStatus is the state of one tracked topic's records in its store.
@@ -202,6 +231,12 @@ type TopicStatus struct {
 // are zero in the result of PendingStatus. Unchecked is Pending when the
 // consumer was never seen ([ReceiverRecorder]) and zero once it was; Seen
 // and SinceSeen are the consumer's own, as in [TopicStatus].
+//
+// Remote reports a remote consumer (outbox.Tracked.RemoteConsumers), as
+// the latest declaration that listed it says ([ConsumerDeclarer]): its
+// Pending deliveries await its confirmation over the broker, the oldest
+// for OldestPending. False on a store that keeps no declarations, unless
+// outbox.ReadStatus sets it from the registry.
 type ConsumerStatus struct {
 	Consumer      string
 	Pending       int64
@@ -211,6 +246,7 @@ type ConsumerStatus struct {
 	Unchecked     int64
 	Seen          bool
 	SinceSeen     time.Duration
+	Remote        bool
 }
 
 // ReceiverRecorder is implemented by a [Store] that remembers which
@@ -267,17 +303,20 @@ func (s TopicStatus) MarshalJSON() ([]byte, error) {
 	}{s.Topic, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked, secondsAgo(s.Seen, s.SinceSeen), s.BlockedKeys, s.Consumers})
 }
 
-// MarshalJSON writes the status with snake_case keys and ages in seconds.
+// MarshalJSON writes the status with snake_case keys and ages in seconds;
+// a remote consumer's pending deliveries are those awaiting its
+// confirmation.
 func (s ConsumerStatus) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
 		Consumer      string   `json:"consumer"`
+		Remote        bool     `json:"remote"`
 		Pending       int64    `json:"pending"`
 		OldestPending float64  `json:"oldest_pending_seconds"`
 		Abandoned     int64    `json:"abandoned"`
 		Completed     int64    `json:"completed"`
 		Unchecked     int64    `json:"unchecked"`
 		LastSeen      *float64 `json:"last_seen_seconds_ago"`
-	}{s.Consumer, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked, secondsAgo(s.Seen, s.SinceSeen)})
+	}{s.Consumer, s.Remote, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked, secondsAgo(s.Seen, s.SinceSeen)})
 }
 
 // secondsAgo is a last-seen age in seconds, nil when never seen.

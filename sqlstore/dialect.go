@@ -117,6 +117,9 @@ type Dialect struct {
 	// a column list) match a row of the table updates that row with {set}
 	// instead.
 	upsertSQL string
+	// insertedSQL is, in an upsert's {set}, the value of column {col} in
+	// the row the INSERT would have added.
+	insertedSQL string
 	// deleteOldestSQL deletes at most {limit} (a placeholder) rows of the
 	// quoted {table} that match {cond}, those first whose {order} column
 	// is lowest.
@@ -265,6 +268,8 @@ func (d *Dialect) upsert(conflict, set string) string {
 	return fill(d.upsertSQL, "{conflict}", conflict, "{set}", set)
 }
 
+func (d *Dialect) inserted(col string) string { return fill(d.insertedSQL, "{col}", col) }
+
 func (d *Dialect) deleteOldest(table, cond, order, limit string) string {
 	return fill(d.deleteOldestSQL, "{table}", table, "{cond}", cond, "{order}", order, "{limit}", limit)
 }
@@ -292,3 +297,7 @@ const textVersionTableDDL = `CREATE TABLE IF NOT EXISTS {vt} (
 
 // onConflictUpdate is the upsert of the dialects with INSERT … ON CONFLICT.
 const onConflictUpdate = " ON CONFLICT ({conflict}) DO UPDATE SET {set}"
+
+// excludedColumn is the inserted value of the dialects with INSERT … ON
+// CONFLICT.
+const excludedColumn = "excluded.{col}"

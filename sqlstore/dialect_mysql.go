@@ -141,6 +141,9 @@ func mysqlDialect(noReturning bool) *Dialect {
 		// unique key, which is the one named on the tables it is used on
 		// (their primary key).
 		upsertSQL: " ON DUPLICATE KEY UPDATE {set}",
+		// insertedSQL: VALUES(col), which MariaDB keeps and MySQL 8
+		// still takes beside its row alias.
+		insertedSQL: "VALUES({col})",
 		// deleteOldestSQL: MySQL's single-table DELETE has ORDER BY and
 		// LIMIT (and refuses a LIMIT in an IN subquery of its own table).
 		deleteOldestSQL: "DELETE FROM {table} WHERE {cond} ORDER BY {order} LIMIT {limit}",

@@ -93,6 +93,7 @@ RETURNING id`,
 	// transaction instead.
 	skipDuplicates: " ON CONFLICT DO NOTHING",
 	upsertSQL:      onConflictUpdate,
+	insertedSQL:    excludedColumn,
 	// deleteOldestSQL picks the rows in a subquery, since PostgreSQL's
 	// DELETE has no LIMIT, skipping those another delete holds, and
 	// deletes them by ctid: matched by key instead, the plan hash-joined

@@ -76,6 +76,7 @@ var sqlite = Dialect{
 	// for the write lock.
 	skipDuplicates: " ON CONFLICT DO NOTHING",
 	upsertSQL:      onConflictUpdate,
+	insertedSQL:    excludedColumn,
 	// deleteOldestSQL picks the rows by rowid, since the driver's SQLite is
 	// built without DELETE … LIMIT.
 	deleteOldestSQL: "DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {cond} ORDER BY {order} LIMIT {limit})",

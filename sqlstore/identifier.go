@@ -11,15 +11,16 @@ const maxIdentifier = 63
 
 // maxTableName leaves room, within maxIdentifier, for the longest name the
 // store derives from the table: its index names (<table>_abandoned), its
-// consumers table (<table>_consumers) and its receivers table
-// (<table>_receivers).
+// consumers table (<table>_consumers), its receivers table
+// (<table>_receivers) and its declarations table (<table>_declared).
 const maxTableName = 48
 
 // derivedSuffixes are appended to the table name to name the other objects
 // of its schema: indexes, the consumers table and its own index and key,
-// the receivers table and its key, and the keys and index of an inbox
-// table.
-var derivedSuffixes = []string{"_pending", "_abandoned", "_processed", "_origin", consumersSuffix, "_c_pending", "_c_pkey", receiversSuffix, "_r_pkey", "_id_seq", "_pkey", "_bkey", "_handled"}
+// the receivers table and its key, the declarations table and its key, and
+// the keys and index of an inbox table.
+var derivedSuffixes = []string{"_pending", "_abandoned", "_processed", "_origin", consumersSuffix, "_c_pending", "_c_pkey", receiversSuffix, "_r_pkey",
+	declaredSuffix, "_d_pkey", "_id_seq", "_pkey", "_bkey", "_handled"}
 
 // consumersSuffix names the table of per-consumer deliveries.
 const consumersSuffix = "_consumers"
@@ -32,6 +33,13 @@ const receiversSuffix = "_receivers"
 
 // receiversTable is the name of the receivers table of a record table.
 func receiversTable(table string) string { return table + receiversSuffix }
+
+// declaredSuffix names the table of the consumers each topic's latest
+// start declared.
+const declaredSuffix = "_declared"
+
+// declaredTable is the name of the declarations table of a record table.
+func declaredTable(table string) string { return table + declaredSuffix }
 
 // tableName is a validated table name: a plain identifier, or one qualified
 // by a schema (schema.table). The objects the store derives from the table
@@ -102,12 +110,15 @@ func validateTable(name string) error {
 		return fmt.Errorf("%w: %q must match [A-Za-z_][A-Za-z0-9_]*", ErrInvalidTable, name)
 	}
 	// The names of the store's own tables: the version table, which every
-	// store of a schema shares, and another store's consumers table.
+	// store of a schema shares, and another store's consumers or
+	// declarations table.
 	if strings.EqualFold(name, VersionTable) {
 		return fmt.Errorf("%w: %q is the name of the stores' schema version table", ErrInvalidTable, name)
 	}
-	if len(name) > len(consumersSuffix) && strings.EqualFold(name[len(name)-len(consumersSuffix):], consumersSuffix) {
-		return fmt.Errorf("%w: %q ends in %q, which names the consumers table of the store of %q", ErrInvalidTable, name, consumersSuffix, name[:len(name)-len(consumersSuffix)])
+	for _, own := range []struct{ suffix, what string }{{consumersSuffix, "consumers"}, {declaredSuffix, "declarations"}} {
+		if len(name) > len(own.suffix) && strings.EqualFold(name[len(name)-len(own.suffix):], own.suffix) {
+			return fmt.Errorf("%w: %q ends in %q, which names the %s table of the store of %q", ErrInvalidTable, name, own.suffix, own.what, name[:len(name)-len(own.suffix)])
+		}
 	}
 	return nil
 }

@@ -75,6 +75,7 @@ func TestQualifiedStatementsOnlyQualifyTheTables(t *testing.T) {
 			q("t"), q("s")+"."+q("t"),
 			q("t_consumers"), q("s")+"."+q("t_consumers"),
 			q("t_receivers"), q("s")+"."+q("t_receivers"),
+			q("t_declared"), q("s")+"."+q("t_declared"),
 			q(VersionTable), q("s")+"."+q(VersionTable),
 			"table_schema = DATABASE()", "table_schema = 's'", // MySQL's version table lookup
 		)
@@ -90,7 +91,7 @@ func TestQualifiedStatementsOnlyQualifyTheTables(t *testing.T) {
 				if got[name] != w {
 					t.Errorf("%s %v %s:\n got %s\nwant %s", d.Name(), mode, name, got[name], w)
 				}
-				if !dropIndex && strings.Contains(strings.NewReplacer(q("s")+"."+q("t_consumers"), "", q("s")+"."+q("t_receivers"), "").Replace(got[name]), q("s")+"."+q("t_")) {
+				if !dropIndex && strings.Contains(strings.NewReplacer(q("s")+"."+q("t_consumers"), "", q("s")+"."+q("t_receivers"), "", q("s")+"."+q("t_declared"), "").Replace(got[name]), q("s")+"."+q("t_")) {
 					t.Errorf("%s %v %s qualifies an index name: %s", d.Name(), mode, name, got[name])
 				}
 			}
@@ -152,7 +153,7 @@ func TestValidateTableLeavesRoomForDerivedNames(t *testing.T) {
 		}
 	}
 	data := templateData{d: Postgres(), table: tableName{name: longest}}
-	for _, name := range []string{data.ConsumersTable(), data.ConsumersIndex("pending"), data.ConsumersIndex("pkey"), data.ReceiversTable(), data.ReceiversIndex("pkey")} {
+	for _, name := range []string{data.ConsumersTable(), data.ConsumersIndex("pending"), data.ConsumersIndex("pkey"), data.ReceiversTable(), data.ReceiversIndex("pkey"), data.DeclaredTable(), data.DeclaredIndex("pkey")} {
 		if n := len(strings.Trim(name, `"`)); n > maxIdentifier {
 			t.Errorf("%s is %d bytes, over the limit", name, n)
 		}
@@ -191,7 +192,7 @@ func TestNewRefusesBadConfigBeforeSQL(t *testing.T) {
 func TestNewRefusesTheVersionTable(t *testing.T) {
 	t.Parallel()
 	for _, d := range []*Dialect{Postgres(), MySQL(), SQLite()} {
-		for _, table := range []string{VersionTable, "app." + VersionTable, "orders_consumers"} {
+		for _, table := range []string{VersionTable, "app." + VersionTable, "orders_consumers", "orders_declared"} {
 			if d.schemaExists == "" && strings.Contains(table, ".") {
 				continue
 			}

@@ -139,6 +139,16 @@ func (t templateData) ReceiversIndex(suffix string) string {
 	return t.d.quote(t.table.name + "_r_" + suffix)
 }
 
+// DeclaredTable is the table of the consumers each topic's latest start
+// declared.
+func (t templateData) DeclaredTable() string { return t.table.in(t.d, declaredTable(t.table.name)) }
+
+// DeclaredIndex names a key of the declarations table, kept short as
+// ConsumersIndex is.
+func (t templateData) DeclaredIndex(suffix string) string {
+	return t.d.quote(t.table.name + "_d_" + suffix)
+}
+
 // statements splits a rendered migration at semicolons that end a line.
 func statements(sqlText string) []string {
 	var out []string

@@ -127,6 +127,15 @@ type queries struct {
 	sawReceiver string
 	receivers   string
 	unchecked   string
+	// declare begins the statement that records a start's declarations,
+	// whose rows follow it, then declareUpsert; declaredConsumer reads
+	// whether a topic's latest declaration lists a consumer, and when;
+	// remoteConsumers reads the consumers declared remote
+	// (declarations.go).
+	declare          string
+	declareUpsert    string
+	declaredConsumer string
+	remoteConsumers  string
 
 	// list reads the records of a state (no Completed on a deleting
 	// table), get one record, both with the columns scanInfos reads.
@@ -168,6 +177,7 @@ type fragments struct {
 	table tableName
 	t, tc string // the quoted record and consumers tables
 	tr    string // the quoted receivers table
+	td    string // the quoted declarations table
 	clock string
 	mark  bool
 	// pending selects a pending record: neither completed (on a marking
@@ -223,7 +233,8 @@ func (f fragments) wait(col string) string {
 // made, so that its methods only execute them.
 func buildQueries(d *Dialect, table tableName, mode Completion, durable bool) *queries {
 	f := fragments{d: d, table: table, t: table.quoted(d), tc: table.in(d, consumersTable(table.name)),
-		tr: table.in(d, receiversTable(table.name)), clock: d.clock, mark: mode == Mark, pending: "abandoned_at IS NULL"}
+		tr: table.in(d, receiversTable(table.name)), td: table.in(d, declaredTable(table.name)),
+		clock: d.clock, mark: mode == Mark, pending: "abandoned_at IS NULL"}
 	if !durable {
 		f.lazy = d.lazyCommit
 	}
@@ -240,6 +251,7 @@ func buildQueries(d *Dialect, table tableName, mode Completion, durable bool) *q
 	q.buildResend(f)
 	q.buildStatus(f)
 	q.buildReceivers(f)
+	q.buildDeclarations(f)
 	q.buildAdmin(f)
 	q.buildBrowse(f)
 	q.buildSchema(f)

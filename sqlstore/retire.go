@@ -28,9 +28,18 @@ ORDER BY c.record_id LIMIT %s`, f.tc, f.t, f.p(1), f.p(2), f.p(3), cPending, f.p
 // (the record's row locked first, then rolled up: marked, or deleted with
 // its delivery rows, once no delivery is left pending), and returns how
 // many it completed, also when it stops on an error.
+//
+// First it reads the topic's latest declaration ([Store.DeclareConsumers],
+// which outbox.Replay calls at each start): a consumer it lists is refused
+// with a [*recordstore.ConsumerDeclaredError], nothing completed. A topic
+// no start declared (a table of a service that does not replay, or of a
+// version before declarations) is retired as asked.
 func (s *Store) Retire(ctx context.Context, topic, consumer string) (int, error) {
 	db, err := s.pool()
 	if err != nil {
+		return 0, err
+	}
+	if err := s.checkDeclared(ctx, db, topic, consumer); err != nil {
 		return 0, err
 	}
 	total := 0

@@ -14,7 +14,8 @@ var _ recordstore.StatusReader = (*Store)(nil)
 
 // PendingStatus implements [recordstore.StatusReader]. It reads the pending
 // records, and the pending deliveries, only, through the pending indexes,
-// and the receivers table, a row per topic and consumer seen.
+// the receivers table, a row per topic and consumer seen, and the remote
+// consumers of the declarations table.
 func (s *Store) PendingStatus(ctx context.Context) ([]recordstore.TopicStatus, error) {
 	return s.readStatus(ctx, s.q.pendingStatus, s.q.consumerPendingStatus, false)
 }
@@ -44,6 +45,9 @@ func (s *Store) readStatus(ctx context.Context, names, consumers string, full bo
 		out[i].Consumers = byName[out[i].Topic]
 	}
 	if err := s.addBlockedKeys(ctx, db, out); err != nil {
+		return nil, err
+	}
+	if err := s.addRemote(ctx, db, out); err != nil {
 		return nil, err
 	}
 	return s.addReceivers(ctx, db, out)

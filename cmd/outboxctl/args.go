@@ -35,21 +35,36 @@ type cli struct {
 	json                bool
 
 	// The flags of the commands; each invocation runs one command.
-	state     string
-	after     int64
-	limit     int
-	dryRun    bool
-	batch     int
-	olderThan time.Duration
-	topic     string
-	consumer  string
-	addr      string
-	actions   bool
+	state      string
+	after      int64
+	limit      int
+	dryRun     bool
+	batch      int
+	olderThan  time.Duration
+	topic      string
+	consumer   string
+	addr       string
+	actions    bool
+	allowHosts hostList
 
 	cmd         *command
 	args        []string
 	out, errOut io.Writer
 	getenv      func(string) string
+}
+
+// hostList is the value of a flag that adds a host name each time it is
+// given.
+type hostList []string
+
+func (h *hostList) String() string { return strings.Join(*h, ",") }
+
+func (h *hostList) Set(name string) error {
+	if name == "" {
+		return errors.New("empty host name")
+	}
+	*h = append(*h, name)
+	return nil
 }
 
 // globalFlags defines the flags every command accepts on fs.

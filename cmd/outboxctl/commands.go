@@ -31,7 +31,8 @@ func noFlags(*cli, *flag.FlagSet) {}
 var commands = []*command{
 	{
 		name: "status", summary: "per topic: pending, oldest pending, abandoned, completed",
-		doc:     "Counts the records of each topic by state, with the age of the oldest pending one.",
+		doc: "Counts the records of each topic by state, with the age of the oldest pending one; then,\n" +
+			"for each remote consumer, its deliveries awaiting confirmation and the age of the oldest.",
 		example: "outboxctl -dsn file:outbox.db status",
 		define:  noFlags, run: (*cli).status,
 	},
@@ -89,7 +90,8 @@ var commands = []*command{
 		doc: "Completes every pending delivery of a consumer to a topic's records, as if it had handled\n" +
 			"them, and completes each record none of whose deliveries is left pending: for a consumer\n" +
 			"removed from Tracked.Consumers, or the old name of a renamed one, which the service\n" +
-			"reports at start. Run it once the service no longer declares the consumer.",
+			"reports at start. It refuses, exiting 1, a consumer that the latest start of a service\n" +
+			"on the table declared: redeploy the service without it first.",
 		example: "outboxctl retire -topic orders -consumer stats",
 		define: func(c *cli, fs *flag.FlagSet) {
 			fs.StringVar(&c.topic, "topic", "", "the tracked `topic` (required)")
@@ -98,15 +100,19 @@ var commands = []*command{
 		run: (*cli).retire,
 	},
 	{
-		name: "serve", synopsis: "[-addr HOST:PORT] [-actions]", summary: "serve the dashboard of the table over HTTP",
+		name: "serve", synopsis: "[-addr HOST:PORT] [-actions] [-allow-host NAME]...", summary: "serve the dashboard of the table over HTTP",
 		doc: "Serves the outboxui dashboard of the table: per topic and consumer the backlog, its\n" +
 			"last hour as a chart, the records and each record's page. With -actions the pages can\n" +
-			"requeue, make due and retire, as the commands do. It has no authentication: keep -addr\n" +
-			"on the loopback (the default) or behind one. It runs until interrupted.",
+			"requeue, make due and retire, as the commands do; retire asks first. It has no\n" +
+			"authentication: keep -addr on the loopback (the default) or behind one. It answers only\n" +
+			"requests for its listen address and the loopback names (localhost, 127.0.0.1, [::1],\n" +
+			"with its port), and for the names of -allow-host: any other Host gets 421, so that a\n" +
+			"page of another site cannot reach it under a name of its own. It runs until interrupted.",
 		example: "outboxctl -dsn postgres://localhost/app serve -addr 127.0.0.1:8080",
 		define: func(c *cli, fs *flag.FlagSet) {
 			fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen on `host:port`")
 			fs.BoolVar(&c.actions, "actions", false, "turn on the pages' actions (requeue, make due, retire)")
+			fs.Var(&c.allowHosts, "allow-host", "also answer requests for `name` (with the port, or without it and with the listen port); repeat it for more")
 		},
 		run: (*cli).serve,
 	},

@@ -195,6 +195,18 @@ func TestListSaysThereAreMore(t *testing.T) {
 	assert.NotContains(t, r.stdout, "next_after")
 }
 
+// payments saves n records of "payments" with the consumers "email" and
+// "stats".
+func (f *fixture) payments(t *testing.T, n int) []recordstore.Record {
+	t.Helper()
+	recs := make([]recordstore.Record, n)
+	for i := range recs {
+		recs[i] = recordstore.Record{Topic: "payments", UUID: fmt.Sprintf("payment-%d", i), Consumers: []string{"email", "stats"}}
+	}
+	require.NoError(t, f.store.Insert(t.Context(), recs))
+	return recs
+}
+
 // TestRetire retires a consumer no longer declared on every database: its
 // pending deliveries are completed, and the records no other consumer
 // waits for with them.
@@ -202,11 +214,7 @@ func TestRetire(t *testing.T) {
 	t.Parallel()
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend) {
 		f := newFixture(t, b)
-		recs := make([]recordstore.Record, 3)
-		for i := range recs {
-			recs[i] = recordstore.Record{Topic: "payments", UUID: fmt.Sprintf("payment-%d", i), Consumers: []string{"email", "stats"}}
-		}
-		require.NoError(t, f.store.Insert(t.Context(), recs))
+		recs := f.payments(t, 3)
 		for _, r := range recs[:2] {
 			require.NoError(t, f.store.Complete(t.Context(), recordstore.Delivery{ID: r.ID, Topic: "payments", Consumer: "email"}))
 		}
@@ -227,6 +235,76 @@ func TestRetire(t *testing.T) {
 		require.Zero(t, r.code, r.stderr)
 		assert.Regexp(t, `\norders\s+2\s+\S+\s+1\s+1\s`, r.stdout, "another topic is not touched")
 		assert.Regexp(t, `\npayments\s+1\s+\S+\s+0\s+2\s`, r.stdout)
+	})
+}
+
+// TestRetireRefusesAConsumerTheLatestStartDeclares, on every database: a
+// service shares the table with another whose consumer "stats" is down,
+// with 3 deliveries pending; the latest start of the service declared
+// "email" and "stats". outboxctl retire refuses "stats", exiting 1, until a
+// start declares "email" alone.
+func TestRetireRefusesAConsumerTheLatestStartDeclares(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend) {
+		f := newFixture(t, b)
+		f.payments(t, 3)
+		declare := func(consumers ...string) {
+			t.Helper()
+			require.NoError(t, f.store.DeclareConsumers(t.Context(), []recordstore.Declaration{{Topic: "payments", Consumers: consumers}}))
+		}
+		declare("email", "stats")
+
+		r := f.ctl(t, "retire", "-topic", "payments", "-consumer", "stats")
+		assert.Equal(t, exitFail, r.code)
+		assert.Regexp(t, `^outboxctl: outbox: consumer "stats" of topic "payments" is declared by the latest start of its service, \S+ ago: .*remove it from Tracked.Consumers and restart the service first\n$`, r.stderr)
+		assert.Empty(t, r.stdout)
+		pending, err := f.store.PendingAfter(t.Context(), "payments", 0, 10)
+		require.NoError(t, err)
+		assert.Len(t, pending, 3, "nothing was completed")
+
+		declare("email")
+		r = f.ctl(t, "retire", "-topic", "payments", "-consumer", "stats")
+		require.Zero(t, r.code, r.stderr)
+		assert.Equal(t, "3 pending deliveries of consumer \"stats\" to topic \"payments\" completed\n", r.stdout)
+	})
+}
+
+// TestStatusShowsTheDeliveriesAwaitingConfirmation, on every database: a
+// topic with a local consumer and a remote one (a service with a database
+// of its own, which confirms over the broker), as the latest start
+// declared them.
+func TestStatusShowsTheDeliveriesAwaitingConfirmation(t *testing.T) {
+	t.Parallel()
+	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend) {
+		f := newFixture(t, b)
+		recs := []recordstore.Record{
+			{Topic: "payments", UUID: "payment-1", Consumers: []string{"email", "billing"}},
+			{Topic: "payments", UUID: "payment-2", Consumers: []string{"email", "billing"}},
+		}
+		require.NoError(t, f.store.Insert(t.Context(), recs))
+		require.NoError(t, f.store.Complete(t.Context(), recordstore.Delivery{ID: recs[0].ID, Topic: "payments", Consumer: "email"}))
+		r := f.ctl(t, "status")
+		require.Zero(t, r.code, r.stderr)
+		assert.NotContains(t, r.stdout, "REMOTE CONSUMER", "no start declared a remote consumer")
+
+		require.NoError(t, f.store.DeclareConsumers(t.Context(), []recordstore.Declaration{{Topic: "payments", Consumers: []string{"email"}, RemoteConsumers: []string{"billing"}}}))
+		r = f.ctl(t, "status")
+		require.Zero(t, r.code, r.stderr)
+		assert.Regexp(t, `\n\nREMOTE CONSUMER\s+TOPIC\s+AWAITING CONFIRMATION\s+OLDEST\s+LAST SEEN\nbilling\s+payments\s+2\s+\S+\s+never\n$`, r.stdout)
+
+		r = f.ctl(t, "-json", "status")
+		require.Zero(t, r.code, r.stderr)
+		var status statusJSON
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &status), r.stdout)
+		require.Len(t, status.Topics, 2)
+		payments := status.Topics[1]
+		require.Equal(t, "payments", payments.Topic)
+		require.Len(t, payments.Consumers, 2)
+		assert.Equal(t, "billing", payments.Consumers[0].Consumer)
+		assert.True(t, payments.Consumers[0].Remote)
+		assert.Equal(t, int64(2), payments.Consumers[0].Pending)
+		assert.Positive(t, payments.Consumers[0].OldestPending)
+		assert.False(t, payments.Consumers[1].Remote)
 	})
 }
 

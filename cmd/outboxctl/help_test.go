@@ -87,7 +87,7 @@ func TestEveryCommandHasHelp(t *testing.T) {
 	flags := map[string][]string{
 		"status": nil, "list": {"-state", "-after", "-limit"}, "show": nil,
 		"due": {"-dry-run", "-batch"}, "requeue": nil, "clean": {"-older-than", "-batch"},
-		"retire": {"-topic", "-consumer"}, "serve": {"-addr", "-actions"},
+		"retire": {"-topic", "-consumer"}, "serve": {"-addr", "-actions", "-allow-host"},
 	}
 	require.Len(t, commands, len(flags))
 	for _, cmd := range commands {

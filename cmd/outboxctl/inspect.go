@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -21,11 +22,37 @@ func (c *cli) status(ctx context.Context, s *sqlstore.Store) error {
 		}
 		return c.printJSON(statusJSON{Table: s.Table(), Completion: s.Completion().String(), Topics: topics})
 	}
-	return c.printTable("TOPIC\tPENDING\tOLDEST PENDING\tABANDONED\tCOMPLETED\tUNCHECKED\tBLOCKED KEYS\tLAST SEEN", func(w io.Writer) {
+	err = c.printTable("TOPIC\tPENDING\tOLDEST PENDING\tABANDONED\tCOMPLETED\tUNCHECKED\tBLOCKED KEYS\tLAST SEEN", func(w io.Writer) {
 		for _, st := range sts {
-			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\n", st.Topic, st.Pending, age(st.OldestPending), st.Abandoned, st.Completed, st.Unchecked, st.BlockedKeys, lastSeen(st))
+			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\n", st.Topic, st.Pending, age(st.OldestPending), st.Abandoned, st.Completed, st.Unchecked, st.BlockedKeys, lastSeen(st.Seen, st.SinceSeen))
 		}
 	})
+	if err != nil || !hasRemote(sts) {
+		return err
+	}
+	fmt.Fprintln(c.out)
+	return c.printTable("REMOTE CONSUMER\tTOPIC\tAWAITING CONFIRMATION\tOLDEST\tLAST SEEN", func(w io.Writer) {
+		for _, st := range sts {
+			for _, cs := range st.Consumers {
+				if cs.Remote {
+					fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", cs.Consumer, st.Topic, cs.Pending, age(cs.OldestPending), lastSeen(cs.Seen, cs.SinceSeen))
+				}
+			}
+		}
+	})
+}
+
+// hasRemote reports whether a topic of the status has a remote consumer,
+// which status lists with its deliveries awaiting confirmation.
+func hasRemote(sts []outbox.TopicStatus) bool {
+	for _, st := range sts {
+		for _, cs := range st.Consumers {
+			if cs.Remote {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // listBytes bounds what one page of list holds in payloads and metadata.

@@ -73,8 +73,11 @@ type topicJSON struct {
 	Consumers       []consumerJSON `json:"consumers,omitempty"`
 }
 
+// consumerJSON is a consumer's share of a topic's status; a remote
+// consumer's pending deliveries await its confirmation.
 type consumerJSON struct {
 	Consumer        string   `json:"consumer"`
+	Remote          bool     `json:"remote"`
 	Pending         int64    `json:"pending"`
 	OldestPending   float64  `json:"oldest_pending_seconds"`
 	Abandoned       int64    `json:"abandoned"`
@@ -87,7 +90,7 @@ func toTopicJSON(st outbox.TopicStatus) topicJSON {
 	j := topicJSON{Topic: st.Topic, Pending: st.Pending, OldestPending: st.OldestPending.Seconds(), Abandoned: st.Abandoned, Completed: st.Completed,
 		Unchecked: st.Unchecked, LastSeenSecsAgo: secondsAgo(st.Seen, st.SinceSeen), BlockedKeys: st.BlockedKeys}
 	for _, cs := range st.Consumers {
-		j.Consumers = append(j.Consumers, consumerJSON{Consumer: cs.Consumer, Pending: cs.Pending, OldestPending: cs.OldestPending.Seconds(),
+		j.Consumers = append(j.Consumers, consumerJSON{Consumer: cs.Consumer, Remote: cs.Remote, Pending: cs.Pending, OldestPending: cs.OldestPending.Seconds(),
 			Abandoned: cs.Abandoned, Completed: cs.Completed, Unchecked: cs.Unchecked, LastSeenSecsAgo: secondsAgo(cs.Seen, cs.SinceSeen)})
 	}
 	return j
@@ -102,13 +105,13 @@ func secondsAgo(seen bool, since time.Duration) *float64 {
 	return &s
 }
 
-// lastSeen is the LAST SEEN column of a topic: when a receiver of it was
-// last seen checking its records.
-func lastSeen(st outbox.TopicStatus) string {
-	if !st.Seen {
+// lastSeen is a LAST SEEN column: when a receiver of the topic, or the
+// consumer, was last seen checking or confirming its records.
+func lastSeen(seen bool, since time.Duration) string {
+	if !seen {
 		return "never"
 	}
-	return age(st.SinceSeen) + " ago"
+	return age(since) + " ago"
 }
 
 func toJSON(r sqlstore.RecordInfo, full bool) recordJSON {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -15,21 +16,22 @@ import (
 )
 
 // serve serves the dashboard under /outbox/ until ctx ends (the
-// interrupt).
+// interrupt), to the Host values of servedHosts alone.
 func (c *cli) serve(ctx context.Context, s *sqlstore.Store) error {
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer ln.Close()
 	logger := watermill.NewStdLoggerWithOut(c.errOut, false, false)
-	ui, err := outboxui.New(s, outboxui.Config{Actions: c.actions}, logger)
+	ui, err := outboxui.New(s, outboxui.Config{Actions: c.actions, AllowedHosts: servedHosts(c.addr, ln.Addr(), c.allowHosts)}, logger)
 	if err != nil {
 		return err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/outbox/", http.StripPrefix("/outbox", ui))
 	mux.Handle("/{$}", http.RedirectHandler("/outbox/", http.StatusFound))
-	ln, err := net.Listen("tcp", c.addr)
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: ui.Guard(mux), ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(c.errOut, "outboxctl: dashboard on http://%s/outbox/\n", ln.Addr())
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
@@ -47,4 +49,32 @@ func (c *cli) serve(ctx context.Context, s *sqlstore.Store) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// servedHosts are the Host values serve answers: the listen address as
+// given and as bound, the loopback names, each with the bound port, and
+// the names of -allow-host, with the port or, when they have none, both
+// without it (behind a proxy on the default port) and with the bound one.
+func servedHosts(addr string, bound net.Addr, extra []string) []string {
+	_, port, err := net.SplitHostPort(bound.String())
+	if err != nil {
+		return []string{bound.String()}
+	}
+	out := []string{bound.String()}
+	withPort := func(host string) { out = append(out, net.JoinHostPort(host, port)) }
+	for _, host := range []string{"localhost", "127.0.0.1", "::1"} {
+		withPort(host)
+	}
+	if host, _, err := net.SplitHostPort(addr); err == nil && host != "" {
+		withPort(host)
+	}
+	for _, name := range extra {
+		if _, _, err := net.SplitHostPort(name); err == nil {
+			out = append(out, name)
+			continue
+		}
+		out = append(out, name)
+		withPort(strings.Trim(name, "[]"))
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"regexp"
 	"testing"
 
@@ -46,4 +47,70 @@ func TestServe(t *testing.T) {
 
 	cancel()
 	assert.Equal(t, exitOK, <-code)
+}
+
+// startServe runs outboxctl serve with args on the fixture's table until
+// the test ends, and returns the dashboard's URL.
+func startServe(t *testing.T, f *fixture, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errR, errW := io.Pipe()
+	code := make(chan int, 1)
+	go func() {
+		defer errW.Close()
+		code <- run(ctx, append([]string{"-dsn", f.dsn, "-table", f.store.Table(), "serve", "-addr", "127.0.0.1:0"}, args...), io.Discard, errW, func(string) string { return "" })
+	}()
+	t.Cleanup(func() {
+		cancel()
+		assert.Equal(t, exitOK, <-code)
+	})
+	lines := bufio.NewScanner(errR)
+	require.True(t, lines.Scan(), "serve printed nothing")
+	m := regexp.MustCompile(`dashboard on (http://\S+/outbox/)$`).FindStringSubmatch(lines.Text())
+	require.NotNil(t, m, lines.Text())
+	go func() { _, _ = io.Copy(io.Discard, errR) }()
+	return m[1]
+}
+
+// TestServeAnswersOnlyItsHosts: outboxctl serve -actions on the loopback,
+// with -allow-host outbox.test; a page of evil.example, whose name its
+// owner resolves to 127.0.0.1, reads and posts with its own Host and
+// Origin. A consumer "stats" of "payments", of a service that shares the
+// table, has 2 deliveries pending.
+func TestServeAnswersOnlyItsHosts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testenv.Backends()[1])
+	f.payments(t, 2)
+	base := startServe(t, f, "-actions", "-allow-host", "outbox.test")
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	port := u.Port()
+	evil := "evil.example:" + port
+	pending := func() int64 { return testenv.ConsumerPending(t, f.store, "payments", "stats") }
+
+	_, page := testenv.Request(t, http.MethodGet, base, u.Host, nil, nil)
+	m := regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`).FindStringSubmatch(page)
+	require.NotNil(t, m, page)
+	token := m[1]
+	for _, target := range []string{base, base + "record?id=" + f.id(2), base + "style.css", "http://" + u.Host + "/"} {
+		code, body := testenv.Request(t, http.MethodGet, target, evil, nil, nil)
+		assert.Equal(t, http.StatusMisdirectedRequest, code, target)
+		assert.NotContains(t, body, token, target)
+		assert.NotContains(t, body, "orders", target)
+	}
+	form := url.Values{"csrf": {token}, "topic": {"payments"}, "consumer": {"stats"}, "confirm": {"yes"}}
+	code, _ := testenv.Request(t, http.MethodPost, base+"retire", evil, form, http.Header{"Origin": {"http://" + evil}, "Sec-Fetch-Site": {"same-origin"}})
+	assert.Equal(t, http.StatusMisdirectedRequest, code, "the forged Host")
+	code, _ = testenv.Request(t, http.MethodPost, base+"retire", u.Host, form, http.Header{"Origin": {"http://" + evil}, "Sec-Fetch-Site": {"same-origin"}})
+	assert.Equal(t, http.StatusForbidden, code, "the forged Origin, with a Host of the server")
+	assert.Equal(t, int64(2), pending(), "nothing was retired")
+
+	for _, host := range []string{"localhost:" + port, "127.0.0.1:" + port, "[::1]:" + port, "outbox.test", "outbox.test:" + port, "OUTBOX.test"} {
+		code, _ := testenv.Request(t, http.MethodGet, base, host, nil, nil)
+		assert.Equal(t, http.StatusOK, code, host)
+	}
+	code, body := testenv.Request(t, http.MethodPost, base+"retire", "localhost:"+port, form, http.Header{"Origin": {"http://localhost:" + port}, "Sec-Fetch-Site": {"same-origin"}})
+	assert.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `<b id="retired-count">2</b>`)
+	assert.Zero(t, pending())
 }

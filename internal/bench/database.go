@@ -176,6 +176,7 @@ func (d *database) drop(ctx context.Context, s *sqlstore.Store) {
 	_, _ = d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+s.Table())
 	_, _ = d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+s.Table()+"_consumers")
 	_, _ = d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+s.Table()+"_receivers")
+	_, _ = d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+s.Table()+"_declared")
 	_, _ = d.db.ExecContext(ctx, d.db.Rebind("DELETE FROM "+sqlstore.VersionTable+" WHERE table_name = ?"), s.Table())
 }
 

@@ -201,6 +201,7 @@ func DropTable(tb testing.TB, db *sqlx.DB, d *sqlstore.Dialect, table string) {
 	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table) // table names here are generated identifiers
 	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table+"_consumers")
 	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table+"_receivers")
+	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table+"_declared")
 	versions, key := VersionRow(table)
 	_, _ = db.ExecContext(ctx, db.Rebind("DELETE FROM "+versions+" WHERE table_name = ?"), key)
 }
@@ -257,4 +258,24 @@ func SchemaBackends() []Backend {
 		}
 	}
 	return out
+}
+
+// ConsumerPending is how many deliveries of topic the consumer has
+// pending in the store, as its pending status counts them.
+func ConsumerPending(tb testing.TB, s *sqlstore.Store, topic, consumer string) int64 {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sts, err := s.PendingStatus(ctx)
+	if err != nil {
+		tb.Fatalf("reading the pending status: %v", err)
+	}
+	for _, st := range sts {
+		for _, c := range st.Consumers {
+			if st.Topic == topic && c.Consumer == consumer {
+				return c.Pending
+			}
+		}
+	}
+	return 0
 }

@@ -168,6 +168,7 @@ func RunContract(t *testing.T, c Contract) {
 	t.Run("ConsumerStatus", s.testConsumerStatus)
 	t.Run("DeclaredConsumers", s.testDeclaredConsumers)
 	t.Run("Retire", s.testRetire)
+	t.Run("Declarations", s.testDeclarations)
 	t.Run("Receivers", s.testReceivers)
 	t.Run("Order", s.testOrder)
 }
