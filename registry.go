@@ -176,9 +176,9 @@ type Registry struct {
 	res     atomic.Pointer[resender]
 	resMu   sync.Mutex
 	senders []*resender
-	// background counts the completions running off the handler's path
-	// (MiddlewareConfig.CompleteInBackground).
-	background backgroundCompletions
+	// background counts what the outbox runs off the handlers' paths and
+	// the router plugins' loops (background.go).
+	background backgroundWork
 }
 
 // NewRegistry builds a registry of the tracked topics. Topics must be

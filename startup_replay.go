@@ -424,7 +424,7 @@ func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger
 			// Waits on the subscriptions' context too, so that a start
 			// that fails (a subscription refused) leaves no goroutine
 			// waiting for a router that will never run.
-			err := runWithRouter(func(context.Context) error {
+			err := runWithRouter(reg, func(context.Context) error {
 				r.afterRunning(router)
 				return nil
 			})(router)
