@@ -1,11 +1,15 @@
 package outbox
 
-// Completions in the background (MiddlewareConfig.CompleteInBackground):
-// the registry counts them, bounds them, and lets a service wait for them
-// before it stops.
+// Work in the background: what the outbox runs off a handler's path (the
+// completions of MiddlewareConfig.CompleteInBackground, a completion on the
+// router's acknowledgement, the resend of the next record of an order key,
+// a receiver seen, the drain of a failed start) and the loops its router
+// plugins run. The registry counts all of it, bounds the completions, and
+// lets a service wait for it before it stops.
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -14,30 +18,79 @@ import (
 // once; a handler that finishes beyond it completes on its own path.
 const maxBackground = 4096
 
-// backgroundCompletions counts the completions running in the background
-// and gathers them into batches.
-type backgroundCompletions struct {
+// backgroundWork counts the goroutines the outbox runs off a handler's
+// path and the router plugins' loops, and gathers the completions in the
+// background into batches.
+type backgroundWork struct {
 	mu      sync.Mutex
 	running int
 	idle    chan struct{} // closed when running drops to 0; nil while 0
-	// batch is closed when the gathering batch goes; nil while none
-	// gathers.
-	batch chan struct{}
+	// completions is how many of running are completions gathered into
+	// batches (bounded by maxBackground); batch is closed when the
+	// gathering batch goes, nil while none gathers.
+	completions int
+	batch       chan struct{}
+	// loops are the router plugins' loops that run.
+	loops []*pluginLoop
 }
 
-// start takes a place for one completion and returns the channel closed
-// when its batch goes, wait after the batch's first completion; false when
-// maxBackground run.
-func (b *backgroundCompletions) start(wait time.Duration) (<-chan struct{}, bool) {
+// pluginLoop is a router plugin's loop (the stale resubmitter's, the
+// cleaner's, a replay after the router runs), which runs as long as its
+// router does.
+type pluginLoop struct {
+	// stopping reports whether its router closes or has closed.
+	stopping func() bool
+	ended    chan struct{}
+}
+
+// spawn runs f in a goroutine that is counted until f returns.
+func (b *backgroundWork) spawn(f func()) {
+	b.add()
+	go func() {
+		defer b.done()
+		f()
+	}()
+}
+
+func (b *backgroundWork) add() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.running >= maxBackground {
-		return nil, false
-	}
+	b.addLocked()
+}
+
+func (b *backgroundWork) addLocked() {
 	if b.running == 0 {
 		b.idle = make(chan struct{})
 	}
 	b.running++
+}
+
+func (b *backgroundWork) done() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.doneLocked()
+}
+
+func (b *backgroundWork) doneLocked() {
+	b.running--
+	if b.running == 0 {
+		close(b.idle)
+		b.idle = nil
+	}
+}
+
+// startCompletion takes a place for one completion and returns the
+// channel closed when its batch goes, wait after the batch's first
+// completion; false when maxBackground run. Its goroutine calls
+// doneCompletion once it completed.
+func (b *backgroundWork) startCompletion(wait time.Duration) (<-chan struct{}, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.completions >= maxBackground {
+		return nil, false
+	}
+	b.completions++
+	b.addLocked()
 	if wait <= 0 {
 		return closed, true
 	}
@@ -54,45 +107,69 @@ func (b *backgroundCompletions) start(wait time.Duration) (<-chan struct{}, bool
 	return b.batch, true
 }
 
-// add counts one more piece of work in the background beyond the bound
-// of start: an insert whose publish has returned (publisher_decorator.go).
-func (b *backgroundCompletions) add() {
+// doneCompletion gives back the place of a completion that finished.
+func (b *backgroundWork) doneCompletion() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.running == 0 {
-		b.idle = make(chan struct{})
-	}
-	b.running++
+	b.completions--
+	b.doneLocked()
 }
 
-// done gives back the place of a completion that finished.
-func (b *backgroundCompletions) done() {
+// startLoop counts a router plugin's loop until end is called, once it
+// returned; stopping reports whether its router closes or has closed.
+func (b *backgroundWork) startLoop(stopping func() bool) (end func()) {
+	l := &pluginLoop{stopping: stopping, ended: make(chan struct{})}
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.running--
-	if b.running == 0 {
-		close(b.idle)
-		b.idle = nil
+	b.loops = append(b.loops, l)
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		b.loops = slices.DeleteFunc(b.loops, func(o *pluginLoop) bool { return o == l })
+		b.mu.Unlock()
+		close(l.ended)
 	}
 }
 
-// WaitCompletions waits until no completion runs in the background
-// ([MiddlewareConfig.CompleteInBackground]) and no insert of a publish that
-// returned before its answer ([NewPublisher]), or ctx ends, whose error it
-// returns. Call it after the router has closed and before the service
-// exits, so that the records of the last handled messages are complete
-// rather than sent again at the next start. With nothing in the background
-// it returns at once.
+// busy returns a channel to wait on while work runs: closed when the
+// goroutines counted are done, or when a loop of a closing router ended;
+// nil when nothing runs but the loops of routers that still run.
+func (b *backgroundWork) busy() <-chan struct{} {
+	b.mu.Lock()
+	idle, loops := b.idle, slices.Clone(b.loops)
+	b.mu.Unlock()
+	if idle != nil {
+		return idle
+	}
+	// Outside the lock: a router's IsClosed waits while its Close does,
+	// and Close waits for handlers that may be starting work.
+	for _, l := range loops {
+		if l.stopping() {
+			return l.ended
+		}
+	}
+	return nil
+}
+
+// WaitCompletions waits until nothing of the outbox runs in the
+// background, or ctx ends, whose error it returns. In the background run
+// the completions of [MiddlewareConfig.CompleteInBackground] and those
+// that follow the router's acknowledgement of a handler that produced
+// messages (with the inbox entries and confirmations of another service's
+// messages), the resends of the next record of an order key, the records
+// of receivers seen, the inserts of publishes that returned before their
+// answer ([NewPublisher]), and the loops of the outbox's router plugins once
+// their router closes. Router.Close waits for the handlers only: call
+// WaitCompletions after it returned nil, before the service exits, and
+// the outbox calls no store or publisher for that router again. With
+// nothing in the background it returns at once.
 func (r *Registry) WaitCompletions(ctx context.Context) error {
 	for {
-		r.background.mu.Lock()
-		idle := r.background.idle
-		r.background.mu.Unlock()
-		if idle == nil {
+		busy := r.background.busy()
+		if busy == nil {
 			return nil
 		}
 		select {
-		case <-idle:
+		case <-busy:
 		case <-ctx.Done():
 			return ctx.Err()
 		}

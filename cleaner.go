@@ -90,6 +90,7 @@ func (c CleanerConfig) Validate() error {
 // records are kept. Several instances may run one: each batch is a single
 // short DELETE.
 type Cleaner struct {
+	reg     *Registry
 	targets []cleanTarget
 	cfg     CleanerConfig
 	logger  watermill.LoggerAdapter
@@ -114,7 +115,7 @@ func NewCleaner(reg *Registry, cfg CleanerConfig, logger watermill.LoggerAdapter
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	c := &Cleaner{cfg: cfg, logger: logger}
+	c := &Cleaner{reg: reg, cfg: cfg, logger: logger}
 	for _, t := range reg.stores() {
 		if cl, ok := t.store.(recordstore.Cleaner); ok {
 			c.targets = append(c.targets, cleanTarget{clean: cl.Clean, olderThan: cfg.OlderThan, what: "completed records"})
@@ -188,4 +189,4 @@ func (c *Cleaner) Run(ctx context.Context) error {
 // Plugin returns a router plugin that runs the cleaner while the router runs
 // and stops it when the router starts closing. The router needs at least one
 // handler; without one, call Run.
-func (c *Cleaner) Plugin() message.RouterPlugin { return runWithRouter(c.Run) }
+func (c *Cleaner) Plugin() message.RouterPlugin { return runWithRouter(c.reg, c.Run) }

@@ -259,7 +259,7 @@ func (m *middleware) settled(ctx context.Context, a *admission, ok bool) {
 	a.t.holds.done(a.ordered)
 	a.t.holds.asked.Delete(a.d.ID)
 	if a.key != "" {
-		go m.claimAndSend(context.WithoutCancel(ctx), a, a.d.ID, m.cfg.HeldWait)
+		m.reg.background.spawn(func() { m.claimAndSend(context.WithoutCancel(ctx), a, a.d.ID, m.cfg.HeldWait) })
 	}
 }
 
@@ -278,7 +278,7 @@ func (m *middleware) askResend(a *admission, before int64) {
 	if prev != 0 && now-prev < int64(m.cfg.HeldResendAfter) || !last.CompareAndSwap(prev, now) {
 		return
 	}
-	go m.claimAndSend(context.Background(), a, before-1, m.cfg.HeldResendAfter)
+	m.reg.background.spawn(func() { m.claimAndSend(context.Background(), a, before-1, m.cfg.HeldResendAfter) })
 }
 
 // claimAndSend claims the first record of a's key after afterID whose last

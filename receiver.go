@@ -135,7 +135,7 @@ func (m *middleware) runReceived(h message.HandlerFunc, msg *message.Message, r 
 		// the handler produced after this returns and nacks if that
 		// fails, so the inbox and the sender learn of the handling only
 		// once the router acks.
-		go m.receivedOnAck(ctx, msg, r, c, confirm, fields)
+		m.reg.background.spawn(func() { m.receivedOnAck(ctx, msg, r, c, confirm, fields) })
 		return produced, nil
 	}
 	m.markReceived(ctx, r, fields)

@@ -72,11 +72,11 @@ func (r *Registry) sawReceiver(t *tracked, slot *atomic.Int64, consumer string, 
 	if !ok || !slot.CompareAndSwap(last, now) {
 		return
 	}
-	go func() {
+	r.background.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), receiverSeenTimeout)
 		defer cancel()
 		if err := rr.SawReceiver(ctx, t.topic, consumer); err != nil {
 			logger.Debug("Recording a receiver seen failed; the next check records it", watermill.LogFields{"topic": t.topic, "consumer": consumer, "error": err.Error()})
 		}
-	}()
+	})
 }

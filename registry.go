@@ -180,9 +180,9 @@ type Registry struct {
 	res     atomic.Pointer[resender]
 	resMu   sync.Mutex
 	senders []*resender
-	// background counts the completions running off the handler's path
-	// (MiddlewareConfig.CompleteInBackground).
-	background backgroundCompletions
+	// background counts what the outbox runs off the handlers' paths and
+	// the router plugins' loops (background.go).
+	background backgroundWork
 	// failurePolicy is the MaxAttempts and Backoff of the first
 	// middleware built on the registry, which also count the failures
 	// that remote consumers report (confirmation_handler.go).

@@ -29,8 +29,10 @@ func runEvery(ctx context.Context, interval time.Duration, logger watermill.Logg
 
 // runWithRouter returns a router plugin that runs run, from the moment the
 // router is running, on the context the router gives its subscriptions: the
-// router cancels it when it starts closing, which stops run.
-func runWithRouter(run func(ctx context.Context) error) message.RouterPlugin {
+// router cancels it when it starts closing, which stops run. reg counts the
+// loop, so that [Registry.WaitCompletions] waits for it once the router
+// closes.
+func runWithRouter(reg *Registry, run func(ctx context.Context) error) message.RouterPlugin {
 	return func(router *message.Router) error {
 		if len(router.Handlers()) == 0 {
 			return fmt.Errorf("%w: a background runner needs a router with at least one handler; call its Run method instead", ErrInvalidConfig)
@@ -39,7 +41,9 @@ func runWithRouter(run func(ctx context.Context) error) message.RouterPlugin {
 		router.AddSubscriberDecorators(func(sub message.Subscriber) (message.Subscriber, error) {
 			return &contextTap{Subscriber: sub, tap: func(ctx context.Context) {
 				once.Do(func() {
+					end := reg.background.startLoop(func() bool { return ctx.Err() != nil || router.IsClosed() })
 					go func() {
+						defer end()
 						select {
 						case <-router.Running():
 						case <-ctx.Done():

@@ -56,13 +56,13 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 		// record is completed only once the router acks; a failed publish
 		// counts as a failed attempt.
 		p := m.markProduced(ctx, msg, a, produced)
-		go m.completeOnAck(ctx, msg, a, p)
+		m.reg.background.spawn(func() { m.completeOnAck(ctx, msg, a, p) })
 		return produced, nil
 	}
 	if m.cfg.CompleteInBackground && a.t.orderKey == "" {
-		if batch, ok := m.reg.background.start(m.cfg.CompleteBatchWait); ok {
+		if batch, ok := m.reg.background.startCompletion(m.cfg.CompleteBatchWait); ok {
 			go func() {
-				defer m.reg.background.done()
+				defer m.reg.background.doneCompletion()
 				<-batch
 				m.complete(ctx, a)
 			}()

@@ -265,7 +265,7 @@ func (r *StaleResubmitter) Run(ctx context.Context) error {
 // stops when the router starts closing. The router needs at least one
 // handler; without one, call Run.
 func (r *StaleResubmitter) Plugin() message.RouterPlugin {
-	return runWithRouter(r.Run)
+	return runWithRouter(r.reg, r.Run)
 }
 
 // dueNow keeps the records whose message is not delayed past now by

@@ -406,11 +406,14 @@ func (r *replayer) sendPages(ctx context.Context, t *tracked, identity string, p
 // that has not started. For those set ReplayConfig.AfterRunning. A router
 // without handlers replays after it is running and closes itself on failure.
 //
-// A start that fails leaves none of the plugin's goroutines behind. With
-// Watermill 1.5.1 the router itself leaves one (watchAllHandlersStopped)
-// after a Run that failed once a handler had subscribed, which a failed
-// replay is, and its Close then times out: a service exits after a failed
-// start rather than retrying in-process.
+// A start that fails leaves none of the outbox's goroutines behind: what
+// the replay sent into the last subscription before it failed, which no
+// handler reads, is nacked until the subscription closes, and its records
+// stay pending. With Watermill 1.5.1 the router itself leaves one
+// goroutine (watchAllHandlersStopped) after a Run that failed once a
+// handler had subscribed, which a failed replay is, and its Close then
+// times out: a service exits after a failed start rather than retrying
+// in-process.
 func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger watermill.LoggerAdapter) message.RouterPlugin {
 	return func(router *message.Router) error {
 		r, err := newReplayer(reg, pub, cfg, logger)
@@ -427,7 +430,7 @@ func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger
 			// Waits on the subscriptions' context too, so that a start
 			// that fails (a subscription refused) leaves no goroutine
 			// waiting for a router that will never run.
-			err := runWithRouter(func(context.Context) error {
+			err := runWithRouter(reg, func(context.Context) error {
 				r.afterRunning(router)
 				return nil
 			})(router)
@@ -514,9 +517,25 @@ func (s *replayingSubscriber) Subscribe(ctx context.Context, topic string) (<-ch
 		return ch, nil
 	}
 	if err := s.gate.subscribed1(ctx); err != nil {
+		s.r.reg.background.spawn(func() { drain(ctx, ch) })
 		return nil, fmt.Errorf("startup replay: %w", err)
 	}
 	return ch, nil
+}
+
+// drain nacks what a subscription whose start failed delivers, until the
+// subscriber closes it. No handler reads it, and what the replay sent into
+// it would otherwise hold the goroutines that deliver it (the router's
+// decorator of the subscription among them) for ever; its records stay
+// pending for the next start. It nacks only once the subscription's
+// context ended (the router cancels it when Subscribe fails), so that a
+// broker that redelivers a nacked message at once does so only until it
+// sees that end.
+func drain(ctx context.Context, ch <-chan *message.Message) {
+	<-ctx.Done()
+	for msg := range ch {
+		msg.Nack()
+	}
 }
 
 // stampSent tells a store that records the last send that the page was
