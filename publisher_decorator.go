@@ -152,13 +152,11 @@ func (p *publisher) insert(ctx context.Context, t *tracked, records []recordstor
 		err      error
 	}
 	done := make(chan result, 1)
-	p.reg.background.add()
-	go func() {
-		defer p.reg.background.done()
+	p.reg.background.spawn(func() {
 		defer cancel()
 		identity, err := insertRecords(saveCtx, t, records)
 		done <- result{identity, err}
-	}()
+	})
 	select {
 	case r := <-done:
 		return r.identity, r.err
