@@ -83,9 +83,9 @@ func natsJetStreamConfig(group string) wnats.JetStreamConfig {
 // context ends, without waiting for a NATS callback that is sending on it,
 // which the race detector reports (and which can panic). The inner
 // subscription runs on a context that never ends; the router reads the
-// wrapper's own channel, which ends with the router's context; Close stops
-// the forwarders and waits for them before it closes the inner subscriber,
-// so every send the inner subscriber completed happens before its close.
+// wrapper's own channel, which ends with the router's context; while Close
+// closes the inner subscriber the forwarders read what its callbacks still
+// send, so that none is left blocked sending on a channel being closed.
 type settledSubscriber struct {
 	inner   message.Subscriber
 	closing chan struct{}
@@ -102,6 +102,7 @@ func (s *settledSubscriber) Subscribe(ctx context.Context, topic string) (<-chan
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer s.nackUntilClosed(in)
 		defer close(out)
 		for {
 			select {
@@ -128,8 +129,21 @@ func (s *settledSubscriber) Subscribe(ctx context.Context, topic string) (<-chan
 	return out, nil
 }
 
+// nackUntilClosed leaves what arrives once the router stopped unacked,
+// for the next subscriber, until this one closes; then it nacks what the
+// inner subscription's callbacks still send until the inner subscriber
+// closes its channel, so that no callback is left sending on a channel
+// being closed.
+func (s *settledSubscriber) nackUntilClosed(in <-chan *message.Message) {
+	<-s.closing
+	for m := range in {
+		m.Nack()
+	}
+}
+
 func (s *settledSubscriber) Close() error {
 	s.once.Do(func() { close(s.closing) })
+	err := s.inner.Close()
 	s.wg.Wait()
-	return s.inner.Close()
+	return err
 }
