@@ -191,6 +191,14 @@ func (s *Store) completeGroup(ctx context.Context, db *sqlx.DB, consumer string,
 		}
 	}
 	done, err := s.dialect.completeMany(ctx, s.dialect, db, s.q, consumer, ids, uuids)
+	if err != nil && len(ids) > 1 && s.dialect.invalidValue(err) {
+		// One call's value, refused by the database: each call alone,
+		// so that only that one is.
+		for _, c := range group {
+			c.err = errAlone
+		}
+		return
+	}
 	if err != nil {
 		err = s.fail("complete", err)
 		for _, c := range group {

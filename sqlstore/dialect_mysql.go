@@ -158,6 +158,7 @@ func mysqlDialect(noReturning bool) *Dialect {
 		recordError:     mysqlRecordError,
 		answered:        mysqlAnswered,
 		convertError:    mysqlConvertError,
+		invalidValue:    mysqlInvalidValue,
 		uniqueViolation: mysqlUniqueViolation,
 		lockSession:     mysqlLockSession,
 		unlockSession:   mysqlUnlockSession,
@@ -412,8 +413,18 @@ func mysqlConvertError(err error) error {
 	case errors.As(err, &myErr) && myErr.Number == mysqlNetPacketTooLarge,
 		errors.Is(err, mysqldriver.ErrPktTooLarge):
 		return fmt.Errorf("%w (raise the server's max_allowed_packet, or the DSN's maxAllowedPacket): %w", ErrRecordTooLarge, err)
+	case mysqlInvalidValue(err):
+		return fmt.Errorf("%w: %w", recordstore.ErrInvalidValue, err)
 	}
 	return err
+}
+
+// mysqlInvalidValue: SQLSTATE class 22, data exception, which MySQL and
+// MariaDB give, among others, an incorrect string value (1366, 22007), data
+// too long (1406, 22001) and a value out of range (1264, 22003).
+func mysqlInvalidValue(err error) bool {
+	var myErr *mysqldriver.MySQLError
+	return errors.As(err, &myErr) && myErr.SQLState[0] == '2' && myErr.SQLState[1] == '2'
 }
 
 // MySQL error numbers of DDL whose change is already there.

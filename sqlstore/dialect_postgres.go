@@ -107,6 +107,7 @@ RETURNING id`,
 	recordError:     postgresRecordError,
 	answered:        postgresAnswered,
 	convertError:    postgresConvertError,
+	invalidValue:    postgresInvalidValue,
 	uniqueViolation: postgresUniqueViolation,
 }
 
@@ -151,12 +152,19 @@ func postgresCompleteMany(ctx context.Context, _ *Dialect, db executor, q *queri
 	return scanIDList(rows, make([]int64, 0, len(ids)))
 }
 
-// postgresRecordError: SQLSTATE class 22 is a data exception (a value the
-// column refuses, such as a NUL byte in text), class 23 a violated
-// constraint.
+// postgresRecordError: a data exception (postgresInvalidValue), or SQLSTATE
+// class 23, a violated constraint.
 func postgresRecordError(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
+	return postgresInvalidValue(err) || errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "23")
+}
+
+// postgresInvalidValue: SQLSTATE class 22, data exception: a value the
+// server cannot take (a NUL byte in text, a character the database's
+// encoding lacks, a number out of range).
+func postgresInvalidValue(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
 }
 
 // postgresAnswered: a PgError is the server's answer; SafeToRetry is pgx
@@ -173,6 +181,8 @@ func postgresConvertError(err error) error {
 		return fmt.Errorf("%w: %w", ErrTableMissing, err)
 	case errors.As(err, &pgErr) && pgErr.Code == "3F000": // invalid_schema_name
 		return fmt.Errorf("%w: %w", ErrSchemaMissing, err)
+	case postgresInvalidValue(err):
+		return fmt.Errorf("%w: %w", recordstore.ErrInvalidValue, err)
 	}
 	return err
 }

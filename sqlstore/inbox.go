@@ -245,10 +245,14 @@ func (in *Inbox) mark(ctx context.Context, db executor, op string, e recordstore
 
 // fail is [versioned.fail], with a unique violation, the one error an
 // insert of the inbox is refused with for a duplicate, as
-// [recordstore.ErrAlreadyHandled].
+// [recordstore.ErrAlreadyHandled], and the database refusing a value of the
+// entry as an entry it cannot keep, [ErrInvalidEntry].
 func (in *Inbox) fail(op string, err error) error {
-	if in.dialect.uniqueViolation(err) {
+	switch {
+	case in.dialect.uniqueViolation(err):
 		err = fmt.Errorf("%w: %w", recordstore.ErrAlreadyHandled, err)
+	case in.dialect.invalidValue(err):
+		err = fmt.Errorf("%w: %w", ErrInvalidEntry, err)
 	}
 	return in.versioned.fail(op, err)
 }
