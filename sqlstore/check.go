@@ -19,10 +19,14 @@ import (
 // from them. On PostgreSQL, concurrent calls are combined into one query as
 // [Coalescing] says; each gets its own verdict. With a [Config.Lease] it claims the record, or the consumer's
 // delivery, returning [recordstore.ErrLeased] while another delivery holds it;
-// see claim.
+// see claim. A delivery with a value the table cannot keep is refused before
+// any statement is sent (see values.go).
 func (s *Store) CheckPending(ctx context.Context, d recordstore.Delivery) error {
 	db, err := s.pool()
 	if err != nil {
+		return err
+	}
+	if err := s.refuses("check pending", d, false); err != nil {
 		return err
 	}
 	if s.lease > 0 {

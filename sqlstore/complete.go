@@ -30,9 +30,14 @@ var _ recordstore.TxCompleter = (*Store)(nil)
 // statement as [Coalescing] says; each gets its own outcome. A delivery
 // whose [recordstore.Delivery.UUID] is not the record's completes nothing
 // and gets [recordstore.ErrNotPending]: the statement that completes
-// matches no row, and telling why would cost another round trip.
+// matches no row, and telling why would cost another round trip. A delivery
+// with a value the table cannot keep is refused before it can join another
+// call's statement (see values.go).
 func (s *Store) Complete(ctx context.Context, d recordstore.Delivery) error {
 	if _, err := s.pool(); err != nil {
+		return err
+	}
+	if err := s.refuses("complete", d, true); err != nil {
 		return err
 	}
 	if s.completes == nil {
@@ -121,6 +126,11 @@ func (s *Store) completeArgs(d recordstore.Delivery) []any {
 func (s *Store) CompleteTx(ctx context.Context, tx recordstore.Tx, d recordstore.Delivery) error {
 	if tx == nil {
 		return fmt.Errorf("%w: transaction is nil", ErrInvalidConfig)
+	}
+	if err := s.refuses("complete in transaction", d, true); err != nil {
+		// Refused before the statement, which on PostgreSQL would
+		// abort tx.
+		return err
 	}
 	if !declares(d) {
 		n, err := s.exec(ctx, tx, "complete in transaction", s.q.complete, s.completeArgs(d)...)

@@ -124,6 +124,11 @@ type Dialect struct {
 	// quoted {table} that match {cond}, those first whose {order} column
 	// is lowest.
 	deleteOldestSQL string
+	// textColumn is what the columns of text keep (a record's uuid, an
+	// inbox's source, an error text), nameColumn what those of names
+	// compared byte for byte keep (topics, consumers, the inbox's keys);
+	// see values.go.
+	textColumn, nameColumn column
 
 	// The behaviours below run on every call.
 

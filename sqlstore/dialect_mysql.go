@@ -147,6 +147,12 @@ func mysqlDialect(noReturning bool) *Dialect {
 		// deleteOldestSQL: MySQL's single-table DELETE has ORDER BY and
 		// LIMIT (and refuses a LIMIT in an IN subquery of its own table).
 		deleteOldestSQL: "DELETE FROM {table} WHERE {cond} ORDER BY {order} LIMIT {limit}",
+		// textColumn: utf8mb4 keeps valid UTF-8 (NUL included); a string
+		// compared with one, in a WHERE, is not refused. nameColumn: the
+		// VARBINARY(512) of topics and consumers keeps any bytes; the
+		// inbox's VARBINARY(255) keys are bounded by MaxInboxField.
+		textColumn: column{utf8: true},
+		nameColumn: column{max: 512},
 
 		leaseArg: func(lease time.Duration) any { return lease.Microseconds() },
 		// Until the dialect is bound to a probed pool, it cannot insert:

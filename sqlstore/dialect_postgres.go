@@ -100,6 +100,12 @@ RETURNING id`,
 	// the picked rows with a scan of the whole table. The picked rows are
 	// locked, so their ctid holds until the delete.
 	deleteOldestSQL: "DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE {cond} ORDER BY {order} LIMIT {limit} FOR UPDATE SKIP LOCKED))",
+	// Text, whatever its column, is UTF-8 without NUL bytes: text holds
+	// no NUL byte in any database, and a connection that speaks UTF-8 (in
+	// a UTF8 database, the default) refuses invalid UTF-8. A database in
+	// another encoding may refuse more, as a data exception.
+	textColumn: pgText,
+	nameColumn: pgText,
 
 	leaseArg:        func(lease time.Duration) any { return lease.Seconds() },
 	insert:          postgresInsert,
@@ -110,6 +116,8 @@ RETURNING id`,
 	invalidValue:    postgresInvalidValue,
 	uniqueViolation: postgresUniqueViolation,
 }
+
+var pgText = column{utf8: true, noNUL: true}
 
 // postgresInsert saves one record with a statement of fixed text, and a
 // batch with the arrays of insertBatchSQL.

@@ -80,6 +80,7 @@ var sqlite = Dialect{
 	// deleteOldestSQL picks the rows by rowid, since the driver's SQLite is
 	// built without DELETE … LIMIT.
 	deleteOldestSQL: "DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {cond} ORDER BY {order} LIMIT {limit})",
+	// No textColumn or nameColumn: SQLite's TEXT keeps any bytes.
 
 	leaseArg:     func(lease time.Duration) any { return fmt.Sprintf("%+.3f seconds", lease.Seconds()) },
 	split:        sqliteSplit,
