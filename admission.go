@@ -163,6 +163,13 @@ func (m *middleware) checkRecord(ctx, checkCtx context.Context, a *admission) (C
 		m.logger.Error("Message names a record saved for another message; acking it without handling", err, a.fields)
 		m.reg.observer().Mismatched(a.t.topic, a.d.Consumer)
 		return CheckMismatch, nil
+	case errors.Is(err, recordstore.ErrInvalidValue):
+		// The store cannot keep a value of the delivery (the handler's
+		// name, say), so it cannot track it, and no redelivery changes
+		// that: acked unrun, as a mismatch, the record left pending.
+		m.logger.Error("The store cannot keep a value of the delivery; acking the message without handling", err, a.fields)
+		m.reg.observer().Mismatched(a.t.topic, a.d.Consumer)
+		return CheckMismatch, nil
 	case errors.As(err, &conflict) && len(a.t.consumers) > 0:
 		// A store that does not adopt records saved before the topic
 		// declared its consumers (see recordstore.Delivery.Declared).

@@ -69,7 +69,7 @@ func (c ConfirmationHandlerConfig) Validate() error {
 // A confirmation completes a delivery only when its table identity, topic,
 // record id, message UUID and consumer all match a pending delivery of a
 // declared remote consumer; anything else (malformed, another table, an
-// undeclared consumer, another message's UUID, a forged or replayed
+// undeclared consumer, another message's UUID or one the store cannot keep, a forged or replayed
 // confirmation) completes nothing, is counted ([ConfirmationObserver]) and
 // logged, and is acknowledged: at warning level when it names this table,
 // at Debug when it names another table or topic, as the confirmations of
@@ -182,7 +182,8 @@ func (c *confirmer) handle(msg *message.Message) error {
 		c.logger.Debug("Confirmation of a delivery already complete", fields)
 		c.sawConsumer(t, conf)
 		return nil
-	case errors.Is(err, recordstore.ErrMessageMismatch), errors.Is(err, recordstore.ErrUnknownRecord), errors.Is(err, recordstore.ErrNoDelivery):
+	case errors.Is(err, recordstore.ErrMessageMismatch), errors.Is(err, recordstore.ErrUnknownRecord), errors.Is(err, recordstore.ErrNoDelivery),
+		errors.Is(err, recordstore.ErrInvalidValue):
 		c.reject(msg, conf, err.Error())
 		return nil
 	}

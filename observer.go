@@ -33,8 +33,9 @@ type Observer interface {
 	UnknownRecord(topic, consumer string)
 	// Mismatched counts messages whose metadata names a pending or
 	// completed record of this service's table that was saved for another
-	// message (another UUID): a forged or corrupted message. They are
-	// acknowledged without running the handler, and the record is left
+	// message (another UUID): a forged or corrupted message; and those
+	// with a value the table cannot keep (a UUID or handler name). They
+	// are acknowledged without running the handler, and the record is left
 	// for its own message.
 	Mismatched(topic, consumer string)
 }

@@ -92,8 +92,10 @@ const (
 	// acknowledged without running the handler.
 	CheckUnknown CheckOutcome = "unknown"
 	// CheckMismatch: the record was saved for another message than the
-	// delivered one (another UUID); the message is acknowledged without
-	// running the handler and the record is left as it was.
+	// delivered one (another UUID), or the store cannot keep a value of
+	// the delivery (recordstore.ErrInvalidValue); the message is
+	// acknowledged without running the handler and the record is left as
+	// it was.
 	CheckMismatch CheckOutcome = "mismatch"
 	// CheckUntracked: the record is not this consumer's (completed by
 	// another handler of an undeclared topic, or saved before the

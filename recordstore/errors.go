@@ -47,6 +47,14 @@ var (
 	// with limits, with a field longer than it allows. Nothing is saved.
 	ErrInvalidEntry = errors.New("outbox: invalid inbox entry")
 
+	// ErrInvalidValue is wrapped when a store cannot keep or compare a
+	// value of a call (a NUL byte or invalid UTF-8 where its database
+	// keeps text, a name longer than its column): the data is bad, not
+	// the database, and no retry of the call makes it good. A [Store]
+	// refuses it before sending anything where it knows its database's
+	// rules, and wraps it in the database's own refusal otherwise.
+	ErrInvalidValue = errors.New("outbox: a value the store cannot keep")
+
 	// ErrCompletedByOther is wrapped by [*ConsumerConflictError].
 	ErrCompletedByOther = errors.New("outbox: record completed by another consumer")
 

@@ -16,7 +16,9 @@ import (
 type FailureRecorder interface {
 	// RecordFailure adds one to the attempts of the pending delivery (the
 	// consumer's own, on a record that declares consumers) and keeps reason
-	// (the store may shorten it). When maxAttempts > 0 and the attempts
+	// (the store may shorten it, and replace what it cannot keep, such as
+	// bytes that are not UTF-8: the failure is counted whatever its
+	// text). When maxAttempts > 0 and the attempts
 	// reach it, the delivery is abandoned: no longer pending for this
 	// consumer, never handled again by it, but kept and visible; a record
 	// is abandoned once none of its deliveries is pending and one was

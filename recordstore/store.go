@@ -153,7 +153,8 @@ type Store interface {
 	//     whatever its state (a store that deletes completed records
 	//     reports a completed one as ErrNotPending, as it has no row left
 	//     to compare); nothing is changed, no lease is taken. Read in the
-	//     same round trip as the record's state;
+	//     same round trip as the record's state; a UUID the store cannot
+	//     keep (see ErrInvalidValue) too, as no record was saved with it;
 	//   - an error wrapping ErrNoDelivery: the record declares consumers and
 	//     this consumer is not one of them;
 	//   - a [*NotDueError] (wrapping ErrNotDue): the delivery failed before
@@ -164,6 +165,9 @@ type Store interface {
 	//     an earlier record of the record's key is not complete for this
 	//     consumer; read in the same round trip as the record's state, and
 	//     reported only for a record that is pending for the consumer;
+	//   - an error wrapping ErrInvalidValue: the store cannot keep or
+	//     compare the delivery's Consumer or Topic; nothing is changed,
+	//     and no retry tells more;
 	//   - any other error when the store could not tell.
 	CheckPending(ctx context.Context, d Delivery) error
 
@@ -174,7 +178,9 @@ type Store interface {
 	// [Delivery.UUID] is set and the record was saved with another UUID:
 	// the completing statement matches no row either way, and telling the
 	// two apart would cost another round trip. CheckPending, which runs
-	// first, tells them apart.
+	// first, tells them apart. A UUID, Consumer or Topic the store cannot
+	// keep gets an error wrapping ErrInvalidValue, changing nothing, and
+	// fails no other call's completion.
 	Complete(ctx context.Context, d Delivery) error
 
 	// PendingAfter returns up to limit pending records of the topic whose id is

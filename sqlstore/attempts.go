@@ -22,7 +22,8 @@ var (
 
 // RecordFailure implements [recordstore.FailureRecorder]: it counts a failed
 // handling of a pending delivery (the consumer's own row, for a record with
-// consumers), keeps the error text (at most [MaxErrorLength] bytes) and
+// consumers), keeps the error text (at most [MaxErrorLength] bytes, what the
+// database cannot keep in it, such as invalid UTF-8, replaced by U+FFFD) and
 // makes the delivery due again retryIn(attempts) later by the database
 // clock (at once for a nil retryIn or a delay of zero or less). When
 // maxAttempts > 0 and the count reaches it, it abandons the delivery
@@ -31,9 +32,12 @@ var (
 // table, its processed_at set), one with consumers once none of its
 // deliveries is pending. It is called only when a handler fails.
 func (s *Store) RecordFailure(ctx context.Context, d recordstore.Delivery, reason string, maxAttempts int, retryIn func(attempts int) time.Duration) (attempts int, abandoned bool, err error) {
-	reason = cutUTF8(reason, MaxErrorLength)
+	reason = s.dialect.textColumn.text(reason, MaxErrorLength)
 	db, dia, err := s.bound(ctx)
 	if err != nil {
+		return 0, false, err
+	}
+	if err := s.refuses("record failure", d, false); err != nil {
 		return 0, false, err
 	}
 	err = s.inTx(ctx, db, "record failure", func(tx executor) error {

@@ -19,10 +19,14 @@ import (
 // from them. On PostgreSQL, concurrent calls are combined into one query as
 // [Coalescing] says; each gets its own verdict. With a [Config.Lease] it claims the record, or the consumer's
 // delivery, returning [recordstore.ErrLeased] while another delivery holds it;
-// see claim.
+// see claim. A delivery with a value the table cannot keep is refused before
+// any statement is sent (see values.go).
 func (s *Store) CheckPending(ctx context.Context, d recordstore.Delivery) error {
 	db, err := s.pool()
 	if err != nil {
+		return err
+	}
+	if err := s.refuses("check pending", d, false); err != nil {
 		return err
 	}
 	if s.lease > 0 {
@@ -197,6 +201,14 @@ func (s *Store) readStates(ctx context.Context, db *sqlx.DB, batch []*call[recor
 		}
 	}
 	rows, err := db.QueryContext(ctx, query, ids, consumers)
+	if err != nil && len(batch) > 1 && s.dialect.invalidValue(err) {
+		// One call's value, refused by the database: each call alone,
+		// so that only that one is.
+		for _, c := range batch {
+			c.err = s.checkPending(c.ctx, db, c.arg)
+		}
+		return nil
+	}
 	if err != nil {
 		return s.fail("check pending", err)
 	}
@@ -248,9 +260,11 @@ func (s *Store) claim(ctx context.Context, db *sqlx.DB, d recordstore.Delivery) 
 		// consumers: such a record is adopted (adopt.go). An ordered
 		// delivery reads its state, and whether it is held, first.
 		n, err := s.exec(ctx, db, "claim", s.q.claimRecord, s.leaseArg, d.Lease, d.ID, d.Topic, d.UUID, d.UUID)
-		if err != nil || n == 1 {
+		if err != nil && !errors.Is(err, recordstore.ErrInvalidValue) || n == 1 {
 			return err
 		}
+		// Not claimed; or a value refused, such as the UUID, which the
+		// state read next compares without sending it.
 	}
 	st, found, err := s.readState(ctx, db, d)
 	if err != nil {

@@ -30,9 +30,14 @@ var _ recordstore.TxCompleter = (*Store)(nil)
 // statement as [Coalescing] says; each gets its own outcome. A delivery
 // whose [recordstore.Delivery.UUID] is not the record's completes nothing
 // and gets [recordstore.ErrNotPending]: the statement that completes
-// matches no row, and telling why would cost another round trip.
+// matches no row, and telling why would cost another round trip. A delivery
+// with a value the table cannot keep is refused before it can join another
+// call's statement (see values.go).
 func (s *Store) Complete(ctx context.Context, d recordstore.Delivery) error {
 	if _, err := s.pool(); err != nil {
+		return err
+	}
+	if err := s.refuses("complete", d, true); err != nil {
 		return err
 	}
 	if s.completes == nil {
@@ -122,6 +127,11 @@ func (s *Store) CompleteTx(ctx context.Context, tx recordstore.Tx, d recordstore
 	if tx == nil {
 		return fmt.Errorf("%w: transaction is nil", ErrInvalidConfig)
 	}
+	if err := s.refuses("complete in transaction", d, true); err != nil {
+		// Refused before the statement, which on PostgreSQL would
+		// abort tx.
+		return err
+	}
 	if !declares(d) {
 		n, err := s.exec(ctx, tx, "complete in transaction", s.q.complete, s.completeArgs(d)...)
 		if err != nil {
@@ -191,6 +201,14 @@ func (s *Store) completeGroup(ctx context.Context, db *sqlx.DB, consumer string,
 		}
 	}
 	done, err := s.dialect.completeMany(ctx, s.dialect, db, s.q, consumer, ids, uuids)
+	if err != nil && len(ids) > 1 && s.dialect.invalidValue(err) {
+		// One call's value, refused by the database: each call alone,
+		// so that only that one is.
+		for _, c := range group {
+			c.err = errAlone
+		}
+		return
+	}
 	if err != nil {
 		err = s.fail("complete", err)
 		for _, c := range group {

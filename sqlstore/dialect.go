@@ -124,6 +124,11 @@ type Dialect struct {
 	// quoted {table} that match {cond}, those first whose {order} column
 	// is lowest.
 	deleteOldestSQL string
+	// textColumn is what the columns of text keep (a record's uuid, an
+	// inbox's source, an error text), nameColumn what those of names
+	// compared byte for byte keep (topics, consumers, the inbox's keys);
+	// see values.go.
+	textColumn, nameColumn column
 
 	// The behaviours below run on every call.
 
@@ -154,8 +159,14 @@ type Dialect struct {
 	// lost connection, a deadline while the statement or its commit was
 	// on its way) leaves an insert's outcome unknown.
 	answered func(err error) bool
-	// convertError turns a driver error into the package's sentinels.
+	// convertError turns a driver error into the package's sentinels:
+	// one that invalidValue recognizes into one wrapping
+	// [recordstore.ErrInvalidValue].
 	convertError func(err error) error
+	// invalidValue reports whether err is the database refusing a value
+	// as data it cannot keep or compare (a data exception), as opposed to
+	// a statement or a connection failing.
+	invalidValue func(err error) bool
 	// uniqueViolation reports whether err is the database refusing a row
 	// that duplicates a unique key: on the record table only a saved
 	// Record.Origin, on an inbox an entry already handled.

@@ -147,6 +147,12 @@ func mysqlDialect(noReturning bool) *Dialect {
 		// deleteOldestSQL: MySQL's single-table DELETE has ORDER BY and
 		// LIMIT (and refuses a LIMIT in an IN subquery of its own table).
 		deleteOldestSQL: "DELETE FROM {table} WHERE {cond} ORDER BY {order} LIMIT {limit}",
+		// textColumn: utf8mb4 keeps valid UTF-8 (NUL included); a string
+		// compared with one, in a WHERE, is not refused. nameColumn: the
+		// VARBINARY(512) of topics and consumers keeps any bytes; the
+		// inbox's VARBINARY(255) keys are bounded by MaxInboxField.
+		textColumn: column{utf8: true},
+		nameColumn: column{max: 512},
 
 		leaseArg: func(lease time.Duration) any { return lease.Microseconds() },
 		// Until the dialect is bound to a probed pool, it cannot insert:
@@ -158,6 +164,7 @@ func mysqlDialect(noReturning bool) *Dialect {
 		recordError:     mysqlRecordError,
 		answered:        mysqlAnswered,
 		convertError:    mysqlConvertError,
+		invalidValue:    mysqlInvalidValue,
 		uniqueViolation: mysqlUniqueViolation,
 		lockSession:     mysqlLockSession,
 		unlockSession:   mysqlUnlockSession,
@@ -412,8 +419,18 @@ func mysqlConvertError(err error) error {
 	case errors.As(err, &myErr) && myErr.Number == mysqlNetPacketTooLarge,
 		errors.Is(err, mysqldriver.ErrPktTooLarge):
 		return fmt.Errorf("%w (raise the server's max_allowed_packet, or the DSN's maxAllowedPacket): %w", ErrRecordTooLarge, err)
+	case mysqlInvalidValue(err):
+		return fmt.Errorf("%w: %w", recordstore.ErrInvalidValue, err)
 	}
 	return err
+}
+
+// mysqlInvalidValue: SQLSTATE class 22, data exception, which MySQL and
+// MariaDB give, among others, an incorrect string value (1366, 22007), data
+// too long (1406, 22001) and a value out of range (1264, 22003).
+func mysqlInvalidValue(err error) bool {
+	var myErr *mysqldriver.MySQLError
+	return errors.As(err, &myErr) && myErr.SQLState[0] == '2' && myErr.SQLState[1] == '2'
 }
 
 // MySQL error numbers of DDL whose change is already there.

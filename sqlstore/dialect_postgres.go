@@ -100,6 +100,12 @@ RETURNING id`,
 	// the picked rows with a scan of the whole table. The picked rows are
 	// locked, so their ctid holds until the delete.
 	deleteOldestSQL: "DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table} WHERE {cond} ORDER BY {order} LIMIT {limit} FOR UPDATE SKIP LOCKED))",
+	// Text, whatever its column, is UTF-8 without NUL bytes: text holds
+	// no NUL byte in any database, and a connection that speaks UTF-8 (in
+	// a UTF8 database, the default) refuses invalid UTF-8. A database in
+	// another encoding may refuse more, as a data exception.
+	textColumn: pgText,
+	nameColumn: pgText,
 
 	leaseArg:        func(lease time.Duration) any { return lease.Seconds() },
 	insert:          postgresInsert,
@@ -107,8 +113,11 @@ RETURNING id`,
 	recordError:     postgresRecordError,
 	answered:        postgresAnswered,
 	convertError:    postgresConvertError,
+	invalidValue:    postgresInvalidValue,
 	uniqueViolation: postgresUniqueViolation,
 }
+
+var pgText = column{utf8: true, noNUL: true}
 
 // postgresInsert saves one record with a statement of fixed text, and a
 // batch with the arrays of insertBatchSQL.
@@ -151,12 +160,19 @@ func postgresCompleteMany(ctx context.Context, _ *Dialect, db executor, q *queri
 	return scanIDList(rows, make([]int64, 0, len(ids)))
 }
 
-// postgresRecordError: SQLSTATE class 22 is a data exception (a value the
-// column refuses, such as a NUL byte in text), class 23 a violated
-// constraint.
+// postgresRecordError: a data exception (postgresInvalidValue), or SQLSTATE
+// class 23, a violated constraint.
 func postgresRecordError(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (strings.HasPrefix(pgErr.Code, "22") || strings.HasPrefix(pgErr.Code, "23"))
+	return postgresInvalidValue(err) || errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "23")
+}
+
+// postgresInvalidValue: SQLSTATE class 22, data exception: a value the
+// server cannot take (a NUL byte in text, a character the database's
+// encoding lacks, a number out of range).
+func postgresInvalidValue(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && strings.HasPrefix(pgErr.Code, "22")
 }
 
 // postgresAnswered: a PgError is the server's answer; SafeToRetry is pgx
@@ -173,6 +189,8 @@ func postgresConvertError(err error) error {
 		return fmt.Errorf("%w: %w", ErrTableMissing, err)
 	case errors.As(err, &pgErr) && pgErr.Code == "3F000": // invalid_schema_name
 		return fmt.Errorf("%w: %w", ErrSchemaMissing, err)
+	case postgresInvalidValue(err):
+		return fmt.Errorf("%w: %w", recordstore.ErrInvalidValue, err)
 	}
 	return err
 }

@@ -80,6 +80,7 @@ var sqlite = Dialect{
 	// deleteOldestSQL picks the rows by rowid, since the driver's SQLite is
 	// built without DELETE … LIMIT.
 	deleteOldestSQL: "DELETE FROM {table} WHERE rowid IN (SELECT rowid FROM {table} WHERE {cond} ORDER BY {order} LIMIT {limit})",
+	// No textColumn or nameColumn: SQLite's TEXT keeps any bytes.
 
 	leaseArg:     func(lease time.Duration) any { return fmt.Sprintf("%+.3f seconds", lease.Seconds()) },
 	split:        sqliteSplit,
@@ -90,6 +91,7 @@ var sqlite = Dialect{
 	// it interrupts, or a commit it could not make, is rolled back.
 	answered:        func(error) bool { return true },
 	convertError:    sqliteConvertError,
+	invalidValue:    sqliteInvalidValue,
 	uniqueViolation: sqliteUniqueViolation,
 }
 
@@ -177,10 +179,20 @@ func sqliteRecordError(err error) bool {
 }
 
 func sqliteConvertError(err error) error {
-	if err != nil && strings.Contains(err.Error(), "no such table") {
+	switch {
+	case err != nil && strings.Contains(err.Error(), "no such table"):
 		return fmt.Errorf("%w: %w", ErrTableMissing, err)
+	case sqliteInvalidValue(err):
+		return fmt.Errorf("%w: %w", recordstore.ErrInvalidValue, err)
 	}
 	return err
+}
+
+// sqliteInvalidValue: the primary result codes SQLITE_TOOBIG (18), a string
+// or blob longer than the database's limit, and SQLITE_MISMATCH (20).
+func sqliteInvalidValue(err error) bool {
+	var c sqliteCoder
+	return errors.As(err, &c) && (c.Code()&0xff == 18 || c.Code()&0xff == 20)
 }
 
 // sqliteUniqueViolation: the extended result codes SQLITE_CONSTRAINT_PRIMARYKEY

@@ -44,8 +44,9 @@ var (
 	ErrRecordNotFound = errors.New("sqlstore: record not found")
 
 	// ErrInvalidEntry is wrapped when an [Inbox] is given an entry it
-	// cannot keep: no Consumer or MessageUUID, or a field longer than
-	// [MaxInboxField]. It is recordstore.ErrInvalidEntry.
+	// cannot keep: no Consumer or MessageUUID, a field longer than
+	// [MaxInboxField], or one with bytes the database cannot keep. It is
+	// recordstore.ErrInvalidEntry.
 	ErrInvalidEntry = recordstore.ErrInvalidEntry
 
 	// ErrInvalidConfig is wrapped by configuration errors. It is the

@@ -87,3 +87,6 @@ func Prepared(s *Store) int {
 	defer a.stmts.mu.RUnlock()
 	return len(a.stmts.m)
 }
+
+// ConvertError is how the dialect converts a driver error.
+func ConvertError(d *Dialect, err error) error { return d.convertError(err) }

@@ -19,7 +19,9 @@ const DefaultInboxTable = "watermill_inbox"
 // MaxInboxField is the longest Consumer, MessageUUID, BusinessKey and
 // Source, in bytes, that an [Inbox] keeps: its key columns must fit
 // MySQL's index limits. A longer one is refused with an error wrapping
-// [ErrInvalidEntry] before anything is sent.
+// [ErrInvalidEntry] before anything is sent, as is one with bytes the
+// database cannot keep: a NUL byte or invalid UTF-8 on PostgreSQL, invalid
+// UTF-8 in the Source on MySQL/MariaDB.
 const MaxInboxField = 255
 
 // inboxKind is what the version row of an inbox holds in its completion
@@ -151,7 +153,7 @@ var _ recordstore.InboxFinder = (*Inbox)(nil)
 // which reads the message UUID of the entry it finds (the entry's own when
 // both match). The entry returned is e with that UUID.
 func (in *Inbox) HandledAs(ctx context.Context, e recordstore.InboxEntry) (*recordstore.InboxEntry, error) {
-	if err := validateEntry(e); err != nil {
+	if err := in.validate(e); err != nil {
 		return nil, in.fail("check inbox", err)
 	}
 	query, args := in.q.handledUUID, []any{e.Consumer, e.MessageUUID}
@@ -225,7 +227,7 @@ func (in *Inbox) MarkHandledTx(ctx context.Context, tx recordstore.Tx, e records
 
 // mark saves the entry through db: the pool or a caller's transaction.
 func (in *Inbox) mark(ctx context.Context, db executor, op string, e recordstore.InboxEntry) error {
-	if err := validateEntry(e); err != nil {
+	if err := in.validate(e); err != nil {
 		return in.fail(op, err)
 	}
 	business := sql.NullString{String: e.BusinessKey, Valid: e.BusinessKey != ""}
@@ -245,10 +247,14 @@ func (in *Inbox) mark(ctx context.Context, db executor, op string, e recordstore
 
 // fail is [versioned.fail], with a unique violation, the one error an
 // insert of the inbox is refused with for a duplicate, as
-// [recordstore.ErrAlreadyHandled].
+// [recordstore.ErrAlreadyHandled], and the database refusing a value of the
+// entry as an entry it cannot keep, [ErrInvalidEntry].
 func (in *Inbox) fail(op string, err error) error {
-	if in.dialect.uniqueViolation(err) {
+	switch {
+	case in.dialect.uniqueViolation(err):
 		err = fmt.Errorf("%w: %w", recordstore.ErrAlreadyHandled, err)
+	case in.dialect.invalidValue(err):
+		err = fmt.Errorf("%w: %w", ErrInvalidEntry, err)
 	}
 	return in.versioned.fail(op, err)
 }
@@ -259,20 +265,27 @@ func (in *Inbox) alreadyHandled(op string, e recordstore.InboxEntry) error {
 		recordstore.ErrAlreadyHandled, e.Consumer, e.MessageUUID, e.BusinessKey)}
 }
 
-// validateEntry refuses an entry without a consumer or a message UUID, or
-// with a field longer than MaxInboxField.
-func validateEntry(e recordstore.InboxEntry) error {
+// validate refuses an entry without a consumer or a message UUID, or with a
+// field longer than MaxInboxField or holding what its column cannot keep.
+func (in *Inbox) validate(e recordstore.InboxEntry) error {
 	switch {
 	case e.Consumer == "":
 		return fmt.Errorf("%w: Consumer is empty", ErrInvalidEntry)
 	case e.MessageUUID == "":
 		return fmt.Errorf("%w: MessageUUID is empty (consumer %q)", ErrInvalidEntry, e.Consumer)
 	}
-	for _, f := range []struct{ name, value string }{
-		{"Consumer", e.Consumer}, {"MessageUUID", e.MessageUUID}, {"BusinessKey", e.BusinessKey}, {"Source", e.Source},
+	for _, f := range []struct {
+		name, value string
+		kind        column
+	}{
+		{"Consumer", e.Consumer, in.dialect.nameColumn}, {"MessageUUID", e.MessageUUID, in.dialect.nameColumn},
+		{"BusinessKey", e.BusinessKey, in.dialect.nameColumn}, {"Source", e.Source, in.dialect.textColumn},
 	} {
 		if len(f.value) > MaxInboxField {
 			return fmt.Errorf("%w: %s is %d bytes, longer than %d", ErrInvalidEntry, f.name, len(f.value), MaxInboxField)
+		}
+		if why := f.kind.refuses(f.value); why != "" {
+			return fmt.Errorf("%w: %s %.64q has %s (%w)", ErrInvalidEntry, f.name, f.value, why, recordstore.ErrInvalidValue)
 		}
 	}
 	return nil

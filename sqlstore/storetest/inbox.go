@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,8 @@ type InboxContract struct {
 // a transaction that commit or roll back with it, a concurrent transaction
 // saving the same entry that waits for the first, cleaning by age in
 // bounded batches, and invalid entries refused with
-// [recordstore.ErrInvalidEntry]. sqlstore runs it on PostgreSQL,
+// [recordstore.ErrInvalidEntry], entries with bytes the inbox cannot keep
+// too. sqlstore runs it on PostgreSQL,
 // MySQL/MariaDB and SQLite, outboxtest on its in-memory inbox.
 func RunInbox(t *testing.T, c InboxContract) {
 	require.NotNil(t, c.New, "InboxContract.New is required")
@@ -59,6 +61,7 @@ func RunInbox(t *testing.T, c InboxContract) {
 		{"ConcurrentTransactions", s.testConcurrentTx},
 		{"Clean", s.testClean},
 		{"InvalidEntries", s.testInvalidEntries},
+		{"EntriesOfAnyBytes", s.testAnyBytes},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -326,5 +329,34 @@ func (s *inboxSuite) testInvalidEntries(t *testing.T) {
 	require.NoError(t, tx.Commit())
 	for _, p := range probes {
 		assert.False(t, handled(t, in, p), "a refused entry saved nothing (business key %.10q…)", p.BusinessKey)
+	}
+}
+
+// testAnyBytes: an entry whose fields hold bytes that a database may not
+// keep (a NUL byte, bytes that are not UTF-8, as another service's message
+// may carry) is either kept, and then found and refused a second time like
+// any entry, or refused by every method with ErrInvalidEntry, never with
+// an error that a retry would answer differently; a transaction it was
+// refused in stays usable.
+func (s *inboxSuite) testAnyBytes(t *testing.T) {
+	in := s.inbox(t)
+	for j, bad := range []string{"\x00", "a\x00b", "\xff", "a\xc3\x28b"} {
+		for i, field := range []string{"Consumer", "MessageUUID", "BusinessKey", "Source"} {
+			e := entry("billing", fmt.Sprintf("order-%d-%d", j, i))
+			*[]*string{&e.Consumer, &e.MessageUUID, &e.BusinessKey, &e.Source}[i] += bad
+			found, err := in.Handled(ctx(t), e)
+			if err != nil {
+				assert.ErrorIs(t, err, recordstore.ErrInvalidEntry, "Handled of %s %q", field, bad)
+				assert.ErrorIs(t, in.MarkHandled(ctx(t), e), recordstore.ErrInvalidEntry, "MarkHandled of %s %q", field, bad)
+				tx := s.begin(t, in)
+				assert.ErrorIs(t, in.MarkHandledTx(ctx(t), tx, e), recordstore.ErrInvalidEntry, "MarkHandledTx of %s %q", field, bad)
+				assert.NoError(t, tx.Commit(), "the transaction a refused entry was given stays usable (%s %q)", field, bad)
+				continue
+			}
+			assert.False(t, found, "%s %q", field, bad)
+			require.NoError(t, in.MarkHandled(ctx(t), e), "an entry Handled answered for is kept (%s %q)", field, bad)
+			assert.True(t, handled(t, in, e), "%s %q", field, bad)
+			assert.ErrorIs(t, in.MarkHandled(ctx(t), e), recordstore.ErrAlreadyHandled, "%s %q", field, bad)
+		}
 	}
 }

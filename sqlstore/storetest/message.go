@@ -16,6 +16,10 @@ import (
 // for; no record of the suite is saved with it.
 const forged = "forged-message"
 
+// unkeptUUIDs are message UUIDs with bytes that some databases cannot
+// keep: a NUL byte, bytes that are not UTF-8.
+var unkeptUUIDs = []string{"forged\x00", "forged\xff", "\x00", "\xc3\x28"}
+
 // of is d naming the message with the UUID.
 func of(d recordstore.Delivery, uuid string) recordstore.Delivery {
 	d.UUID = uuid
@@ -113,6 +117,37 @@ func (s *contract) testMessage(t *testing.T) {
 				"nor a delivery's lease")
 			assert.ErrorIs(t, store.CheckPending(ctx(t), withLease(of(dlv(one.ID), forged), "forged again")), recordstore.ErrMessageMismatch,
 				"a claimed record is compared too")
+		})
+	})
+
+	t.Run("AUUIDNoRecordCanHaveIsAMismatch", func(t *testing.T) {
+		// A UUID with bytes a database may refuse (PostgreSQL's text
+		// keeps no NUL byte and no invalid UTF-8) is no record's, with
+		// or without a lease: never a failure to retry. A completion
+		// naming it completes nothing, refused as a value the store
+		// cannot keep or as another message's.
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			for name, lease := range map[string]time.Duration{"NoLease": 0, "Lease": time.Hour} {
+				t.Run(name, func(t *testing.T) {
+					var store recordstore.Store
+					if lease > 0 {
+						store, _ = s.leased(t, mode, lease)
+					} else {
+						store = s.store(t, mode)
+					}
+					r := insert(t, store, records("orders", 1))[0]
+					for _, uuid := range unkeptUUIDs {
+						d := withLease(of(dlv(r.ID), uuid), "forged")
+						assert.ErrorIs(t, store.CheckPending(ctx(t), d), recordstore.ErrMessageMismatch, "check of %q", uuid)
+						if err := store.Complete(ctx(t), d); !errors.Is(err, recordstore.ErrInvalidValue) {
+							assert.ErrorIs(t, err, recordstore.ErrNotPending, "completion of %q", uuid)
+						}
+					}
+					require.NoError(t, store.CheckPending(ctx(t), withLease(of(dlv(r.ID), r.UUID), "real")),
+						"pending for its own message, which claims it")
+					require.NoError(t, store.Complete(ctx(t), of(dlv(r.ID), r.UUID)))
+				})
+			}
 		})
 	})
 

@@ -67,6 +67,23 @@ func (s *contract) testAttempts(t *testing.T) {
 		})
 	})
 
+	t.Run("AnErrorTextOfAnyBytesIsCounted", func(t *testing.T) {
+		// A handler's error may quote bytes its database cannot keep:
+		// the failure counts all the same, or MaxAttempts never comes.
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			store := s.store(t, mode)
+			fr := need[recordstore.FailureRecorder](t, store)
+			id := insert(t, store, records("orders", 1))[0].ID
+			n, abandoned, err := fr.RecordFailure(ctx(t), dlv(id), "boom \x00 \xff\xfe boom", 2, nil)
+			require.NoError(t, err)
+			assert.Equal(t, 1, n)
+			assert.False(t, abandoned)
+			_, abandoned, err = fr.RecordFailure(ctx(t), dlv(id), "\x00", 2, nil)
+			require.NoError(t, err)
+			assert.True(t, abandoned, "the second failure of two abandons")
+		})
+	})
+
 	t.Run("ZeroMaxAttemptsNeverAbandons", func(t *testing.T) {
 		t.Parallel()
 		store := s.store(t, Mark)
