@@ -42,8 +42,12 @@ func TestNATSJetStream(t *testing.T) {
 			if err != nil {
 				t.Fatalf("nats publisher: %v", err)
 			}
-			sub, err := wnats.NewSubscriber(wnats.SubscriberConfig{
-				URL:              url,
+			closed := make(chan struct{})
+			conn, err := nats.Connect(url, nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+			if err != nil {
+				t.Fatalf("nats connection: %v", err)
+			}
+			sub, err := wnats.NewSubscriberWithNatsConn(conn, wnats.SubscriberSubscriptionConfig{
 				QueueGroupPrefix: group,
 				Unmarshaler:      &wnats.NATSMarshaler{},
 				AckWaitTimeout:   30 * time.Second,
@@ -53,7 +57,7 @@ func TestNATSJetStream(t *testing.T) {
 			if err != nil {
 				t.Fatalf("nats subscriber: %v", err)
 			}
-			return connected(t, pub, &settledSubscriber{inner: sub, closing: make(chan struct{})})
+			return connected(t, pub, &settledSubscriber{inner: sub, conn: conn, connClosed: closed, closing: make(chan struct{})})
 		},
 		Remove: func(t *testing.T, topic, _ string) {
 			// The stream is named after the topic; its consumers go with it.
@@ -80,17 +84,21 @@ func natsJetStreamConfig(group string) wnats.JetStreamConfig {
 
 // settledSubscriber works around a race in watermill-nats v2.1.3 (the
 // newest): its subscriber closes its output channel once the subscription's
-// context ends, without waiting for a NATS callback that is sending on it,
-// which the race detector reports (and which can panic). The inner
-// subscription runs on a context that never ends; the router reads the
-// wrapper's own channel, which ends with the router's context; while Close
-// closes the inner subscriber the forwarders read what its callbacks still
-// send, so that none is left blocked sending on a channel being closed.
+// context ends, or once it is closed, without waiting for a NATS callback
+// that is sending on it, which the race detector reports (and which can
+// panic). The inner subscription runs on a context that never ends, and the
+// inner subscriber is never closed, so its channels never are: the router
+// reads the wrapper's own channel, which ends with the router's context.
+// Close closes the NATS connection instead, nacking what its callbacks
+// still send until it has closed; the inner subscriber's goroutines that
+// wait for its close stay until the test binary exits.
 type settledSubscriber struct {
-	inner   message.Subscriber
-	closing chan struct{}
-	once    sync.Once
-	wg      sync.WaitGroup
+	inner      message.Subscriber
+	conn       *nats.Conn
+	connClosed chan struct{}
+	closing    chan struct{}
+	once       sync.Once
+	wg         sync.WaitGroup
 }
 
 func (s *settledSubscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
@@ -102,48 +110,54 @@ func (s *settledSubscriber) Subscribe(ctx context.Context, topic string) (<-chan
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer s.nackUntilClosed(in)
-		defer close(out)
+		s.forward(ctx, in, out)
+		close(out)
+		// What arrives once the router stopped stays unacked, for the
+		// next subscriber, until this one closes; then what the closing
+		// connection's callbacks still send is nacked, until it has
+		// closed.
+		<-s.closing
 		for {
 			select {
-			case <-ctx.Done():
+			case m := <-in:
+				m.Nack()
+			case <-s.connClosed:
 				return
-			case <-s.closing:
-				return
-			case m, ok := <-in:
-				if !ok {
-					return
-				}
-				select {
-				case out <- m:
-				case <-ctx.Done():
-					m.Nack()
-					return
-				case <-s.closing:
-					m.Nack()
-					return
-				}
 			}
 		}
 	}()
 	return out, nil
 }
 
-// nackUntilClosed leaves what arrives once the router stopped unacked,
-// for the next subscriber, until this one closes; then it nacks what the
-// inner subscription's callbacks still send until the inner subscriber
-// closes its channel, so that no callback is left sending on a channel
-// being closed.
-func (s *settledSubscriber) nackUntilClosed(in <-chan *message.Message) {
-	<-s.closing
-	for m := range in {
-		m.Nack()
+// forward hands the inner subscription's messages to the router until its
+// context ends or the subscriber closes.
+func (s *settledSubscriber) forward(ctx context.Context, in <-chan *message.Message, out chan<- *message.Message) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.closing:
+			return
+		case m := <-in:
+			select {
+			case out <- m:
+			case <-ctx.Done():
+				m.Nack()
+				return
+			case <-s.closing:
+				m.Nack()
+				return
+			}
+		}
 	}
 }
 
 func (s *settledSubscriber) Close() error {
-	s.once.Do(func() { close(s.closing) })
-	err := s.inner.Close()
+	s.once.Do(func() {
+		close(s.closing)
+		s.conn.Close()
+	})
+	<-s.connClosed
 	s.wg.Wait()
-	return err
+	return nil
 }
