@@ -96,6 +96,14 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, Che
 	if t.orderKey != "" {
 		a.key = msg.Metadata[t.orderKey]
 	}
+	if done, ok := t.completing.Load(completingKey{id: id, consumer: consumer}); ok {
+		// A copy of a delivery whose completion runs in the background:
+		// its check waits for the completion, and finds it done.
+		select {
+		case <-done.(chan struct{}):
+		case <-checkCtx.Done():
+		}
+	}
 	var o CheckOutcome
 	if tr := m.reg.tracer(); tr != nil {
 		o, err = m.tracedCheck(tr, msg, checkCtx, a)

@@ -1,8 +1,9 @@
 package outbox
 
 // Work in the background: what the outbox runs off a handler's path (the
-// completions of MiddlewareConfig.CompleteInBackground, a completion on the
-// router's acknowledgement, the resend of the next record of an order key,
+// completions that follow an acknowledgement, unless
+// MiddlewareConfig.CompleteBeforeAck; a completion on the router's
+// acknowledgement, the resend of the next record of an order key,
 // a receiver seen, the drain of a failed start) and the loops its router
 // plugins run. The registry counts all of it, bounds the completions, and
 // lets a service wait for it before it stops.
@@ -11,7 +12,10 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 // maxBackground is how many completions may run in the background at
@@ -30,8 +34,14 @@ type backgroundWork struct {
 	// gathering batch goes, nil while none gathers.
 	completions int
 	batch       chan struct{}
+	// completionsIdle is closed when completions drops to 0; nil while 0.
+	completionsIdle chan struct{}
 	// loops are the router plugins' loops that run.
 	loops []*pluginLoop
+	// draining is set once a router of the registry closes, until one
+	// starts: completions then go on the handlers' path
+	// ([closingPublisher]).
+	draining atomic.Bool
 }
 
 // pluginLoop is a router plugin's loop (the stale resubmitter's, the
@@ -84,10 +94,16 @@ func (b *backgroundWork) doneLocked() {
 // completion; false when maxBackground run. Its goroutine calls
 // doneCompletion once it completed.
 func (b *backgroundWork) startCompletion(wait time.Duration) (<-chan struct{}, bool) {
+	if b.draining.Load() {
+		return nil, false
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.completions >= maxBackground {
 		return nil, false
+	}
+	if b.completions == 0 {
+		b.completionsIdle = make(chan struct{})
 	}
 	b.completions++
 	b.addLocked()
@@ -107,11 +123,61 @@ func (b *backgroundWork) startCompletion(wait time.Duration) (<-chan struct{}, b
 	return b.batch, true
 }
 
+// drainTimeout bounds how long a closing router's handler publisher waits
+// for the completions in the background ([closingPublisher]).
+const drainTimeout = 10 * time.Second
+
+// closingPublisher is the publisher of a router's handler, decorated by
+// [ReplayPlugin]: the router closes it when the handler stops, before its
+// Close returns, and then the completions of the handler's messages that
+// went in the background are committed first, and those of the messages
+// still being handled go on the handlers' path (which the router waits
+// for), so that a clean stop leaves no record pending for its completion.
+type closingPublisher struct {
+	message.Publisher
+	reg  *Registry
+	once sync.Once
+}
+
+func (p *closingPublisher) Close() error {
+	p.once.Do(func() {
+		p.reg.background.draining.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		defer cancel()
+		_ = p.reg.background.waitCompletions(ctx)
+	})
+	return p.Publisher.Close()
+}
+
+// Unwrap returns the decorated publisher.
+func (p *closingPublisher) Unwrap() message.Publisher { return p.Publisher }
+
+// waitCompletions waits until no completion runs in the background, or ctx
+// ends.
+func (b *backgroundWork) waitCompletions(ctx context.Context) error {
+	b.mu.Lock()
+	idle := b.completionsIdle
+	b.mu.Unlock()
+	if idle == nil {
+		return nil
+	}
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // doneCompletion gives back the place of a completion that finished.
 func (b *backgroundWork) doneCompletion() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.completions--
+	if b.completions == 0 {
+		close(b.completionsIdle)
+		b.completionsIdle = nil
+	}
 	b.doneLocked()
 }
 
@@ -152,16 +218,17 @@ func (b *backgroundWork) busy() <-chan struct{} {
 
 // WaitCompletions waits until nothing of the outbox runs in the
 // background, or ctx ends, whose error it returns. In the background run
-// the completions of [MiddlewareConfig.CompleteInBackground] and those
-// that follow the router's acknowledgement of a handler that produced
-// messages (with the inbox entries and confirmations of another service's
-// messages), the resends of the next record of an order key, the records
-// of receivers seen, the inserts of publishes that returned before their
-// answer ([NewPublisher]), and the loops of the outbox's router plugins once
-// their router closes. Router.Close waits for the handlers only: call
-// WaitCompletions after it returned nil, before the service exits, and
-// the outbox calls no store or publisher for that router again. With
-// nothing in the background it returns at once.
+// the completions of successful handlers (unless
+// [MiddlewareConfig.CompleteBeforeAck]) and those that follow the router's
+// acknowledgement of a handler that produced messages (with the inbox
+// entries and confirmations of another service's messages), the resends of
+// the next record of an order key, the records of receivers seen, the
+// inserts of publishes that returned before their answer ([NewPublisher]),
+// and the loops of the outbox's router plugins once their router closes.
+// Router.Close waits for the handlers, and with [ReplayPlugin] for the
+// completions (up to 10 s): call WaitCompletions after it returned nil,
+// before the service exits, and the outbox calls no store or publisher for
+// that router again. With nothing in the background it returns at once.
 func (r *Registry) WaitCompletions(ctx context.Context) error {
 	for {
 		busy := r.background.busy()

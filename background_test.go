@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,11 +31,11 @@ func (g *gatedStore) Complete(ctx context.Context, d recordstore.Delivery) error
 	return g.Store.Complete(ctx, d)
 }
 
-// TestCompleteInBackground, one handler of one topic: with
-// CompleteInBackground a message goes as soon as its handler succeeded,
-// while its completion waits; WaitCompletions waits for the completions,
-// and then no record is pending. Without the option, and on a topic with
-// an order key, the middleware returns only once the completion is done.
+// TestCompleteInBackground, one handler of one topic: by default a message
+// goes as soon as its handler succeeded, while its completion waits;
+// WaitCompletions waits for the completions, and then no record is
+// pending. With CompleteBeforeAck, and on a topic with an order key, the
+// middleware returns only once the completion is done.
 func TestCompleteInBackground(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
@@ -44,8 +45,8 @@ func TestCompleteInBackground(t *testing.T) {
 			orderKey   string
 			returns    bool // before the completion ran
 		}{
-			{"InBackground", true, "", true},
-			{"OnTheHandlersPath", false, "", false},
+			{"InBackgroundByDefault", true, "", true},
+			{"OnTheHandlersPathWithCompleteBeforeAck", false, "", false},
 			{"OrderedTopicOnTheHandlersPath", true, "order", false},
 		} {
 			t.Run(c.name, func(t *testing.T) {
@@ -61,7 +62,7 @@ func TestCompleteInBackground(t *testing.T) {
 				require.NoError(t, err)
 				pub, err := outbox.NewPublisher(reg, gc)
 				require.NoError(t, err)
-				mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CompleteInBackground: c.background}, b.logger)
+				mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CompleteBeforeAck: !c.background}, b.logger)
 				require.NoError(t, err)
 				handled := 0
 				h := mw(func(*message.Message) ([]*message.Message, error) { handled++; return nil, nil })
@@ -108,5 +109,93 @@ func TestCompleteInBackground(t *testing.T) {
 				assert.Zero(t, b.pendingCount(t), "every completion is done once WaitCompletions returns")
 			})
 		}
+	})
+}
+
+// TestCopyDuringTheBackgroundCompletionIsSkipped: one handler of one
+// topic, the defaults. A second copy of a message (a replay's, say) that
+// arrives while the first copy's completion still runs in the background
+// waits for that completion, then finds the record completed and is acked
+// without running the handler. Every database.
+func TestCopyDuringTheBackgroundCompletionIsSkipped(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		b := setup(t, backend, sqlstore.Mark)
+		store := &gatedStore{Store: b.store, entered: make(chan int64, 2), gate: make(chan struct{})}
+		reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store})
+		require.NoError(t, err)
+		b.reg = reg
+		msgs := b.publishTracked(t, 1)
+		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, b.logger)
+		require.NoError(t, err)
+		var runs atomic.Int32
+		h := mw(func(*message.Message) ([]*message.Message, error) { runs.Add(1); return nil, nil })
+
+		_, err = h(msgs[0].Copy())
+		require.NoError(t, err)
+		<-store.entered // the completion runs, and waits at the gate
+		second := make(chan error, 1)
+		go func() { _, err := h(msgs[0].Copy()); second <- err }()
+		select {
+		case err := <-second:
+			t.Fatalf("the second copy went through while the completion ran (err %v, runs %d)", err, runs.Load())
+		case <-time.After(100 * time.Millisecond):
+		}
+		close(store.gate)
+		require.NoError(t, <-second)
+		assert.EqualValues(t, 1, runs.Load(), "the second copy did not run the handler")
+		require.NoError(t, reg.WaitCompletions(b.ctx(t)))
+		assert.Zero(t, b.pendingCount(t))
+	})
+}
+
+// TestRouterCloseWaitsForTheCompletionsInTheBackground: one service, one
+// handler on GoChannel, the defaults (completions in the background), and
+// no call to WaitCompletions: the router's Close returns only once the
+// completion of the last message handled has run, so that a clean stop
+// leaves nothing pending to be handled again at the next start. Every
+// database.
+func TestRouterCloseWaitsForTheCompletionsInTheBackground(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		b := setup(t, backend, sqlstore.Mark)
+		store := &gatedStore{Store: b.store, entered: make(chan int64, 8), gate: make(chan struct{})}
+		reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store})
+		require.NoError(t, err)
+		gc := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+		t.Cleanup(func() { _ = gc.Close() })
+		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+		require.NoError(t, err)
+		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, b.logger)
+		require.NoError(t, err)
+		router.AddMiddleware(mw)
+		router.AddPlugin(outbox.ReplayPlugin(reg, gc, outbox.ReplayConfig{}, b.logger))
+		handled := make(chan struct{}, 1)
+		router.AddNoPublisherHandler("ship", b.topic, gc, func(*message.Message) error {
+			handled <- struct{}{}
+			return nil
+		})
+		runErr := make(chan error, 1)
+		go func() { runErr <- router.Run(context.Background()) }()
+		<-router.Running()
+		pub, err := outbox.NewPublisher(reg, gc)
+		require.NoError(t, err)
+		require.NoError(t, pub.Publish(b.topic, message.NewMessage(watermill.NewUUID(), []byte("x"))))
+		<-handled
+		<-store.entered // the completion runs, in the background, and waits
+
+		closed := make(chan error, 1)
+		go func() { closed <- router.Close() }()
+		// Nothing tells that Close waits; it must not return while the
+		// completion does.
+		select {
+		case err := <-closed:
+			t.Fatalf("the router closed before the completion ran (Close: %v)", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+		close(store.gate)
+		require.NoError(t, <-closed)
+		require.NoError(t, <-runErr)
+		assert.Zero(t, b.pendingCount(t), "the record was complete once Close returned")
 	})
 }

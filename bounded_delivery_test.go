@@ -427,6 +427,7 @@ func TestCheckTimeout(t *testing.T) {
 					_, err = patient(func(*message.Message) ([]*message.Message, error) { runs.add(); return nil, nil })(msg.Copy())
 					require.NoError(t, err)
 					assert.Equal(t, 1, runs.count(), "the redelivery is handled once the database answers")
+					require.NoError(t, reg.WaitCompletions(b.ctx(t)))
 					assert.Zero(t, b.pendingCount(t))
 				})
 			}
@@ -761,6 +762,7 @@ func TestFirstDeliveriesAtOnceAreAllTracked(t *testing.T) {
 			}
 			require.NoError(t, router.Close())
 			require.NoError(t, <-runErr)
+			require.NoError(t, reg.WaitCompletions(b.ctx(t)))
 			require.NoError(t, gc.Close())
 		}
 		assert.Empty(t, errorLines(b.logger), "one handler is never its own second receiver")

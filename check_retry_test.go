@@ -73,6 +73,7 @@ func TestRefusedChecksBackOff(t *testing.T) {
 			for _, msg := range msgs {
 				assert.Equal(t, 1, handled.snapshot()[msg.UUID], "message %s handled once", msg.UUID)
 			}
+			require.NoError(t, b.reg.WaitCompletions(b.ctx(t)))
 			assert.Zero(t, b.pendingCount(t), "every record completed")
 		})
 	}

@@ -233,6 +233,7 @@ func TestManyPublishersAndConsumers(t *testing.T) {
 			t.Fatalf("handled %d of %d", len(handled.snapshot()), publishers*each)
 		}
 		require.NoError(t, router.Close())
+		require.NoError(t, reg.WaitCompletions(ctx))
 		for id, n := range handled.snapshot() {
 			assert.Equal(t, 1, n, "message %s handled once", id)
 		}

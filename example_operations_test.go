@@ -90,7 +90,8 @@ func ExampleObservers() {
 	pub, _ := outbox.NewPublisher(reg, pubSub)
 	_ = pub.Publish("orders", message.NewMessage("order-4", []byte("order 4")))
 	<-handled
-	_ = router.Close() // returns once the delivery is settled
+	_ = router.Close()                            // returns once the handlers returned
+	_ = reg.WaitCompletions(context.Background()) // and once the completions in the background ran
 
 	fmt.Println("prometheus:", prometheus.published.Load(), "published,", prometheus.handled.Load(), "handled")
 	fmt.Println("otel:", otel.published.Load(), "published,", otel.handled.Load(), "handled")

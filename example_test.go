@@ -125,7 +125,7 @@ func ExampleRegistry_WaitCompletions() {
 	reg, _ := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store})
 	pubSub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	router, _ := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
-	mw, _ := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CompleteInBackground: true, SkipFirstCheck: true}, nil)
+	mw, _ := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, nil)
 	router.AddMiddleware(mw)
 
 	var handled sync.WaitGroup

@@ -1,6 +1,9 @@
 package outbox
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // SetInsertTimeout sets the bound of a tracked publish's insert until the
 // returned function restores it. Tests that call it must not run in
@@ -29,4 +32,12 @@ func SetResubmitDefaults(olderThan, interval time.Duration) (restore func()) {
 	oldAge, oldInterval := defaultResubmitOlderThan, defaultResubmitInterval
 	defaultResubmitOlderThan, defaultResubmitInterval = olderThan, interval
 	return func() { defaultResubmitOlderThan, defaultResubmitInterval = oldAge, oldInterval }
+}
+
+// WaitBackgroundCompletions waits for the completions running in the
+// background only, not for the rest of the registry's background work (a
+// producing handler's completion waits for an ack that a test calling the
+// middleware directly never gives).
+func WaitBackgroundCompletions(ctx context.Context, r *Registry) error {
+	return r.background.waitCompletions(ctx)
 }

@@ -1,6 +1,6 @@
 package outbox
 
-// First copies (MiddlewareConfig.SkipFirstCheck): the publisher remembers
+// First copies (MiddlewareConfig.CheckFirstCopies off): the publisher remembers
 // the records it has just saved, and the first copy of each, per
 // consumer, runs without the check.
 
@@ -19,7 +19,7 @@ const firstCopiesKept = 1 << 14
 // firstCopies are the records of one topic this process published lately
 // whose first copy has not reached every local consumer.
 type firstCopies struct {
-	// on is set once a middleware with SkipFirstCheck is built on the
+	// on is set once a middleware without CheckFirstCopies is built on the
 	// registry: until then the publisher remembers nothing.
 	on   atomic.Bool
 	mu   sync.Mutex
@@ -76,9 +76,9 @@ func (f *firstCopies) take(d recordstore.Delivery, consumers int) bool {
 }
 
 // skipsCheck reports whether the delivery of a may run without the check
-// (MiddlewareConfig.SkipFirstCheck).
+// (MiddlewareConfig.CheckFirstCopies).
 func (m *middleware) skipsCheck(a *admission) bool {
-	if !m.cfg.SkipFirstCheck || a.t.orderKey != "" || a.d.UUID == "" || leases(a.t.store) {
+	if m.cfg.CheckFirstCopies || a.t.orderKey != "" || a.d.UUID == "" || leases(a.t.store) {
 		return false
 	}
 	return a.t.firstCopies.take(a.d, max(len(a.t.consumers), 1))

@@ -31,7 +31,7 @@ func (c *checkCounter) CheckPending(ctx context.Context, d recordstore.Delivery)
 }
 
 // firstCopyCase is one service on one table, its publisher and a
-// middleware with SkipFirstCheck.
+// middleware with its defaults, which skip the check of first copies.
 type firstCopyCase struct {
 	b     *bundle
 	store *checkCounter
@@ -57,7 +57,7 @@ func newFirstCopyCase(t *testing.T, backend testenv.Backend, tracked outbox.Trac
 	t.Cleanup(func() { _ = gc.Close() })
 	c.sent, err = gc.Subscribe(b.ctx(t), b.topic)
 	require.NoError(t, err)
-	c.mw, err = outbox.NewMiddleware(reg, outbox.MiddlewareConfig{SkipFirstCheck: true}, b.logger)
+	c.mw, err = outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, b.logger)
 	require.NoError(t, err)
 	c.pub, err = outbox.NewPublisher(reg, gc)
 	require.NoError(t, err)
@@ -87,14 +87,15 @@ func (c *firstCopyCase) deliver(t *testing.T, consumer string, msg *message.Mess
 		return nil, nil
 	})(cp)
 	require.NoError(t, err)
+	require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), c.reg))
 }
 
-// TestSkipFirstCheck: one service, one table. The first copy of a record
+// TestFirstCopiesRunUnchecked: the defaults; one service, one table. The first copy of a record
 // this process published runs without the check, once per consumer; every
 // other copy is checked: a second copy of a completed record is skipped, a
 // forged copy is refused, and a record of another process is checked. A
 // topic with an order key, and a store with a lease, check every copy.
-func TestSkipFirstCheck(t *testing.T) {
+func TestFirstCopiesRunUnchecked(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 		t.Run("OneHandler", func(t *testing.T) {
@@ -119,10 +120,10 @@ func TestSkipFirstCheck(t *testing.T) {
 			reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store, Consumers: []string{"billing", "shipping"}})
 			require.NoError(t, err)
 			skipped := &signalLogger{msg: "Record already completed, acking copy without handling", hit: make(chan struct{}, 4)}
-			mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{SkipFirstCheck: true}, skipped)
+			mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, skipped)
 			require.NoError(t, err)
-			// Publish returns once both handlers acked: their completions
-			// are done.
+			// Publish returns once both handlers acked; their completions
+			// run in the background.
 			gc := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 4, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 			t.Cleanup(func() { _ = gc.Close() })
 			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
@@ -147,6 +148,7 @@ func TestSkipFirstCheck(t *testing.T) {
 			got := map[string]bool{<-ran: true, <-ran: true}
 			assert.Equal(t, map[string]bool{"billing": true, "shipping": true}, got)
 			assert.Zero(t, store.checks.Load(), "each consumer's first copy is not checked")
+			require.NoError(t, reg.WaitCompletions(ctx))
 
 			// A second copy for both: checked, and skipped by each.
 			require.NoError(t, gc.Publish(b.topic, msg.Copy()))

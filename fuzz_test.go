@@ -95,6 +95,9 @@ func FuzzMiddlewareMetadata(f *testing.F) {
 		msg.Metadata.Set(outbox.MetadataStore, identity)
 		ran := false
 		_, err := mw(func(*message.Message) ([]*message.Message, error) { ran = true; return nil, nil })(msg)
+		if werr := outbox.WaitBackgroundCompletions(t.Context(), b.reg); werr != nil {
+			t.Fatal(werr)
+		}
 		if err != nil {
 			t.Fatalf("id %q name %q identity %q: a message with outbox metadata is never nacked without a database failure: %v", id, name, identity, err)
 		}

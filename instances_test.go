@@ -73,7 +73,7 @@ func instances(t *testing.T, backend testenv.Backend, n int, lease time.Duration
 		require.NoError(t, err)
 		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CompleteTimeout: 2 * time.Minute, Backoff: redeliverAtOnce}, logger)
 		require.NoError(t, err)
-		out[i] = &instance{db: db, store: store, reg: reg, mw: mw}
+		out[i] = &instance{db: db, store: store, reg: reg, mw: settledMiddleware(t, context.Background(), reg, mw)}
 	}
 	t.Cleanup(func() { testenv.DropTable(t, out[0].db, backend.Dialect, table) })
 	b := &bundle{backend: backend, db: out[0].db, store: out[0].store, reg: out[0].reg, topic: topic, logger: logger}

@@ -280,17 +280,17 @@ func TestMiddlewareOrders(t *testing.T) {
 				for _, path := range []struct {
 					name string
 					fast bool
-				}{{"Defaults", false}, {"FastPath", true}} {
+				}{{"CheckedPath", false}, {"Defaults", true}} {
 					t.Run(sc.name+"/"+path.name, func(t *testing.T) {
 						t.Parallel()
 						b := setup(t, sqlite, sqlstore.Mark)
 						mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{
 							MaxAttempts: 3,
 							Backoff:     outbox.Backoff{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond},
-							// The fast path: completions in the background,
-							// first copies unchecked.
-							CompleteInBackground: path.fast,
-							SkipFirstCheck:       path.fast,
+							// The defaults: completions in the background,
+							// first copies unchecked; or the checked path.
+							CompleteBeforeAck: !path.fast,
+							CheckFirstCopies:  !path.fast,
 						}, b.logger)
 						require.NoError(t, err)
 						k := orderKit{t: t, outbox: mw, poisoned: &poisonSink{}}

@@ -35,6 +35,7 @@ const (
 // the message, and brought it back for ever.
 type bytesService struct {
 	gc     *gochannel.GoChannel
+	reg    *outbox.Registry
 	router *message.Router
 	mu     sync.Mutex
 	errs   []error
@@ -51,7 +52,7 @@ type namedHandler struct {
 func startBytesService(t testing.TB, reg *outbox.Registry, cfg outbox.MiddlewareConfig, logger watermill.LoggerAdapter,
 	handlers ...namedHandler) *bytesService {
 	t.Helper()
-	s := &bytesService{gc: gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{}), runs: map[string]int{}}
+	s := &bytesService{gc: gochannel.NewGoChannel(gochannel.Config{BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{}), reg: reg, runs: map[string]int{}}
 	var err error
 	s.router, err = message.NewRouter(message.RouterConfig{CloseTimeout: guard}, watermill.NopLogger{})
 	require.NoError(t, err)
@@ -103,6 +104,13 @@ func (s *bytesService) ack(h message.HandlerFunc) message.HandlerFunc {
 func (s *bytesService) deliver(t testing.TB, topic string, msg *message.Message) {
 	t.Helper()
 	sendUntilAcked(t, s.gc, topic, msg.Copy())
+	s.settled(t)
+}
+
+// settled waits until the completions of the acked messages ran.
+func (s *bytesService) settled(t testing.TB) {
+	t.Helper()
+	require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), s.reg))
 }
 
 // sendUntilAcked publishes msg through pub, onto a bytesService's
@@ -208,6 +216,7 @@ func TestValuesTheTableCannotKeep(t *testing.T) {
 
 			_, err = outbox.Replay(ctx, reg, s.gc, outbox.ReplayConfig{}, nil)
 			require.NoError(t, err)
+			s.settled(t)
 			assert.Equal(t, 1, s.ran("billing", "order-1"), "the record's own message is handled")
 			pending, err := store.PendingAfter(ctx, "orders", 0, 10)
 			require.NoError(t, err)
@@ -226,6 +235,7 @@ func TestValuesTheTableCannotKeep(t *testing.T) {
 			pub, err := outbox.NewPublisher(reg, s.gc)
 			require.NoError(t, err)
 			sendUntilAcked(t, pub, "orders", message.NewMessage("order-1", []byte("{}")))
+			s.settled(t)
 			assert.Empty(t, s.take(), "nothing to nack")
 			pending, err := store.PendingAfter(ctx, "orders", 0, 10)
 			require.NoError(t, err)

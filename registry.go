@@ -153,6 +153,16 @@ type tracked struct {
 	// firstCopies are the records this process published lately, whose
 	// first copies may skip the check (first_copy.go).
 	firstCopies firstCopies
+	// completing are the deliveries whose completion runs in the
+	// background (settlement.go): a copy that arrives meanwhile waits for
+	// it before its check.
+	completing sync.Map // completingKey -> chan struct{}
+}
+
+// completingKey names a delivery whose completion is in flight.
+type completingKey struct {
+	id       int64
+	consumer string
 }
 
 func (t *tracked) declares(consumer string) bool { return slices.Contains(t.consumers, consumer) }

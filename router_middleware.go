@@ -28,50 +28,47 @@ type MiddlewareConfig struct {
 	// cancellation, so that a router shutting down still completes the
 	// records of handlers that finished. Defaults to 10 seconds.
 	CompleteTimeout time.Duration
-	// CompleteInBackground lets a message go as soon as its handler
-	// succeeds: its delivery is completed just after, off the handler's
-	// path, where the completions of deliveries that finish meanwhile go
-	// together as one statement (sqlstore's Coalescing). The next message
-	// need not wait for a commit, and a busy store commits once for many
-	// messages. The price: between the acknowledgement and the completion's
-	// commit, a crash (or a failed completion, which is logged) leaves the
-	// record pending, so it is sent again by the next replay or the stale
-	// resubmitter and handled twice, never lost; a copy that arrives in
-	// that moment runs too. Completions in the background are bounded
-	// (4096 at a time; beyond, the handler's path completes as without
-	// this option), and [Registry.WaitCompletions] waits for them, for a
-	// clean stop. Not used for a topic with an [Tracked.OrderKey], whose
-	// next record waits for the completion, nor for deliveries completed
-	// on the router's acknowledgement (a handler that produced messages)
-	// or in the handler's transaction ([CompleteTx]). Defaults to false.
-	CompleteInBackground bool
+	// CompleteBeforeAck completes each delivery on the handler's path,
+	// before the message is acknowledged. Defaults to false: the message
+	// goes as soon as its handler succeeds, and its completion follows off
+	// the handler's path, gathered with the completions of the deliveries
+	// that finish meanwhile into one statement (for CompleteBatchWait), so
+	// that the next message need not wait for a commit and a busy store
+	// commits once for many messages. The price of the default: a crash
+	// (or a failed completion, which is logged) between the
+	// acknowledgement and the completion's commit leaves the record
+	// pending, so that it is sent again and handled twice, never lost.
+	// [Registry.WaitCompletions] waits for the completions in the
+	// background, for a clean stop. A topic with an [Tracked.OrderKey],
+	// whose next record waits for the completion, a handler that produced
+	// messages (completed on the router's acknowledgement) and
+	// [CompleteTx] complete on the handler's path whatever this says, and
+	// so does a delivery beyond 4096 completions in the background.
+	CompleteBeforeAck bool
 	// CompleteBatchWait is how long a completion in the background waits
 	// for others to go with it: the first one to finish starts the wait,
 	// and every completion that arrives meanwhile goes in the same
 	// statement, so that even one message at a time commits once per
 	// CompleteBatchWait rather than once per message. It is also how much
-	// longer a crash may leave records pending. Used only with
-	// CompleteInBackground; a negative value sends each at once. Defaults
-	// to 5 milliseconds.
+	// longer a crash may leave records pending. A negative value sends
+	// each at once. Defaults to 5 milliseconds.
 	CompleteBatchWait time.Duration
-	// SkipFirstCheck lets the first copy of a record that this process
-	// published run its handler without the check: the publish has just
-	// saved the record, so it is pending, due and the message's own, and
-	// the read before the handler would only say so. Each consumer's
-	// first copy is admitted that way once; every later copy, and every
-	// copy of a record this process did not publish (or published more
-	// than 16,384 records of the topic ago), is checked. The price: a copy
-	// of the record sent again elsewhere (a replay at another instance's
-	// start) and completed there before the first copy arrives here runs
-	// again, as two copies checked at the same moment do; and where
-	// several instances take turns on one queue, a copy another instance
-	// handled and failed may come back here as this process's first copy
-	// and run before its backoff is due (MaxAttempts still counts it).
-	// Not used for a
-	// topic with an [Tracked.OrderKey] (the check tells whether the record
-	// is held) nor on a store with a delivery lease (the check takes it).
-	// Defaults to false.
-	SkipFirstCheck bool
+	// CheckFirstCopies checks the record before the handler runs for every
+	// copy. Defaults to false: the first copy, per local consumer, of a
+	// record this process published (among its last 16,384 of the topic)
+	// runs without the check, since the publish has just saved the record,
+	// pending, due and the message's own; every later copy, and every copy
+	// of a record published elsewhere, is checked. The price of the
+	// default: a copy of the record sent again elsewhere (a replay at
+	// another instance's start) and completed there before the first copy
+	// arrives here runs again, as two copies checked at the same moment
+	// do; and where several instances take turns on one queue, a copy
+	// another instance handled and failed may come back here as this
+	// process's first copy and run before its backoff is due (MaxAttempts
+	// still counts it). A topic with an [Tracked.OrderKey] (the check
+	// tells whether the record is held) and a store with a delivery lease
+	// (the check takes it) check every copy whatever this says.
+	CheckFirstCopies bool
 	// CheckRetryDelay is how long the middleware holds a message whose
 	// check failed (the database refused the connection, or gave an error)
 	// before it nacks it; each further consecutive failed check of the
@@ -271,7 +268,7 @@ func NewMiddleware(reg *Registry, cfg MiddlewareConfig, logger watermill.LoggerA
 		cfg.Confirmations = undecorated(cfg.Confirmations)
 	}
 	reg.failurePolicy.CompareAndSwap(nil, &failurePolicy{maxAttempts: cfg.MaxAttempts, backoff: cfg.Backoff})
-	if cfg.SkipFirstCheck {
+	if !cfg.CheckFirstCopies {
 		for _, t := range reg.entries() {
 			t.firstCopies.on.Store(true)
 		}

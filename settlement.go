@@ -59,12 +59,17 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 		m.reg.background.spawn(func() { m.completeOnAck(ctx, msg, a, p) })
 		return produced, nil
 	}
-	if m.cfg.CompleteInBackground && a.t.orderKey == "" {
+	if !m.cfg.CompleteBeforeAck && a.t.orderKey == "" {
 		if batch, ok := m.reg.background.startCompletion(m.cfg.CompleteBatchWait); ok {
+			key := completingKey{id: a.d.ID, consumer: a.d.Consumer}
+			done := make(chan struct{})
+			a.t.completing.Store(key, done)
 			go func() {
 				defer m.reg.background.doneCompletion()
 				<-batch
 				m.complete(ctx, a)
+				a.t.completing.CompareAndDelete(key, done)
+				close(done)
 			}()
 			return nil, nil
 		}

@@ -72,9 +72,26 @@ func (b *bundle) rowCount(t *testing.T) int {
 
 func (b *bundle) middleware(t *testing.T) message.HandlerMiddleware {
 	t.Helper()
-	mw, err := outbox.NewMiddleware(b.reg, outbox.MiddlewareConfig{Backoff: redeliverAtOnce}, b.logger)
+	reg := b.reg
+	mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Backoff: redeliverAtOnce}, b.logger)
 	require.NoError(t, err)
-	return mw
+	return settledMiddleware(t, b.ctx(t), reg, mw)
+}
+
+// settledMiddleware is mw whose every call returns once the completion it
+// started in the background is done: the tests call the handler as the
+// router would and then read the record.
+func settledMiddleware(t *testing.T, ctx context.Context, reg *outbox.Registry, mw message.HandlerMiddleware) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		handle := mw(h)
+		return func(msg *message.Message) ([]*message.Message, error) {
+			produced, err := handle(msg)
+			if werr := outbox.WaitBackgroundCompletions(ctx, reg); werr != nil {
+				t.Errorf("waiting for the completions: %v", werr)
+			}
+			return produced, err
+		}
+	}
 }
 
 // publishTracked publishes n tracked messages through the decorator into a

@@ -420,6 +420,10 @@ func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger
 		if err != nil {
 			return err
 		}
+		reg.background.draining.Store(false)
+		router.AddPublisherDecorators(func(pub message.Publisher) (message.Publisher, error) {
+			return &closingPublisher{Publisher: pub, reg: reg}, nil
+		})
 		expected := len(router.Handlers())
 		var gate *subscribeGate
 		switch {

@@ -100,6 +100,7 @@ func BenchmarkTrackedDelivery(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+		require.NoError(b, reg.WaitCompletions(context.Background()))
 		b.StopTimer()
 		// Every delivery was tracked: no record is pending any more.
 		pending, err := store.PendingAfter(context.Background(), "orders", 0, 1)

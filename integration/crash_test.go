@@ -85,13 +85,12 @@ func TestCrashPostgresRabbitMQOrdered(t *testing.T) {
 	crashPostgresRabbitMQ(t, *crashOrderedKills, []string{"email", "stats"}, true)
 }
 
-// TestCrashPostgresRabbitMQFast is TestCrashPostgresRabbitMQ with
-// completions in the background and first copies unchecked
-// (MiddlewareConfig.CompleteInBackground, SkipFirstCheck): RabbitMQ has
-// the message acknowledged before its completion commits, so a kill in
-// between leaves only the record, which the next start sends again.
-func TestCrashPostgresRabbitMQFast(t *testing.T) {
-	crashPostgresRabbitMQ(t, *crashKills, nil, false, func(c *crashtest.Config) { c.Fast = true })
+// TestCrashPostgresRabbitMQChecked is TestCrashPostgresRabbitMQ with every
+// copy checked and each delivery completed before its acknowledgement
+// (MiddlewareConfig.CheckFirstCopies, CompleteBeforeAck), the opt-outs of
+// the defaults.
+func TestCrashPostgresRabbitMQChecked(t *testing.T) {
+	crashPostgresRabbitMQ(t, *crashKills, nil, false, func(c *crashtest.Config) { c.Checked = true })
 }
 
 func crashPostgresRabbitMQ(t *testing.T, kills int, consumers []string, ordered bool, opts ...func(*crashtest.Config)) {

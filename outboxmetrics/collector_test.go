@@ -87,6 +87,7 @@ func TestCollectorCountsTheFlowAndReadsTheBacklog(t *testing.T) {
 			fail := mw(func(*message.Message) ([]*message.Message, error) { return nil, errors.New("boom") })
 			_, err = ok(delivered["ok"].Copy())
 			require.NoError(t, err)
+			require.NoError(t, reg.WaitCompletions(ctx), "the completion runs in the background")
 			_, err = ok(delivered["ok"].Copy())
 			require.NoError(t, err, "a copy of a completed record is skipped")
 			_, err = fail(delivered["poison"])

@@ -219,6 +219,7 @@ func TestDeliverySpans(t *testing.T) {
 		require.NoError(t, err)
 		_, err = mw(h.handle)(delivered.Copy())
 		require.NoError(t, err)
+		require.NoError(t, b.reg.WaitCompletions(t.Context()))
 
 		publish := tr.span(t, "outbox publish "+topic)
 		require.Len(t, h.ran, 1, "the copy was skipped")
@@ -255,6 +256,7 @@ func TestDeliverySpans(t *testing.T) {
 		_, err = mw(h.handle)(delivered)
 		require.NoError(t, err)
 		process.End()
+		require.NoError(t, b.reg.WaitCompletions(t.Context()), "the completion runs in the background")
 		assert.Equal(t, process.SpanContext(), <-h.ran)
 		assert.Equal(t, process.SpanContext().SpanID(), tr.span(t, "outbox check "+topic).Parent.SpanID())
 		assert.Equal(t, process.SpanContext().SpanID(), tr.span(t, "outbox complete "+topic).Parent.SpanID())

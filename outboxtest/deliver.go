@@ -167,6 +167,11 @@ func deliver(tb testing.TB, reg *outbox.Registry, cfg outbox.MiddlewareConfig, h
 	if err := <-runErr; err != nil {
 		tb.Errorf("outboxtest: running the router: %v", err)
 	}
+	// The completion of an acknowledged delivery runs in the background;
+	// the outcome is its record's state once it has.
+	if err := reg.WaitCompletions(ctx); err != nil {
+		tb.Fatalf("outboxtest: the completion of message %s did not finish within %v: %v", msg.UUID, deliverTimeout, err)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	out.Acked = acked

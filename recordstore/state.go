@@ -20,10 +20,13 @@ const (
 type Completion int
 
 const (
-	// Mark keeps the record, marked completed.
-	Mark Completion = iota
-	// Delete removes the record and its deliveries.
-	Delete
+	// Delete removes the record and its deliveries: the cheapest
+	// completion, and the zero value.
+	Delete Completion = iota
+	// Mark keeps the record, marked completed, until a cleaner deletes
+	// it: the history of completed records, for a dashboard or an
+	// operator, at the price of an update per completion.
+	Mark
 )
 
 // String returns "mark" or "delete", the names a store keeps in its schema

@@ -211,7 +211,7 @@ func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d *Dialect, ms []m
 		return err
 	}
 	if version > 0 && mode != s.mode.String() {
-		return &TableError{Table: s.table, Op: "migrate", Err: fmt.Errorf("%w: table was created for completion %q, store is configured for %q", ErrSchemaVersion, mode, s.mode)}
+		return &TableError{Table: s.table, Op: "migrate", Err: fmt.Errorf("%w: table was created for completion %q, store is configured for %q (set Config.Completion to the table's)", ErrSchemaVersion, mode, s.mode)}
 	}
 	if version > len(ms) {
 		return &TableError{Table: s.table, Op: "migrate", Err: fmt.Errorf("%w: table is at version %d, newer than this code's %d", ErrSchemaVersion, version, len(ms))}
@@ -313,7 +313,7 @@ func (s *Store) verify(ctx context.Context) error {
 	}
 	switch {
 	case mode != s.mode.String():
-		return &TableError{Table: s.table, Op: "verify", Err: fmt.Errorf("%w: table was created for completion %q, store is configured for %q", ErrSchemaVersion, mode, s.mode)}
+		return &TableError{Table: s.table, Op: "verify", Err: fmt.Errorf("%w: table was created for completion %q, store is configured for %q (set Config.Completion to the table's)", ErrSchemaVersion, mode, s.mode)}
 	case version < want:
 		return &TableError{Table: s.table, Op: "verify", Err: fmt.Errorf("%w: table is at version %d, this code needs %d; run Store.Migrate", ErrSchemaVersion, version, want)}
 	case version > want:

@@ -96,7 +96,7 @@ func TestMigrateCompletesAMigrationCutShortOnMySQL(t *testing.T) {
 			t.Parallel()
 			db := b.Open(t)
 			table := testenv.Table(t)
-			old, err := sqlstore.New(sqlstore.Config{Dialect: b.Dialect, Table: table, DB: db})
+			old, err := sqlstore.New(sqlstore.Config{Dialect: b.Dialect, Table: table, Completion: sqlstore.Mark, DB: db})
 			require.NoError(t, err)
 			t.Cleanup(func() { testenv.DropTable(t, db, b.Dialect, table) })
 			sqlstore.UseMigrations(old, firstMigrationOnly(t, b.Dialect))
@@ -104,7 +104,7 @@ func TestMigrateCompletesAMigrationCutShortOnMySQL(t *testing.T) {
 			_, err = db.ExecContext(testCtx(t), "ALTER TABLE `"+table+"` ADD COLUMN attempts INT NOT NULL DEFAULT 0, ADD COLUMN last_error TEXT NULL, ADD COLUMN last_sent_at DATETIME(6) NULL, ADD COLUMN abandoned_at DATETIME(6) NULL")
 			require.NoError(t, err)
 
-			current, err := sqlstore.New(sqlstore.Config{Dialect: b.Dialect, Table: table, DB: db})
+			current, err := sqlstore.New(sqlstore.Config{Dialect: b.Dialect, Table: table, Completion: sqlstore.Mark, DB: db})
 			require.NoError(t, err)
 			require.NoError(t, current.Migrate(testCtx(t)))
 			require.NoError(t, current.Verify(testCtx(t)))

@@ -49,7 +49,7 @@ func TestMigrateOlderAndNewerCode(t *testing.T) {
 			want, err := sqlstore.SchemaVersion(b.Dialect)
 			require.NoError(t, err)
 
-			next, err := sqlstore.New(sqlstore.Config{Dialect: b.Dialect, Table: current.Table(), DB: db})
+			next, err := sqlstore.New(sqlstore.Config{Dialect: b.Dialect, Table: current.Table(), Completion: sqlstore.Mark, DB: db})
 			require.NoError(t, err)
 			sqlstore.UseMigrations(next, withNextMigration(t, b.Dialect))
 

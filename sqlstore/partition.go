@@ -35,7 +35,7 @@ func (c Config) validatePartitions() error {
 	case c.Dialect.name != "postgres":
 		return fmt.Errorf("%w: PartitionEvery needs PostgreSQL; %s tables are of one piece", ErrInvalidConfig, c.Dialect.name)
 	case c.Completion != Mark:
-		return fmt.Errorf("%w: PartitionEvery is for a marking table; a deleting table keeps no completed records to drop", ErrInvalidConfig)
+		return fmt.Errorf("%w: PartitionEvery is for a marking table (Completion: Mark); a deleting table keeps no completed records to drop", ErrInvalidConfig)
 	}
 	return nil
 }

@@ -31,7 +31,12 @@ type Config struct {
 	// name (PostgreSQL's search_path, MySQL's current database). SQLite
 	// refuses a qualified name. Defaults to "watermill_outbox".
 	Table string
-	// Completion is what happens to a handled record. Defaults to [Mark].
+	// Completion is what happens to a record once it is complete: deleted,
+	// or kept, marked, until the Cleaner deletes it. Keeping completed
+	// records costs an update (a rewritten row) per completion instead of
+	// a delete; see docs/operations.md. A table keeps the mode it was
+	// created with: a store of another mode is refused. Defaults to
+	// [Delete].
 	Completion Completion
 	// DB is the connection pool. It may be nil and attached later with
 	// [Store.Attach].

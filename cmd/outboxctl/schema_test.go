@@ -25,7 +25,7 @@ func TestTableInSchema(t *testing.T) {
 			f := newFixtureOn(t, b, func(db *sqlx.DB) *sqlstore.Store {
 				schema := testenv.Schema(t, db, b.Dialect, "tenant_a")
 				home = testenv.NewStore(t, b, db, sqlstore.Mark)
-				s, err := sqlstore.New(sqlstore.Config{Dialect: b.Dialect, Table: schema + "." + home.Table(), DB: db})
+				s, err := sqlstore.New(sqlstore.Config{Dialect: b.Dialect, Table: schema + "." + home.Table(), Completion: sqlstore.Mark, DB: db})
 				require.NoError(t, err)
 				require.NoError(t, s.Migrate(t.Context()))
 				t.Cleanup(func() { testenv.DropTable(t, db, b.Dialect, s.Table()) })

@@ -116,7 +116,20 @@ const selectRows = "SELECT id, uuid, processed_at IS NOT NULL AS completed FROM 
 // whether each one's record is completed.
 func (e *env) requireTable(want map[string]bool) {
 	e.t.Helper()
+	e.waitCompletions()
 	requireRecords(e.t, e.rows(), want)
+}
+
+// waitCompletions waits for the completions that follow the
+// acknowledgements of the messages handled so far.
+func (e *env) waitCompletions() {
+	e.t.Helper()
+	if e.reg == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	require.NoError(e.t, e.reg.WaitCompletions(ctx))
 }
 
 // requireRecords asserts the records are exactly these message UUIDs, and

@@ -10,19 +10,18 @@ import (
 	"github.com/wmoutbox/outbox/internal/testenv"
 )
 
-// fastPathDrains: two declared consumers in one service on the fast path
-// (MiddlewareConfig.CompleteInBackground and SkipFirstCheck). Each consumer
-// handles every message once, the first copies unchecked and the
-// completions gathered in the background; once the router closed and
-// WaitCompletions returned, every delivery is complete, and a second start
-// runs nothing again.
+// fastPathDrains: two declared consumers in one service with the
+// middleware's defaults, under which first copies run unchecked and
+// completions are gathered in the background. Each consumer handles every
+// message once; once the router closed and WaitCompletions returned, every
+// delivery is complete, and a second start runs nothing again.
 func fastPathDrains(t *testing.T, e *env) {
 	consumers := []string{"email", "stats"}
 	e.declare(consumers...)
 	obs := newCounts()
 	e.reg.SetObserver(obs)
 	logger := &testenv.CaptureLogger{}
-	fast := outbox.MiddlewareConfig{CompleteInBackground: true, SkipFirstCheck: true}
+	fast := outbox.MiddlewareConfig{}
 	pub, _ := e.connect()
 	svc := e.startServiceWith(serviceConfig{reg: e.reg, pub: pub, receivers: e.receiversOf(consumers...), decide: succeed, logger: logger, mw: fast})
 

@@ -88,7 +88,7 @@ func (o *orderLog) waitHandled(t *testing.T, n int) {
 // and every record completes.
 func orderedAcrossFailuresAndRestarts(t *testing.T, e *env) {
 	const keys, perKey = 50, 20
-	leased, err := sqlstore.New(sqlstore.Config{Dialect: e.backend.Records.Dialect, Table: e.store.Table(), DB: e.db, Lease: 5 * time.Second})
+	leased, err := sqlstore.New(sqlstore.Config{Dialect: e.backend.Records.Dialect, Table: e.store.Table(), DB: e.db, Lease: 5 * time.Second, Completion: e.store.Completion()})
 	require.NoError(t, err)
 	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: e.topic, Store: leased, OrderKey: "order_key"})
 	require.NoError(t, err)

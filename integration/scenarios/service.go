@@ -57,6 +57,9 @@ type service struct {
 	stopping chan struct{}
 	done     chan struct{} // closed when Run returned runErr
 	runErr   error
+	// reg is the registry whose background completions stop waits for;
+	// nil for a service without the outbox.
+	reg *outbox.Registry
 
 	mu   sync.Mutex
 	runs map[runKey]int // handler runs by handler and message UUID
@@ -133,6 +136,9 @@ func (e *env) startServiceWith(cfg serviceConfig) *service {
 		router.AddNoPublisherHandler(r.name, r.topic, r.sub, s.handler(cfg.decide))
 	}
 	s.router = router
+	if !cfg.plain {
+		s.reg = cfg.reg
+	}
 
 	go func() {
 		s.runErr = router.Run(context.Background())
@@ -335,6 +341,12 @@ func (s *service) stop() {
 	require.NoError(s.t, s.router.Close())
 	<-s.done
 	require.NoError(s.t, s.runErr)
+	if s.reg != nil {
+		// The completions that follow the last acknowledgements.
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		require.NoError(s.t, s.reg.WaitCompletions(ctx))
+	}
 }
 
 func copyMetadata(md message.Metadata) message.Metadata {

@@ -141,10 +141,10 @@ func (d *database) close() {
 	}
 }
 
-// newStore creates a fresh outbox table that marks completed records; drop
-// removes it.
+// newStore creates a fresh outbox table of the default completion (it
+// deletes completed records); drop removes it.
 func (d *database) newStore(ctx context.Context, co sqlstore.Coalescing) (*sqlstore.Store, error) {
-	return d.newStoreOf(ctx, co, sqlstore.Mark)
+	return d.newStoreOf(ctx, co, sqlstore.Delete)
 }
 
 // newStoreOf is newStore with the completion mode given.
@@ -163,7 +163,7 @@ func (d *database) newStoreOf(ctx context.Context, co sqlstore.Coalescing, mode 
 func (d *database) newPartitionedStore(ctx context.Context, co sqlstore.Coalescing) (*sqlstore.Store, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	s, err := sqlstore.New(sqlstore.Config{Dialect: d.dialect, Table: "bench_" + hex.EncodeToString(b[:]), DB: d.db, Coalescing: co, PartitionEvery: 24 * time.Hour})
+	s, err := sqlstore.New(sqlstore.Config{Dialect: d.dialect, Table: "bench_" + hex.EncodeToString(b[:]), DB: d.db, Coalescing: co, Completion: sqlstore.Mark, PartitionEvery: 24 * time.Hour})
 	if err != nil {
 		return nil, err
 	}

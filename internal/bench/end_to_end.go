@@ -338,7 +338,7 @@ func untrackedRegistry() (*outbox.Registry, error) {
 // trackedPipeline tracks every topic of the case in a new store, dropped
 // when the pipeline closes.
 func trackedPipeline(ctx context.Context, d *database, publishers int, co sqlstore.Coalescing) (pipeline, error) {
-	return trackedPipelineOf(ctx, d, publishers, co, sqlstore.Mark)
+	return trackedPipelineOf(ctx, d, publishers, co, sqlstore.Delete)
 }
 
 // trackedPipelineOf is trackedPipeline with the completion mode given.

@@ -22,7 +22,7 @@ func TestFillWritesWhatTheStoreWrites(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			d := benchDatabase(t, name)
 			ctx := t.Context()
-			s, err := d.newStore(ctx, sqlstore.Coalescing{})
+			s, err := d.newStoreOf(ctx, sqlstore.Coalescing{}, sqlstore.Mark)
 			if err != nil {
 				t.Fatal(err)
 			}

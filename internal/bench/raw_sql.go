@@ -34,7 +34,7 @@ type rawSQL struct {
 }
 
 func newRawSQL(ctx context.Context, d *database) (*rawSQL, error) {
-	s, err := d.newStore(ctx, sqlstore.Coalescing{})
+	s, err := d.newStoreOf(ctx, sqlstore.Coalescing{}, sqlstore.Mark) // the raw cycle marks
 	if err != nil {
 		return nil, err
 	}

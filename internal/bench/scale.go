@@ -23,7 +23,7 @@ const scalePublishers = 4
 // with no Cleaner (idle). The empty table is a new one each round; the full
 // one is filled once and measured in the same rounds, interleaved.
 func scaleSteps(ctx context.Context, d *database, o options, rep *report) error {
-	full, err := d.newStore(ctx, o.coalesced())
+	full, err := d.newStoreOf(ctx, o.coalesced(), sqlstore.Mark)
 	if err != nil {
 		return err
 	}
@@ -37,7 +37,13 @@ func scaleSteps(ctx context.Context, d *database, o options, rep *report) error 
 
 	l := saturatedLoad(scalePublishers, o)
 	sat, err := sideBySide(o.saturatedRounds,
-		func() (result, error) { return trackedEndToEndLoad(ctx, d, scalePublishers, o.coalesced(), l) },
+		func() (result, error) {
+			p, err := trackedPipelineOf(ctx, d, scalePublishers, o.coalesced(), sqlstore.Mark)
+			if err != nil {
+				return result{}, err
+			}
+			return endToEnd(ctx, p, l)
+		},
 		func() (result, error) {
 			p, err := storePipeline(full, scalePublishers, func() {})
 			if err != nil {
@@ -59,7 +65,7 @@ func scaleSteps(ctx context.Context, d *database, o options, rep *report) error 
 
 	paced, err := sideBySideBy(o.saturatedRounds, byP99,
 		func() (result, error) {
-			p, err := trackedPipeline(ctx, d, 1, o.coalesced())
+			p, err := trackedPipelineOf(ctx, d, 1, o.coalesced(), sqlstore.Mark)
 			if err != nil {
 				return result{}, err
 			}

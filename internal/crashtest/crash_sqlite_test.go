@@ -95,12 +95,11 @@ func TestCrashSQLiteGoChannelOrdered(t *testing.T) {
 	crashSQLiteGoChannelWith(t, *orderedKills, twoConsumers, true)
 }
 
-// TestCrashSQLiteGoChannelFast is TestCrashSQLiteGoChannel with
-// completions in the background and first copies unchecked
-// (MiddlewareConfig.CompleteInBackground, SkipFirstCheck): a kill after a
-// message went but before its completion's commit leaves its record
-// pending, and it is handled again, never lost.
-func TestCrashSQLiteGoChannelFast(t *testing.T) {
+// TestCrashSQLiteGoChannelChecked is TestCrashSQLiteGoChannel with every
+// copy checked and each delivery completed before its acknowledgement
+// (MiddlewareConfig.CheckFirstCopies, CompleteBeforeAck), the opt-outs of
+// the defaults.
+func TestCrashSQLiteGoChannelChecked(t *testing.T) {
 	crashSQLiteGoChannelIn(t, *kills, nil, false, true)
 }
 
@@ -112,7 +111,7 @@ func crashSQLiteGoChannelWith(t *testing.T, kills int, consumers []string, order
 	crashSQLiteGoChannelIn(t, kills, consumers, ordered, false)
 }
 
-func crashSQLiteGoChannelIn(t *testing.T, kills int, consumers []string, ordered, fast bool) {
+func crashSQLiteGoChannelIn(t *testing.T, kills int, consumers []string, ordered, checked bool) {
 	dsn := testenv.SQLiteDSN(t)
 	db := testenv.Open(t, "SQLite", "sqlite", dsn)
 	table := testenv.Table(t)
@@ -128,7 +127,7 @@ func crashSQLiteGoChannelIn(t *testing.T, kills int, consumers []string, ordered
 		Consumers: consumers,
 		Env:       []string{"OUTBOX_CRASH_DSN=" + dsn},
 		Ordered:   ordered,
-		Fast:      fast,
+		Checked:   checked,
 	})
 	t.Logf("SQLite+GoChannel: %s", sum)
 	crashtest.Check(t, sum)

@@ -40,8 +40,9 @@ const (
 	envConsumers = "OUTBOX_CRASH_CONSUMERS"
 	// envOrdered, "1", orders the tracked topic by key ([Config.Ordered]).
 	envOrdered = "OUTBOX_CRASH_ORDERED"
-	// envFast, "1", takes the fast path ([Config.Fast]).
-	envFast = "OUTBOX_CRASH_FAST"
+	// envChecked, "1", checks every copy and completes before the
+	// acknowledgement ([Config.Checked]).
+	envChecked = "OUTBOX_CRASH_CHECKED"
 )
 
 // OrderKeys is how many order keys the messages of an ordered run
@@ -100,12 +101,12 @@ type Config struct {
 	// per consumer, the handlings of a key that came before a handling of
 	// an earlier record of that key ([ConsumerSummary.OutOfOrder]).
 	Ordered bool
-	// Fast makes the child's middleware complete in the background and
-	// skip the check of first copies (outbox.MiddlewareConfig's
-	// CompleteInBackground and SkipFirstCheck): a kill between a handler's
-	// return and its completion's commit must cost a resend, never a
-	// record.
-	Fast bool
+	// Checked makes the child's middleware check every copy and complete
+	// each delivery before its acknowledgement (outbox.MiddlewareConfig's
+	// CheckFirstCopies and CompleteBeforeAck), instead of the defaults,
+	// under which a kill between a handler's return and its completion's
+	// commit must cost a resend, never a record.
+	Checked bool
 }
 
 // Summary is what a run found.
@@ -191,8 +192,8 @@ func childCmd(cfg Config, cycle int, mode Mode, at int) *exec.Cmd {
 	if cfg.Ordered {
 		env = append(env, envOrdered+"=1")
 	}
-	if cfg.Fast {
-		env = append(env, envFast+"=1")
+	if cfg.Checked {
+		env = append(env, envChecked+"=1")
 	}
 	return command(cfg.ChildTest, env...)
 }

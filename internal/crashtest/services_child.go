@@ -62,7 +62,7 @@ func ServiceB(cfg ChildConfig) { exit(serviceB(cfg)) }
 func serviceA(cfg ChildConfig) error {
 	st := stateFromEnv()
 	topic, confirmTopic := Topics(os.Getenv(envTable))
-	base, err := sqlstore.New(sqlstore.Config{Dialect: cfg.Dialect, Table: os.Getenv(envTable), DB: cfg.DB})
+	base, err := sqlstore.New(sqlstore.Config{Dialect: cfg.Dialect, Table: os.Getenv(envTable), DB: cfg.DB, Completion: recordsMode})
 	if err != nil {
 		return err
 	}
