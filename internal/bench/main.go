@@ -85,7 +85,7 @@ func (o options) publisherCounts() []int {
 }
 
 // caseGroups are the groups -cases selects from, in the order they run.
-var caseGroups = []string{"router", "publish", "batch", "latency-bound", "saturated", "paced", "replay", "scale"}
+var caseGroups = []string{"router", "publish", "batch", "latency-bound", "saturated", "ordered", "paced", "replay", "scale"}
 
 func (o options) runs(group string) bool { return o.cases == nil || o.cases[group] }
 
