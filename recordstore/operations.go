@@ -84,6 +84,33 @@ type KeyClaimer interface {
 	PutBack(ctx context.Context, topic string, id int64) error
 }
 
+// KeyPredecessors is implemented by a [KeyClaimer] that can tell, right
+// after a publish, which earlier record of its key each new record waits
+// for. The outbox asks it for the records its publisher has just saved, so
+// that the first copy of a record whose predecessor this process has
+// handled, or which has none, needs no check before its handler runs.
+type KeyPredecessors interface {
+	// Predecessors returns, for each record of ids (records of topic with
+	// an order key) that is not complete, the id of the latest earlier
+	// record of its key that is not complete for some consumer (pending,
+	// or abandoned), or 0 when there is none. A record that is complete,
+	// or not found, is left out.
+	Predecessors(ctx context.Context, topic string, ids []int64) (map[int64]int64, error)
+}
+
+// KeyWaiters is implemented by a [KeyClaimer] that can tell, in one
+// statement, which of many order keys have a record waiting to be sent
+// again: the outbox asks it after a batch of completions, and claims the
+// next record ([KeyClaimer.ClaimKey]) only of the keys it names.
+type KeyWaiters interface {
+	// WaitingKeys returns the keys among keys (order keys of topic) that
+	// have a pending record whose last send is more than olderThan ago, or
+	// that was put back ([KeyClaimer.PutBack]). It may name a key whose
+	// record ClaimKey then does not claim (not the head, or not due); it
+	// never leaves out a key whose head ClaimKey would claim.
+	WaitingKeys(ctx context.Context, topic string, keys []string, olderThan time.Duration) ([]string, error)
+}
+
 // ReplayClaimer is implemented by a [StaleClaimer] that can claim the
 // records a startup replay sends: outbox.Replay uses it, when the store has
 // it, for a replay by claims (outbox.ReplayClaimed).

@@ -30,6 +30,10 @@ type orderQueries struct {
 	putBack  string
 	// blockedKeys counts, per topic, the keys an abandoned record holds.
 	blockedKeys string
+	// predecessors is Predecessors' statement, without its id list;
+	// waitingKeys is WaitingKeys', without its key list.
+	predecessors string
+	waitingKeys  string
 }
 
 // heldBy is the column that names the earliest earlier record of r's topic
@@ -118,6 +122,22 @@ func (q *queries) buildClaimKey(f fragments) {
 WHERE a.abandoned_at IS NOT NULL AND a.order_key IS NOT NULL
   AND EXISTS (SELECT 1 FROM %s p WHERE p.topic = a.topic AND p.order_key = a.order_key AND p.id > a.id AND p.%s)
 GROUP BY a.topic`, t, t, f.pending)
+	notDone := func(alias string) string {
+		if !f.mark {
+			return ""
+		}
+		return fmt.Sprintf(" AND (%s.processed_at IS NULL OR %s.abandoned_at IS NOT NULL)", alias, alias)
+	}
+	// The records by their primary key alone, so that no plan walks the
+	// order index for them; each one's latest earlier record of its key
+	// that the order index holds (not complete), or -1 for a record to
+	// leave out.
+	q.order.predecessors = fmt.Sprintf(`SELECT r.id, CASE WHEN r.topic = %s AND r.order_key IS NOT NULL%s
+    THEN COALESCE((SELECT MAX(e.id) FROM %s e WHERE e.topic = r.topic AND e.order_key = r.order_key AND e.id < r.id%s), 0)
+    ELSE -1 END
+FROM %s r WHERE r.id IN `, p(1), notDone("r"), t, notDone("e"), t)
+	q.order.waitingKeys = fmt.Sprintf(`SELECT DISTINCT order_key FROM %s
+WHERE topic = %s AND %s AND COALESCE(last_sent_at, created_at) < %s AND order_key IN `, t, p(1), f.pending, d.ago(2))
 	q.order.putBack = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id = %s AND topic = %s AND %s", t, p(1), p(2), p(3), f.pending)
 	// Only the head of the key after afterID is claimed: a later record
 	// would only be held and put back again, and a head another claim
@@ -151,6 +171,42 @@ func (s *Store) ClaimKey(ctx context.Context, topic, key string, afterID int64, 
 		return nil
 	})
 	return recs, err
+}
+
+var _ recordstore.KeyPredecessors = (*Store)(nil)
+
+// Predecessors implements [recordstore.KeyPredecessors], in one statement
+// per thousand ids.
+func (s *Store) Predecessors(ctx context.Context, topic string, ids []int64) (map[int64]int64, error) {
+	out := make(map[int64]int64, len(ids))
+	err := s.queryLists(ctx, "predecessors", s.q.order.predecessors, []any{topic}, anys(ids), func(rows *sql.Rows) error {
+		var id, before int64
+		if err := rows.Scan(&id, &before); err != nil {
+			return err
+		}
+		if before >= 0 {
+			out[id] = before
+		}
+		return nil
+	})
+	return out, err
+}
+
+var _ recordstore.KeyWaiters = (*Store)(nil)
+
+// WaitingKeys implements [recordstore.KeyWaiters], in one statement per
+// thousand keys, on the order index.
+func (s *Store) WaitingKeys(ctx context.Context, topic string, keys []string, olderThan time.Duration) ([]string, error) {
+	var out []string
+	err := s.queryLists(ctx, "waiting keys", s.q.order.waitingKeys, []any{topic, micros(max(olderThan, time.Microsecond))}, anys(keys), func(rows *sql.Rows) error {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return err
+		}
+		out = append(out, k)
+		return nil
+	})
+	return out, err
 }
 
 // PutBack implements [recordstore.KeyClaimer].

@@ -97,3 +97,50 @@ const deliveryChunk = 500
 // stampChunk bounds the ids of one UPDATE, well within every database's
 // limit on bound parameters.
 const stampChunk = 1000
+
+// chunks calls f with each run of at most stampChunk items of list, in
+// order, up to its first error.
+func chunks[T any](list []T, f func([]T) error) error {
+	for start := 0; start < len(list); start += stampChunk {
+		if err := f(list[start:min(start+stampChunk, len(list))]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// anys is list as statement arguments.
+func anys[T any](list []T) []any {
+	out := make([]any, len(list))
+	for i, v := range list {
+		out[i] = v
+	}
+	return out
+}
+
+// queryLists runs prefix, followed by a list of placeholders, for each
+// chunk of items, with the arguments fixed before the chunk's, and calls
+// scan for each row; an error fails as op.
+func (s *Store) queryLists(ctx context.Context, op, prefix string, fixed, items []any, scan func(*sql.Rows) error) error {
+	db, d, err := s.bound(ctx)
+	if err != nil {
+		return err
+	}
+	return chunks(items, func(chunk []any) error {
+		args := append(append(make([]any, 0, len(fixed)+len(chunk)), fixed...), chunk...)
+		rows, err := db.QueryContext(ctx, prefix+idList(d, len(fixed)+1, len(chunk)), args...)
+		if err != nil {
+			return s.fail(op, err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				return s.fail(op, err)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return s.fail(op, err)
+		}
+		return nil
+	})
+}

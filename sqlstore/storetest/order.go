@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -146,6 +147,60 @@ func (s *contract) testOrder(t *testing.T) {
 			require.NoError(t, store.Complete(ctx(t), dlv(a2)))
 			assert.Equal(t, []int64{a3}, claim(a2), "put back, and now the head")
 			assert.Empty(t, claim(a3), "nothing of the key after the last record")
+		})
+	})
+	t.Run("PredecessorsNameTheLatestEarlierRecordNotComplete", func(t *testing.T) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			store := s.store(t, mode)
+			kp := need[recordstore.KeyPredecessors](t, store)
+			fr := need[recordstore.FailureRecorder](t, store)
+			recs := insert(t, store, keyed("a", "b", "a", "a", "c", "b"))
+			a1, b1, a2, a3, c1, b2 := recs[0].ID, recs[1].ID, recs[2].ID, recs[3].ID, recs[4].ID, recs[5].ID
+			ids := []int64{a1, b1, a2, a3, c1, b2}
+			read := func() map[int64]int64 {
+				t.Helper()
+				got, err := kp.Predecessors(ctx(t), "orders", ids)
+				require.NoError(t, err)
+				return got
+			}
+			assert.Equal(t, map[int64]int64{a1: 0, b1: 0, a2: a1, a3: a2, c1: 0, b2: b1}, read())
+			require.NoError(t, store.Complete(ctx(t), dlv(a2)))
+			assert.Equal(t, map[int64]int64{a1: 0, b1: 0, a3: a1, c1: 0, b2: b1}, read(),
+				"a completed record is no one's predecessor, and has none")
+			_, abandoned, err := fr.RecordFailure(ctx(t), dlv(b1), "poison", 1, nil)
+			require.NoError(t, err)
+			require.True(t, abandoned)
+			require.NoError(t, store.Complete(ctx(t), dlv(a1)))
+			got := read()
+			assert.Equal(t, int64(0), got[a3], "a3's earlier records are complete")
+			assert.Equal(t, b1, got[b2], "an abandoned record is not complete: it still precedes")
+			other, err := kp.Predecessors(ctx(t), "refunds", ids)
+			require.NoError(t, err)
+			assert.Empty(t, other, "another topic's records are left out")
+		})
+	})
+	t.Run("WaitingKeysNameTheKeysOfRecordsPutBack", func(t *testing.T) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			store := s.store(t, mode)
+			claimer := need[recordstore.KeyClaimer](t, store)
+			kw := need[recordstore.KeyWaiters](t, store)
+			recs := insert(t, store, keyed("a", "a", "b", "c"))
+			waiting := func() []string {
+				t.Helper()
+				got, err := kw.WaitingKeys(ctx(t), "orders", []string{"a", "b", "c", "none"}, time.Hour)
+				require.NoError(t, err)
+				slices.Sort(got)
+				return got
+			}
+			assert.Empty(t, waiting(), "every record was sent just now")
+			require.NoError(t, claimer.PutBack(ctx(t), "orders", recs[1].ID))
+			require.NoError(t, claimer.PutBack(ctx(t), "orders", recs[2].ID))
+			assert.Equal(t, []string{"a", "b"}, waiting())
+			require.NoError(t, store.Complete(ctx(t), dlv(recs[2].ID)))
+			assert.Equal(t, []string{"a"}, waiting(), "a complete record waits for nothing")
+			other, err := kw.WaitingKeys(ctx(t), "refunds", []string{"a"}, time.Hour)
+			require.NoError(t, err)
+			assert.Empty(t, other, "another topic's keys are its own")
 		})
 	})
 	t.Run("LeaseIsNotTakenByAHeldRecord", func(t *testing.T) {
