@@ -33,6 +33,16 @@ type admission struct {
 	// (ordering.go).
 	ordered heldKey
 	key     string
+	// completion is the delivery's completion in the background, once it
+	// has one; after is the completion of the earlier record of its key
+	// that this delivery ran after without a check, which its own
+	// completion waits for (first_copy.go).
+	completion *completion
+	after      *completion
+	// unchecked is set on a first copy of an ordered topic that runs
+	// without the check: it completes in the background, and a later
+	// record of its key that ran after it needs no claim.
+	unchecked bool
 }
 
 // admit decides whether the message is this consumer's to handle and
@@ -96,11 +106,11 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, Che
 	if t.orderKey != "" {
 		a.key = msg.Metadata[t.orderKey]
 	}
-	if done, ok := t.completing.Load(completingKey{id: id, consumer: consumer}); ok {
+	if c, ok := t.completing.Load(completingKey{id: id, consumer: consumer}); ok {
 		// A copy of a delivery whose completion runs in the background:
 		// its check waits for the completion, and finds it done.
 		select {
-		case <-done.(chan struct{}):
+		case <-c.(*completion).done:
 		case <-checkCtx.Done():
 		}
 	}

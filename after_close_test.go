@@ -3,6 +3,8 @@ package outbox_test
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,7 +43,7 @@ func newHeldCalls(method string, armed bool) *heldCalls {
 // returns the function that ends it.
 func (h *heldCalls) enter(method string) func() {
 	h.inFlight.Add(1)
-	if method == h.method && h.armed.Load() {
+	if slices.Contains(strings.Split(h.method, "|"), method) && h.armed.Load() {
 		select {
 		case h.entered <- struct{}{}:
 		default:
@@ -65,6 +67,11 @@ func (s holdingStore) Complete(ctx context.Context, d recordstore.Delivery) erro
 func (s holdingStore) ClaimKey(ctx context.Context, topic, key string, afterID int64, olderThan time.Duration) ([]recordstore.Record, error) {
 	defer s.calls.enter("ClaimKey")()
 	return s.Store.ClaimKey(ctx, topic, key, afterID, olderThan)
+}
+
+func (s holdingStore) WaitingKeys(ctx context.Context, topic string, keys []string, olderThan time.Duration) ([]string, error) {
+	defer s.calls.enter("WaitingKeys")()
+	return s.Store.WaitingKeys(ctx, topic, keys, olderThan)
 }
 
 func (s holdingStore) SawReceiver(ctx context.Context, topic, consumer string) error {
@@ -157,8 +164,9 @@ func TestNothingRunsOnceWaitCompletionsReturned(t *testing.T) {
 		}{
 			// A keyed topic, a burst of records over three keys, their
 			// later records held and sent again as the earlier complete:
-			// the last completion's claim of the next record of its key.
-			{name: "NextRecordOfAKey", held: "ClaimKey", burst: 12, armAt: 12, orderKey: "customer"},
+			// the last completion's claim of the next record of its key, or
+			// its read of the keys whose next record waits.
+			{name: "NextRecordOfAKey", held: "ClaimKey|WaitingKeys", burst: 12, armAt: 12, orderKey: "customer"},
 			// A handler that produced a message: the completion once the
 			// router acked.
 			{name: "CompletionOnTheRoutersAck", held: "Complete", burst: 1, produce: true},

@@ -3,6 +3,16 @@ package outbox
 // First copies (MiddlewareConfig.CheckFirstCopies off): the publisher remembers
 // the records it has just saved, and the first copy of each, per
 // consumer, runs without the check.
+//
+// On a topic with an order key the publisher also asks the store, right
+// after the insert, which earlier record of its key each new record waits
+// for (recordstore.KeyPredecessors). The first copy of a record that waits
+// for none, or for a record whose handler this consumer ran here and whose
+// completion is committed or on its way, runs without the check: the
+// earlier records of its key are done. Its completion then waits for the
+// earlier record's, and is not made if that one failed, so that a record
+// is never complete while an earlier one of its key is pending. Any other
+// copy is checked, and held as ordering.go says.
 
 import (
 	"sync"
@@ -32,10 +42,16 @@ type firstCopy struct {
 	uuid string
 	// taken are the consumers whose first copy ran.
 	taken []string
+	// before is, on a topic with an order key, the earlier record of its
+	// key the record waited for when it was saved; 0 for none.
+	before int64
 }
 
-// saved remembers the records a publish saved.
-func (f *firstCopies) saved(recs []recordstore.Record) {
+// saved remembers the records a publish saved. On an ordered topic before
+// names, by id, the earlier record of its key each waits for, and a
+// record it does not name is not remembered: its first copy is checked.
+// before is nil on a topic without a key.
+func (f *firstCopies) saved(recs []recordstore.Record, before map[int64]int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.byID == nil {
@@ -43,13 +59,14 @@ func (f *firstCopies) saved(recs []recordstore.Record) {
 		f.ring = make([]int64, firstCopiesKept)
 	}
 	for _, r := range recs {
-		if r.UUID == "" {
+		b, ok := before[r.ID]
+		if r.UUID == "" || before != nil && !ok {
 			continue
 		}
 		delete(f.byID, f.ring[f.next])
 		f.ring[f.next] = r.ID
 		f.next = (f.next + 1) % firstCopiesKept
-		f.byID[r.ID] = &firstCopy{uuid: r.UUID}
+		f.byID[r.ID] = &firstCopy{uuid: r.UUID, before: b}
 	}
 }
 
@@ -57,31 +74,59 @@ func (f *firstCopies) saved(recs []recordstore.Record) {
 // of a record this process published, and counts it taken; consumers is
 // how many local consumers the topic has.
 func (f *firstCopies) take(d recordstore.Delivery, consumers int) bool {
+	_, ok := f.takeBefore(d, consumers)
+	return ok
+}
+
+// takeBefore is take, and also returns the earlier record of its key the
+// record waited for when it was saved.
+func (f *firstCopies) takeBefore(d recordstore.Delivery, consumers int) (before int64, first bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c := f.byID[d.ID]
 	if c == nil || c.uuid != d.UUID {
-		return false
+		return 0, false
 	}
 	for _, t := range c.taken {
 		if t == d.Consumer {
-			return false
+			return 0, false
 		}
 	}
 	c.taken = append(c.taken, d.Consumer)
 	if len(c.taken) >= consumers {
 		delete(f.byID, d.ID)
 	}
-	return true
+	return c.before, true
 }
 
 // skipsCheck reports whether the delivery of a may run without the check
 // (MiddlewareConfig.CheckFirstCopies).
 func (m *middleware) skipsCheck(a *admission) bool {
-	if m.cfg.CheckFirstCopies || a.t.orderKey != "" || a.d.UUID == "" || leases(a.t.store) {
+	if m.cfg.CheckFirstCopies || a.d.UUID == "" || leases(a.t.store) {
 		return false
 	}
-	return a.t.firstCopies.take(a.d, max(len(a.t.consumers), 1))
+	consumers := max(len(a.t.consumers), 1)
+	if a.t.orderKey == "" {
+		return a.t.firstCopies.take(a.d, consumers)
+	}
+	before, first := a.t.firstCopies.takeBefore(a.d, consumers)
+	if !first {
+		return false
+	}
+	if before == 0 {
+		a.unchecked = true
+		return true
+	}
+	if c, ok := a.t.completing.Load(completingKey{id: before, consumer: a.d.Consumer}); ok {
+		// The earlier record's handler ran here; its completion is on its
+		// way, and this one's waits for it.
+		c := c.(*completion)
+		c.handedOff.Store(true)
+		a.after, a.unchecked = c, true
+		return true
+	}
+	a.unchecked = a.t.holds.completed(heldKey{a.d.Consumer, before})
+	return a.unchecked
 }
 
 // leases reports whether the store has a delivery lease, which the check

@@ -93,8 +93,10 @@ func (c *firstCopyCase) deliver(t *testing.T, consumer string, msg *message.Mess
 // TestFirstCopiesRunUnchecked: the defaults; one service, one table. The first copy of a record
 // this process published runs without the check, once per consumer; every
 // other copy is checked: a second copy of a completed record is skipped, a
-// forged copy is refused, and a record of another process is checked. A
-// topic with an order key, and a store with a lease, check every copy.
+// forged copy is refused, and a record of another process is checked. On
+// a topic with an order key, a first copy runs unchecked when no earlier
+// record of its key waited as it was saved, or the one that did completed
+// here. A store with a lease checks every copy.
 func TestFirstCopiesRunUnchecked(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
@@ -178,8 +180,33 @@ func TestFirstCopiesRunUnchecked(t *testing.T) {
 		})
 		t.Run("OrderedTopic", func(t *testing.T) {
 			c := newFirstCopyCase(t, backend, outbox.Tracked{OrderKey: "order"}, nil)
-			c.deliver(t, "h", c.publish(t))
-			assert.Equal(t, int64(1), c.store.checks.Load())
+			one := c.publish(t)
+			c.deliver(t, "h", one)
+			assert.Zero(t, c.store.checks.Load(), "no earlier record of its key waited when it was saved")
+			two, three := c.publish(t), c.publish(t)
+			c.deliver(t, "h", three)
+			assert.Equal(t, int64(1), c.store.checks.Load(), "record 3 waits for record 2, which did not run here: checked, and held")
+			assert.Zero(t, c.runs["h/"+three.UUID])
+			c.deliver(t, "h", two)
+			assert.Equal(t, int64(1), c.store.checks.Load(), "record 2 waited for nothing")
+			four := c.publish(t)
+			c.deliver(t, "h", four)
+			assert.Equal(t, int64(2), c.store.checks.Load(), "record 4 waits for record 3, which did not run here: checked")
+			five := c.publish(t)
+			c.deliver(t, "h", five)
+			assert.Equal(t, int64(3), c.store.checks.Load())
+			c.deliver(t, "h", one)
+			assert.Equal(t, int64(4), c.store.checks.Load(), "a second copy is checked")
+			assert.Equal(t, 1, c.runs["h/"+one.UUID])
+		})
+		t.Run("OrderedTopicAfterARecordThatRanHere", func(t *testing.T) {
+			c := newFirstCopyCase(t, backend, outbox.Tracked{OrderKey: "order"}, nil)
+			one, two := c.publish(t), c.publish(t)
+			c.deliver(t, "h", one)
+			c.deliver(t, "h", two)
+			assert.Zero(t, c.store.checks.Load(), "record 2 waited for record 1 only, which completed here")
+			assert.Equal(t, 1, c.runs["h/"+two.UUID])
+			assert.Zero(t, c.b.pendingCount(t))
 		})
 		t.Run("StoreWithALease", func(t *testing.T) {
 			db := backend.Open(t)

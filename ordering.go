@@ -17,7 +17,13 @@ package outbox
 // HeldWait ago) and sends it again at once, and the stale resubmitter finds
 // it stale at its next round. The copy is checked once more after it was
 // marked, so that a completion between its check and the mark is not
-// missed. Meanwhile the record that holds the
+// missed. A first copy that runs without the check (first_copy.go)
+// completes in the background, as on a topic without a key; a checked copy
+// completes on the handler's path, since held copies wait for it. The
+// completions of records of a key this process put back claim at once;
+// the others are gathered for CompleteBatchWait, and one statement
+// (recordstore.KeyWaiters) names the keys whose next record waits to be
+// sent. Meanwhile the record that holds the
 // key is sent again at once when its last send is older than
 // MiddlewareConfig.HeldResendAfter (its copy may be lost), claimed the
 // same way, so that all the held copies of every instance send it at most
@@ -60,6 +66,10 @@ type heldWaiters struct {
 	running sync.Map // heldKey -> struct{}
 	// asked throttles, per record, this process's asks to send it again.
 	asked sync.Map // int64 -> *atomic.Int64 (unix nanoseconds)
+	// putBack are the keys of which this process put a record back: the
+	// next completion of a record of such a key claims at once, without
+	// waiting for a batch of claims.
+	putBack sync.Map // string -> struct{}
 }
 
 // recentDone is how many completed deliveries heldWaiters remembers.
@@ -120,6 +130,14 @@ func (h *heldWaiters) done(k heldKey) {
 		delete(h.m, k)
 		close(e.wake)
 	}
+}
+
+// completed reports whether the delivery k completed here lately.
+func (h *heldWaiters) completed(k heldKey) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.recent[k]
+	return ok
 }
 
 // closed is a channel that is closed.
@@ -221,6 +239,9 @@ func (m *middleware) putBack(h message.HandlerFunc, msg *message.Message, a *adm
 	} else if !errors.Is(err, recordstore.ErrHeld) {
 		return m.after(h, msg, next, o, err)
 	}
+	if a.key != "" {
+		a.t.holds.putBack.Store(a.key, struct{}{})
+	}
 	m.logger.Debug("Record held by an earlier record of its key, putting the copy back", fields)
 	return nil, nil
 }
@@ -247,7 +268,8 @@ func (m *middleware) run(h message.HandlerFunc, msg *message.Message, a *admissi
 
 // settled ends an ordered delivery's run: after its completion (ok) the
 // copies waiting for it here are woken, and the next record of its key
-// that was put back (or last sent more than HeldWait ago) is sent again.
+// that was put back (or last sent more than HeldWait ago) is sent again,
+// unless that record ran here already, after this one's handler.
 func (m *middleware) settled(ctx context.Context, a *admission, ok bool) {
 	if a.t.orderKey == "" || a.ordered == (heldKey{}) {
 		return
@@ -258,8 +280,75 @@ func (m *middleware) settled(ctx context.Context, a *admission, ok bool) {
 	}
 	a.t.holds.done(a.ordered)
 	a.t.holds.asked.Delete(a.d.ID)
-	if a.key != "" {
+	if a.key == "" || a.completion != nil && a.completion.handedOff.Load() {
+		return
+	}
+	if _, ok := a.t.holds.putBack.LoadAndDelete(a.key); ok || !a.unchecked {
 		m.reg.background.spawn(func() { m.claimAndSend(context.WithoutCancel(ctx), a, a.d.ID, m.cfg.HeldWait) })
+		return
+	}
+	a.t.claims.add(m, a)
+}
+
+// keyClaims gathers the keys whose records completed within
+// CompleteBatchWait, so that one statement (recordstore.KeyWaiters) finds
+// those whose next record waits to be sent again, and only theirs are
+// claimed.
+type keyClaims struct {
+	mu sync.Mutex
+	// last is, per key, the delivery of its latest record that completed.
+	last     map[string]*admission
+	flushing bool
+}
+
+// add counts a's completion in the next batch of claims.
+func (c *keyClaims) add(m *middleware, a *admission) {
+	c.mu.Lock()
+	if c.last == nil {
+		c.last = map[string]*admission{}
+	}
+	if prev := c.last[a.key]; prev == nil || prev.d.ID < a.d.ID {
+		c.last[a.key] = a
+	}
+	start := !c.flushing
+	c.flushing = true
+	c.mu.Unlock()
+	if start {
+		m.reg.background.spawn(func() { m.claimBatch(c) })
+	}
+}
+
+// claimBatch waits CompleteBatchWait for the completions of the batch,
+// then claims and sends the next record of each key that has one waiting.
+func (m *middleware) claimBatch(c *keyClaims) {
+	t := time.NewTimer(m.cfg.CompleteBatchWait)
+	<-t.C
+	c.mu.Lock()
+	batch := c.last
+	c.last, c.flushing = nil, false
+	c.mu.Unlock()
+	var any *admission
+	keys := make([]string, 0, len(batch))
+	for k, a := range batch {
+		keys, any = append(keys, k), a
+	}
+	if any == nil {
+		return
+	}
+	if kw, ok := any.t.store.(recordstore.KeyWaiters); ok {
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CompleteTimeout)
+		waiting, err := kw.WaitingKeys(ctx, any.t.topic, keys, m.cfg.HeldWait)
+		cancel()
+		if err != nil {
+			m.logger.Error("Reading which order keys wait for a send failed; claiming the next record of each", err, watermill.LogFields{"topic": any.t.topic, "keys": len(keys)})
+		} else {
+			keys = waiting
+		}
+	}
+	for _, k := range keys {
+		if a := batch[k]; a != nil {
+			m.claimAndSend(context.Background(), a, a.d.ID, m.cfg.HeldWait)
+		}
 	}
 }
 

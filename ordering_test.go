@@ -198,6 +198,7 @@ func TestOrderKeyHoldsLaterRecords(t *testing.T) {
 
 		assert.Equal(t, []string{"1", "2", "3"}, h.handled["k"], "handled in the order saved")
 		assert.Zero(t, h.overlaps, "no two handlings of the key overlapped")
+		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), reg))
 		assert.Zero(t, b.pendingCount(t))
 	})
 }
@@ -251,6 +252,7 @@ func TestHeldCopyAsksForTheEarlierRecordAgain(t *testing.T) {
 			}
 		}
 		assert.Equal(t, []string{"1", "2"}, h.handled["k"], "handled in the order saved")
+		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), reg))
 		assert.Zero(t, b.pendingCount(t))
 	})
 }

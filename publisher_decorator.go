@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/wmoutbox/outbox/recordstore"
@@ -114,13 +116,50 @@ func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 		return err
 	}
 	stamp(t, identity, msgs, records)
-	if t.firstCopies.on.Load() && t.orderKey == "" && t.completedBy == ByReceivers {
-		t.firstCopies.saved(records)
+	if t.firstCopies.on.Load() && t.completedBy == ByReceivers {
+		if t.orderKey == "" {
+			t.firstCopies.saved(records, nil)
+		} else {
+			p.savedOrdered(ctx, t, records)
+		}
 	}
 	if ctx.Err() != nil {
 		return &SendError{Topic: t.topic, IDs: recordIDs(records), Err: fmt.Errorf("the publish's context ended while its records were saved: %w", context.Cause(ctx))}
 	}
 	return sendRecorded(p.pub, p.reg, t, msgs, records)
+}
+
+// savedOrdered remembers the records a publish saved to an ordered topic,
+// with the earlier record of its key each waits for, read from a store
+// that tells (recordstore.KeyPredecessors) in one statement. When the
+// store cannot tell, or the read fails, nothing is remembered: each first
+// copy is checked.
+func (p *publisher) savedOrdered(ctx context.Context, t *tracked, records []recordstore.Record) {
+	kp, ok := t.store.(recordstore.KeyPredecessors)
+	if !ok {
+		return
+	}
+	before := make(map[int64]int64, len(records))
+	ids := make([]int64, 0, len(records))
+	for _, r := range records {
+		if r.OrderKey == "" {
+			// Not ordered: it waits for no record.
+			before[r.ID] = 0
+		} else {
+			ids = append(ids, r.ID)
+		}
+	}
+	if len(ids) > 0 {
+		readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), insertTimeout)
+		got, err := kp.Predecessors(readCtx, t.topic, ids)
+		cancel()
+		if err != nil {
+			p.reg.logger().Debug("Reading the earlier records of the keys of a publish failed; their first copies are checked", watermill.LogFields{"topic": t.topic, "error": err.Error()})
+			return
+		}
+		maps.Copy(before, got)
+	}
+	t.firstCopies.saved(records, before)
 }
 
 // insertTimeout bounds a tracked publish's insert, which runs on the

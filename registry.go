@@ -156,7 +156,21 @@ type tracked struct {
 	// completing are the deliveries whose completion runs in the
 	// background (settlement.go): a copy that arrives meanwhile waits for
 	// it before its check.
-	completing sync.Map // completingKey -> chan struct{}
+	completing sync.Map // completingKey -> *completion
+	// claims are the keys whose next record is claimed after a batch of
+	// completions (ordering.go).
+	claims keyClaims
+}
+
+// completion is a delivery's completion in the background: done is closed
+// once it ended, and ok then says whether the record is complete.
+type completion struct {
+	done chan struct{}
+	ok   bool
+	// handedOff is set when the next record of the delivery's key ran
+	// here after the handler, without a check (first_copy.go): the key's
+	// next record needs no claim once this one completes.
+	handedOff atomic.Bool
 }
 
 // completingKey names a delivery whose completion is in flight.

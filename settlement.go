@@ -59,23 +59,46 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 		m.reg.background.spawn(func() { m.completeOnAck(ctx, msg, a, p) })
 		return produced, nil
 	}
-	if !m.cfg.CompleteBeforeAck && a.t.orderKey == "" {
+	if !m.cfg.CompleteBeforeAck && (a.t.orderKey == "" || a.unchecked) {
+		// A checked copy of an ordered topic completes on the handler's
+		// path, as the copies held behind it wait for its completion.
 		if batch, ok := m.reg.background.startCompletion(m.cfg.CompleteBatchWait); ok {
 			key := completingKey{id: a.d.ID, consumer: a.d.Consumer}
-			done := make(chan struct{})
-			a.t.completing.Store(key, done)
+			c := &completion{done: make(chan struct{})}
+			a.completion = c
+			a.t.completing.Store(key, c)
 			go func() {
 				defer m.reg.background.doneCompletion()
 				<-batch
-				m.complete(ctx, a)
-				a.t.completing.CompareAndDelete(key, done)
-				close(done)
+				c.ok = m.completeAfter(ctx, a)
+				a.t.completing.CompareAndDelete(key, c)
+				close(c.done)
 			}()
 			return nil, nil
 		}
 	}
-	m.complete(ctx, a)
+	m.completeAfter(ctx, a)
 	return nil, nil
+}
+
+// errEarlierNotCompleted is why completeAfter leaves a record pending.
+var errEarlierNotCompleted = errors.New("the earlier record of its key was not completed")
+
+// completeAfter completes a delivery that ran after the earlier record of
+// its key without a check, once that record's completion ended: if that
+// one failed, this one is not completed either, and stays pending, so that
+// the key's records run again in their order.
+func (m *middleware) completeAfter(ctx context.Context, a *admission) bool {
+	if a.after != nil {
+		<-a.after.done
+		if !a.after.ok {
+			m.logger.Error("Not completing a record whose earlier record of its key failed to complete; both stay pending for the next replay",
+				errEarlierNotCompleted, a.fields)
+			m.settled(ctx, a, false)
+			return false
+		}
+	}
+	return m.complete(ctx, a)
 }
 
 // runHandler runs h and returns what it panicked with, if it did.
@@ -129,14 +152,16 @@ func (m *middleware) countFailure(ctx context.Context, msg *message.Message, a *
 func (m *middleware) completeOnAck(ctx context.Context, msg *message.Message, a *admission, p *production) {
 	select {
 	case <-msg.Acked():
-		m.complete(ctx, a)
+		m.completeAfter(ctx, a)
 	case <-msg.Nacked():
 		p.publishFailed(errNackedAfterSuccess)
 		m.settled(ctx, a, false)
 	}
 }
 
-func (m *middleware) complete(ctx context.Context, a *admission) {
+// complete completes the delivery, and reports whether its record is now
+// complete (by this completion or another).
+func (m *middleware) complete(ctx context.Context, a *admission) bool {
 	var end func(error)
 	if tr := m.reg.tracer(); tr != nil {
 		ctx, end = tr.TraceComplete(ctx, RecordRef{Topic: a.t.topic, ID: a.d.ID, Consumer: a.d.Consumer})
@@ -153,7 +178,9 @@ func (m *middleware) complete(ctx context.Context, a *admission) {
 		m.logger.Debug("Record was completed by another delivery", a.fields)
 	default:
 		m.logger.Error("Completing record failed; it stays pending for the next replay", err, a.fields)
+		return false
 	}
+	return true
 }
 
 // release gives up the delivery lease of a record whose handler failed, so
