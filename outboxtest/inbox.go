@@ -2,6 +2,7 @@ package outboxtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -119,6 +120,9 @@ func (in *Inbox) MarkHandled(ctx context.Context, e recordstore.InboxEntry) erro
 // see [Inbox] for what it does.
 func (in *Inbox) MarkHandledTx(ctx context.Context, tx recordstore.Tx, e recordstore.InboxEntry) error {
 	t, err := kitTx(tx)
+	if errors.Is(err, recordstore.ErrNotSupported) {
+		return fmt.Errorf("%w; to test a handler that writes its effect in the outbox.InboxTx transaction, use an SQL inbox in process: outboxtest/sqlitetest.Open, its DB.Inbox and a transaction of its DB", err)
+	}
 	if err != nil {
 		return err
 	}
