@@ -61,7 +61,10 @@ type DB struct {
 func Open(tb testing.TB, schema ...string) *DB {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "test.db")
-	dsn := fmt.Sprintf("file:%s?_pragma=journal_mode(WAL)&_pragma=busy_timeout(%d)&_txlock=immediate", path, busyTimeout)
+	// A plain path, not a "file:" URI: a test's name, and so its TempDir,
+	// may hold '#' or '%', which a URI would read as a fragment or an
+	// escape, opening another file.
+	dsn := fmt.Sprintf("%s?_pragma=journal_mode(WAL)&_pragma=busy_timeout(%d)&_txlock=immediate", path, busyTimeout)
 	pool, err := sqlx.Open("sqlite", dsn)
 	if err != nil {
 		tb.Fatalf("sqlitetest: opening %s: %v", path, err)

@@ -3,6 +3,7 @@ package sqlitetest_test
 import (
 	"database/sql"
 	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -243,4 +244,23 @@ func TestOpenAndHandled(t *testing.T) {
 	require.NoError(t, db.Close())
 	_, err = db.Inbox.Handled(ctx, recordstore.InboxEntry{Consumer: "billing", MessageUUID: "m1"})
 	assert.Error(t, err, "the inbox's database is closed")
+}
+
+// The database is the file named by Path, in the test's TempDir, in WAL
+// mode, whatever the test's name holds: '#' and '%' are not read as a
+// URI's fragment or escape, which would open another file outside the
+// test's directory, shared by every run.
+func TestOpenInTheTestsTempDir(t *testing.T) {
+	t.Parallel()
+	t.Run("order #1 at 100%", func(t *testing.T) {
+		db := sqlitetest.Open(t, invoices)
+		_, err := os.Stat(db.Path)
+		require.NoError(t, err, "the database file")
+		var file string
+		require.NoError(t, db.QueryRow("SELECT file FROM pragma_database_list WHERE name = 'main'").Scan(&file))
+		assert.Equal(t, db.Path, file)
+		var mode string
+		require.NoError(t, db.Get(&mode, "PRAGMA journal_mode"))
+		assert.Equal(t, "wal", mode)
+	})
 }
