@@ -25,7 +25,9 @@ import (
 // [recordstore.ErrAlreadyHandled] or saves its entry, as a SQL inbox's
 // transactions do. Any other [recordstore.Tx], such as a *sql.Tx, is
 // refused with an error wrapping [recordstore.ErrNotSupported]: the inbox
-// cannot learn whether it commits.
+// cannot learn whether it commits. A handler that writes its effect in the
+// transaction of its inbox entry ([outbox.InboxTx]) is tested on the SQLite
+// inbox of the outboxtest/sqlitetest package instead.
 type Inbox struct {
 	now func() time.Time
 	id  string

@@ -2,7 +2,7 @@
 // with no server: an inbox table of the sqlstore package beside the test's
 // own tables. It is the kit for testing a receiver whose handler writes its
 // effect in the transaction that records the message in its inbox
-// ([outbox.InboxTx]), a transaction that the in-memory inbox of outboxtest
+// (outbox.InboxTx), a transaction that the in-memory inbox of outboxtest
 // cannot join:
 //
 //	db := sqlitetest.Open(t, "CREATE TABLE invoices (order_uuid TEXT NOT NULL)")
