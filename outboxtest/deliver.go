@@ -42,7 +42,8 @@ type Outcome struct {
 	// Produced are the messages the handler returned, as the router
 	// published them through the outbox's publisher decorator (tracked
 	// ones carry their record's metadata), for [DeliverProducing]; nil
-	// for Deliver.
+	// for Deliver. They are copies with a background context, as
+	// [Publisher.Sent] returns, usable after the router has closed.
 	Produced []*message.Message
 }
 

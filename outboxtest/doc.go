@@ -48,6 +48,12 @@
 //	// ... the handler fails and rolls back: the entry is gone.
 //	_ = tx.Rollback()
 //
+// A [Tx] runs no SQL, so a handler that writes its effect in the
+// transaction of its inbox entry ([outbox.InboxTx]) is tested on a real
+// database instead: the [github.com/wmoutbox/outbox/outboxtest/sqlitetest]
+// package opens an SQLite file in the test's temporary directory, with an
+// inbox and the test's tables, in process and with no server.
+//
 // # The store contract
 //
 // [Store] passes the contract suite that every record store runs

@@ -2,6 +2,7 @@ package outboxtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -24,7 +25,9 @@ import (
 // [recordstore.ErrAlreadyHandled] or saves its entry, as a SQL inbox's
 // transactions do. Any other [recordstore.Tx], such as a *sql.Tx, is
 // refused with an error wrapping [recordstore.ErrNotSupported]: the inbox
-// cannot learn whether it commits.
+// cannot learn whether it commits. A handler that writes its effect in the
+// transaction of its inbox entry ([outbox.InboxTx]) is tested on the SQLite
+// inbox of the outboxtest/sqlitetest package instead.
 type Inbox struct {
 	now func() time.Time
 	id  string
@@ -119,6 +122,9 @@ func (in *Inbox) MarkHandled(ctx context.Context, e recordstore.InboxEntry) erro
 // see [Inbox] for what it does.
 func (in *Inbox) MarkHandledTx(ctx context.Context, tx recordstore.Tx, e recordstore.InboxEntry) error {
 	t, err := kitTx(tx)
+	if errors.Is(err, recordstore.ErrNotSupported) {
+		return fmt.Errorf("%w; to test a handler that writes its effect in the outbox.InboxTx transaction, use an SQL inbox in process: outboxtest/sqlitetest.Open, its DB.Inbox and a transaction of its DB", err)
+	}
 	if err != nil {
 		return err
 	}

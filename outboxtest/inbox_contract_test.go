@@ -36,6 +36,7 @@ func TestInboxRefusesTransactionsItCannotFollow(t *testing.T) {
 	var tx *sql.Tx // any transaction but a Tx of this package
 	err := in.MarkHandledTx(t.Context(), tx, recordstore.InboxEntry{Consumer: "billing", MessageUUID: "m1"})
 	assert.ErrorIs(t, err, recordstore.ErrNotSupported)
+	assert.ErrorContains(t, err, "outboxtest/sqlitetest", "the error names the fix")
 	assert.Empty(t, in.Entries())
 }
 
