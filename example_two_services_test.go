@@ -3,10 +3,10 @@ package outbox_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -19,10 +19,8 @@ import (
 
 // README:begin two-services
 
-// adoptSender adds the outbox to the service that publishes "orders" to
-// services with databases of their own: they confirm each delivery over the
-// broker, and this service completes its records from their confirmations.
-func adoptSender(ctx context.Context, db *sql.DB, router *message.Router, publisher message.Publisher, subscriber message.Subscriber, logger watermill.LoggerAdapter) (message.Publisher, error) {
+// adoptSender adds the outbox to the sender of "orders".
+func adoptSender(ctx context.Context, db *sql.DB, router *message.Router, publisher message.Publisher, confirmations message.Subscriber, logger watermill.LoggerAdapter) (*outbox.TxPublisher, error) {
 	store, err := sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite(), DB: sqlx.NewDb(db, "sqlite")})
 	if err != nil {
 		return nil, err
@@ -32,7 +30,7 @@ func adoptSender(ctx context.Context, db *sql.DB, router *message.Router, publis
 	}
 	reg, err := outbox.NewRegistry(outbox.Tracked{
 		Topic: "orders", Store: store,
-		RemoteConsumers: []string{"billing"}, // handler names in the other services
+		RemoteConsumers: []string{"billing"}, // the receivers' handler names
 	})
 	if err != nil {
 		return nil, err
@@ -43,17 +41,32 @@ func adoptSender(ctx context.Context, db *sql.DB, router *message.Router, publis
 	}
 	router.AddMiddleware(mw)
 	router.AddPlugin(outbox.ReplayPlugin(reg, publisher, outbox.ReplayConfig{}, logger))
-	// Completes each remote consumer's delivery from its confirmation.
-	if err := outbox.AddConfirmationHandler(router, reg, subscriber, logger); err != nil {
+	if err := outbox.AddConfirmationHandler(router, reg, confirmations, logger); err != nil {
 		return nil, err
 	}
-	return outbox.NewPublisher(reg, publisher)
+	return outbox.NewTxPublisher(reg, publisher)
 }
 
-// adoptReceiver adds the outbox to a service that receives other services'
-// tracked messages: its inbox skips copies it has handled, and it confirms
-// each handled message to its sender.
-func adoptReceiver(ctx context.Context, db *sql.DB, router *message.Router, publisher message.Publisher, logger watermill.LoggerAdapter) error {
+// placeOrder commits the order with its record, then sends.
+func placeOrder(ctx context.Context, db *sql.DB, orders *outbox.TxPublisher, id string) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	ptx := orders.Wrap(tx)
+	defer ptx.Rollback()
+	if _, err := ptx.ExecContext(ctx, "INSERT INTO orders (id) VALUES (?)", id); err != nil {
+		return err
+	}
+	if err := ptx.Publish(ctx, "orders", message.NewMessage(watermill.NewUUID(), []byte(id))); err != nil {
+		return err
+	}
+	return ptx.Commit()
+}
+
+// adoptReceiver adds the outbox, its inbox and the "billing" handler to
+// the receiver.
+func adoptReceiver(ctx context.Context, db *sql.DB, router *message.Router, publisher message.Publisher, subscriber message.Subscriber, logger watermill.LoggerAdapter) error {
 	inbox, err := sqlstore.NewInbox(sqlstore.InboxConfig{Dialect: sqlstore.SQLite(), DB: sqlx.NewDb(db, "sqlite")})
 	if err != nil {
 		return err
@@ -61,7 +74,7 @@ func adoptReceiver(ctx context.Context, db *sql.DB, router *message.Router, publ
 	if err := inbox.Migrate(ctx); err != nil {
 		return err
 	}
-	reg, err := outbox.NewRegistry() // add the service's own tracked topics here
+	reg, err := outbox.NewRegistry()
 	if err != nil {
 		return err
 	}
@@ -70,62 +83,88 @@ func adoptReceiver(ctx context.Context, db *sql.DB, router *message.Router, publ
 		return err
 	}
 	router.AddMiddleware(mw)
+	router.AddNoPublisherHandler("billing", "orders", subscriber, charge(db)) // the sender's RemoteConsumers entry
 	return nil
+}
+
+// charge commits the charge with the message's inbox entry.
+func charge(db *sql.DB) message.NoPublishHandlerFunc {
+	return func(msg *message.Message) error {
+		ctx := msg.Context()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		switch err := outbox.InboxTx(ctx, tx, msg); {
+		case errors.Is(err, outbox.ErrAlreadyHandled):
+			return nil // a concurrent copy did it
+		case err != nil:
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO charges (order_id) VALUES (?)", string(msg.Payload)); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
 }
 
 // README:end two-services
 
 // Two services, each with a SQLite file of its own, on one GoChannel: the
-// sender's table drains once the receiver has confirmed, and a copy sent
-// again is skipped by the receiver's inbox.
+// order commits with its record, the charge with its inbox entry; a copy
+// sent again charges nothing, and the sender's table drains once the
+// receiver has confirmed.
 func Example_twoServices() {
 	dir, err := os.MkdirTemp("", "outbox-two-services")
 	if err != nil {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	open := func(name string) *sql.DB {
+	open := func(name, table string) *sql.DB {
 		db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, name)+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)")
 		if err != nil {
 			panic(err)
 		}
 		db.SetMaxOpenConns(1)
+		if _, err := db.Exec(table); err != nil {
+			panic(err)
+		}
 		return db
+	}
+	count := func(db *sql.DB, query string) (n int) {
+		if err := db.QueryRow(query).Scan(&n); err != nil {
+			panic(err)
+		}
+		return n
 	}
 	ctx := context.Background()
 	logger := watermill.NopLogger{}
 	pubSub := gochannel.NewGoChannel(gochannel.Config{}, logger)
 
-	// The receiving service: the billing handler charges each order once.
-	billingDB := open("billing.db")
+	// The receiving service, billing.
+	billingDB := open("billing.db", "CREATE TABLE charges (order_id TEXT)")
 	defer billingDB.Close()
 	billing, err := message.NewRouter(message.RouterConfig{}, logger)
 	if err != nil {
 		panic(err)
 	}
-	var mu sync.Mutex
-	charged := map[string]int{}
-	seen := make(chan string, 8)
-	billing.AddNoPublisherHandler("billing", "orders", pubSub, func(msg *message.Message) error {
-		mu.Lock()
-		charged[string(msg.Payload)]++
-		mu.Unlock()
-		return nil
-	})
-	// Tells the example each copy that reached the receiver, run or not.
+	// Hands the example each copy that reached the receiver, run or not.
+	copies := make(chan *message.Message, 8)
 	billing.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) {
+			c := msg.Copy()
 			out, err := h(msg)
-			seen <- msg.UUID
+			copies <- c
 			return out, err
 		}
 	})
-	if err := adoptReceiver(ctx, billingDB, billing, pubSub, logger); err != nil {
+	if err := adoptReceiver(ctx, billingDB, billing, pubSub, pubSub, logger); err != nil {
 		panic(err)
 	}
 
-	// The sending service.
-	ordersDB := open("orders.db")
+	// The sending service, orders.
+	ordersDB := open("orders.db", "CREATE TABLE orders (id TEXT PRIMARY KEY)")
 	defer ordersDB.Close()
 	sender, err := message.NewRouter(message.RouterConfig{}, logger)
 	if err != nil {
@@ -155,31 +194,37 @@ func Example_twoServices() {
 		<-r.Running()
 	}
 
-	msg := message.NewMessage(watermill.NewUUID(), []byte("order-1"))
-	if err := orders.Publish("orders", msg); err != nil {
+	if err := placeOrder(ctx, ordersDB, orders, "order-1"); err != nil {
 		panic(err)
 	}
-	<-seen
+	first := <-copies
 	<-confirmed
+	delivered := 1
 	// The same message again, as a broker's redelivery or a resend: the
 	// inbox skips it and confirms it again.
-	if err := pubSub.Publish("orders", msg.Copy()); err != nil {
+	if err := pubSub.Publish("orders", first); err != nil {
 		panic(err)
 	}
-	<-seen
+	<-copies
 	<-confirmed
-	// The table deletes a record once it is complete (the default): what
-	// is left is pending.
-	var pending int
-	if err := ordersDB.QueryRow("SELECT COUNT(*) FROM " + sqlstore.DefaultTable).Scan(&pending); err != nil {
-		panic(err)
-	}
+	delivered++
 	for _, r := range []*message.Router{billing, sender} {
 		if err := r.Close(); err != nil {
 			panic(err)
 		}
 	}
-	fmt.Printf("charged order-1 %d time(s); %d record(s) pending at the sender\n", charged["order-1"], pending)
+
+	store, err := sqlstore.New(sqlstore.Config{Dialect: sqlstore.SQLite(), DB: sqlx.NewDb(ordersDB, "sqlite")})
+	if err != nil {
+		panic(err)
+	}
+	pending, err := store.PendingAfter(ctx, "orders", 0, 100)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("orders placed: %d; order-1 charged %d time(s) from %d copies; %d record(s) pending at the sender\n",
+		count(ordersDB, "SELECT COUNT(*) FROM orders"),
+		count(billingDB, "SELECT COUNT(*) FROM charges WHERE order_id = 'order-1'"), delivered, len(pending))
 	// Output:
-	// charged order-1 1 time(s); 0 record(s) pending at the sender
+	// orders placed: 1; order-1 charged 1 time(s) from 2 copies; 0 record(s) pending at the sender
 }

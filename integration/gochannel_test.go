@@ -21,8 +21,9 @@ func TestGoChannel(t *testing.T) {
 	// restart, a new GoChannel would start empty; replay refills it.
 	var channels sync.Map // *testing.T -> *gochannel.GoChannel
 	scenarios.Run(t, scenarios.Backend{
-		Name:    "GoChannel",
-		Records: records(t, "SQLite"),
+		Name:     "GoChannel",
+		Records:  records(t, "SQLite"),
+		Volatile: true,
 		Connect: func(t *testing.T, _ string) (message.Publisher, message.Subscriber) {
 			gc, ok := channels.Load(t)
 			if !ok {

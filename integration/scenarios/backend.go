@@ -25,6 +25,11 @@ type Backend struct {
 	// the test ends; closing them earlier must be harmless.
 	Connect func(t *testing.T, group string) (message.Publisher, message.Subscriber)
 
+	// Volatile tells that the broker keeps nothing for a subscriber that
+	// is closed (GoChannel): what is published to its topic meanwhile is
+	// lost, and only a resend brings it back.
+	Volatile bool
+
 	// Remove deletes what the pub/sub created on the broker for a topic and
 	// group (queues, exchanges, streams, tables). It runs when the test
 	// ends, after the publishers and subscribers are closed. Nil when the

@@ -53,8 +53,12 @@ func (e *env) receivingService(consumer string) *service {
 // servicesWithADatabaseEach: service A publishes a tracked topic whose
 // receivers are services B and C, each with a database and an inbox of its
 // own, declared as A's remote consumers. Every receiver handles every
-// message once; A's table drains; after A restarts with a backlog, and
-// after every message is sent again, B and C run none a second time.
+// message once; A's table drains. While A is stopped, its confirmation
+// subscriber closed, B and C handle a backlog and confirm it: A restarts
+// without replay and completes the backlog from the confirmations its
+// durable queue or group kept (on a volatile broker, which keeps nothing,
+// A's replay resends the backlog and B and C confirm again). After every
+// message is sent again, B and C run none a second time.
 func servicesWithADatabaseEach(t *testing.T, e *env) {
 	confirmTopic := "confirm_" + e.topic
 	if e.backend.Remove != nil {
@@ -66,11 +70,13 @@ func servicesWithADatabaseEach(t *testing.T, e *env) {
 	obs := newCounts()
 	reg.SetObserver(obs)
 	pub, _ := e.connect()
-	startA := func() *service {
+	// A's confirmation subscriber is of a group of its own, the same at
+	// every start: a durable queue, consumer group or durable consumer.
+	startA := func(replay bool) *service {
 		_, confirmations := e.connectAs("confirm")
-		return e.startServiceWith(serviceConfig{reg: reg, pub: pub, decide: succeed, confirmations: confirmations})
+		return e.startServiceWith(serviceConfig{reg: reg, pub: pub, decide: succeed, confirmations: confirmations, noReplay: !replay})
 	}
-	a := startA()
+	a := startA(true)
 	b, c := e.receivingService("billing"), e.receivingService("shipping")
 
 	msgs, uuids := newMessages("order", 10)
@@ -82,23 +88,45 @@ func servicesWithADatabaseEach(t *testing.T, e *env) {
 	}
 	e.requireTable(completedAll(uuids...))
 
-	// A backlog: A is down while it publishes 5 more. B and C handle
-	// them and confirm; the confirmations reach A when it is back, or are
-	// lost (a broker without persistence), and A's replay resends them.
+	// A backlog: A is stopped, its confirmation subscriber closed, while
+	// its code publishes 5 more. B and C handle them and confirm; each
+	// confirmation is published before its message is acked, so once
+	// both handled the backlog every confirmation is on the broker, and
+	// nothing is complete yet.
 	a.stop()
 	backlog, backlogUUIDs := newMessages("backlog", 5)
 	publish(t, e.tracked(pub), e.topic, backlog)
 	b.handledByEach([]string{"billing"}, backlogUUIDs)
 	c.handledByEach([]string{"shipping"}, backlogUUIDs)
-	a = startA()
-	for _, consumer := range remoteConsumers {
-		obs.waitFor(t, "handled", consumer, len(uuids)+len(backlogUUIDs))
-	}
 	all := append(append([]string(nil), uuids...), backlogUUIDs...)
+	whileDown := completedAll(uuids...)
+	for _, u := range backlogUUIDs {
+		whileDown[u] = false
+	}
+	e.requireTable(whileDown)
+	if e.backend.Volatile {
+		// The broker kept nothing for A's closed subscriber: the
+		// confirmations are lost, A's start replays the backlog, and B
+		// and C skip each copy and confirm it again.
+		a = startA(true)
+		b.skippedByEach([]string{"billing"}, backlogUUIDs)
+		c.skippedByEach([]string{"shipping"}, backlogUUIDs)
+	} else {
+		// A's queue or group kept the confirmations: a start that sends
+		// nothing again completes the backlog from them.
+		a = startA(false)
+	}
+	for _, consumer := range remoteConsumers {
+		obs.waitFor(t, "handled", consumer, len(all))
+	}
 	e.requireTable(completedAll(all...))
 
 	// A forced resend of every message, with its original record and
 	// UUID: both inboxes skip each copy and confirm it again.
+	duplicates := map[string]int{}
+	for _, consumer := range remoteConsumers {
+		duplicates[consumer] = obs.get("duplicate", consumer)
+	}
 	resent := 0
 	for _, d := range b.history {
 		if d.Ran && d.Err == nil {
@@ -113,7 +141,7 @@ func servicesWithADatabaseEach(t *testing.T, e *env) {
 	c.skippedByEach([]string{"shipping"}, all)
 	for _, consumer := range remoteConsumers {
 		// Each copy's confirmation reaches A as a duplicate.
-		obs.waitFor(t, "duplicate", consumer, len(all))
+		obs.waitFor(t, "duplicate", consumer, duplicates[consumer]+len(all))
 	}
 	a.stop()
 	b.stop()

@@ -96,6 +96,9 @@ type serviceConfig struct {
 	plain bool
 	// replay configures the replay plugin; the zero value is the defaults.
 	replay outbox.ReplayConfig
+	// noReplay leaves the replay plugin out: a start that sends nothing
+	// again, so that only what the broker kept reaches the service.
+	noReplay bool
 }
 
 // startService starts a service on a fresh publisher and subscriber of the
@@ -127,7 +130,9 @@ func (e *env) startServiceWith(cfg serviceConfig) *service {
 		mw, err := outbox.NewMiddleware(cfg.reg, cfg.mw, cfg.logger)
 		require.NoError(e.t, err)
 		router.AddMiddleware(mw)
-		router.AddPlugin(outbox.ReplayPlugin(cfg.reg, cfg.pub, cfg.replay, nil))
+		if !cfg.noReplay {
+			router.AddPlugin(outbox.ReplayPlugin(cfg.reg, cfg.pub, cfg.replay, nil))
+		}
 	}
 	if cfg.confirmations != nil {
 		require.NoError(e.t, outbox.AddConfirmationHandler(router, cfg.reg, cfg.confirmations, cfg.logger))
