@@ -208,7 +208,7 @@ func browserRetireAsksFirst(t *testing.T, b testenv.Backend) {
 	stats := consumerRow("payments", "stats")
 
 	visit(t, ctx, base, "#topics")
-	assert.Equal(t, []string{"remote, awaiting confirmation", "1"}, texts(t, ctx, stats+" span.remote", cell(stats, "pending")))
+	assert.Equal(t, []string{"remote", "1", "1"}, texts(t, ctx, stats+" span.remote", cell(stats, "pending"), cell(stats, "awaiting")))
 	click(t, ctx, stats+" button", "#refused")
 	assert.Regexp(t, `declared it, \d+s ago, as a remote consumer`, texts(t, ctx, "#refused")[0])
 	assert.Equal(t, int64(1), statsPending(t, d))
@@ -225,4 +225,95 @@ func browserRetireAsksFirst(t *testing.T, b testenv.Backend) {
 	click(t, ctx, "#retire-confirm", "#retired")
 	assert.Equal(t, "1", texts(t, ctx, "#retired-count")[0])
 	assert.Zero(t, statsPending(t, d))
+}
+
+// TestBrowserOverviewLabelsTheHoursCompletions, in Chromium: the
+// overview's rates sit under "completed in the last hour" and say what
+// they count; a topic none of whose records completed in the hour (all of
+// its records failed) shows none completed, not a failure rate; an
+// abandoned record's page shows no next attempt, and an abandoned
+// delivery none either.
+func TestBrowserOverviewLabelsTheHoursCompletions(t *testing.T) {
+	for _, b := range testenv.Backends() { // one Chromium at a time
+		t.Run(b.Name, func(t *testing.T) {
+			d := seed(t, b, outboxui.Config{})
+			ctx := browser(t)
+			base := d.server.URL + "/outbox/"
+
+			visit(t, ctx, base, "#topics")
+			assert.Equal(t, []string{"completed in the last hour", "records", "resent", "failed at least once"},
+				texts(t, ctx, "#h-completed", "#h-completed-count", "#h-resent", "#h-failed"))
+			head := texts(t, ctx, "#topics thead")[0]
+			assert.NotContains(t, head, "1h", "the columns say what they count")
+			orders, payments := topicRow("orders"), topicRow("payments")
+			assert.Equal(t, []string{"1", "0.0%", "0.0%"}, texts(t, ctx, cell(orders, "completed"), cell(orders, "resent"), cell(orders, "failed")))
+			assert.Equal(t, []string{"0", "–", "–", "1"},
+				texts(t, ctx, cell(payments, "completed"), cell(payments, "resent"), cell(payments, "failed"), cell(payments, "abandoned")),
+				"payments completed nothing in the hour: its only finished record was abandoned")
+			title, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(cell(payments, "failed")), "title"))
+			require.NoError(t, err)
+			assert.Equal(t, "no record completed in the last hour", title.Value)
+
+			visit(t, ctx, base+"record?id="+strconv.FormatInt(d.abandoned, 10), "#state")
+			page := texts(t, ctx, "main")[0]
+			assert.Equal(t, "abandoned", texts(t, ctx, "#state")[0])
+			assert.NotContains(t, page, "next attempt", "an abandoned record has none")
+			assert.NotContains(t, page, "due")
+
+			visit(t, ctx, base+"record?id="+strconv.FormatInt(d.sharedAbandoned, 10), "#deliveries")
+			assert.Equal(t, []string{"abandoned", "–"}, texts(t, ctx, `#deliveries tr[data-consumer="ship"] td.state`, `#deliveries tr[data-consumer="ship"] td:last-child`))
+
+			visit(t, ctx, base+"record?id="+strconv.FormatInt(d.pending, 10), "#state")
+			assert.Equal(t, "due", texts(t, ctx, "#next-attempt")[0], "a pending record that never failed is due now")
+		})
+	}
+}
+
+// TestBrowserOverviewShowsWhyABacklogIsStuck, in Chromium, on every
+// database: "payments" declares "ship" and a remote consumer "stats", and
+// only "ship" was ever seen; no receiver of "orders" was. The overview
+// shows, per topic and consumer, the records that wait for a receiver
+// never seen (unchecked), when each was last seen, and the deliveries
+// that await a remote consumer's confirmation with the oldest's age. Once
+// the receivers are seen, nothing is unchecked, and the remote consumer's
+// delivery still awaits its confirmation.
+func TestBrowserOverviewShowsWhyABacklogIsStuck(t *testing.T) {
+	for _, b := range testenv.Backends() { // one Chromium at a time
+		t.Run(b.Name, func(t *testing.T) { browserOverviewShowsWhyABacklogIsStuck(t, b) })
+	}
+}
+
+func browserOverviewShowsWhyABacklogIsStuck(t *testing.T, b testenv.Backend) {
+	d := seed(t, b, outboxui.Config{})
+	ctx := browser(t)
+	base := d.server.URL + "/outbox/"
+	require.NoError(t, d.store.DeclareConsumers(testCtx(t), []recordstore.Declaration{{Topic: "payments", Consumers: []string{"ship"}, RemoteConsumers: []string{"stats"}}}))
+	require.NoError(t, d.store.SawReceiver(testCtx(t), "payments", "ship"))
+	orders, payments := topicRow("orders"), topicRow("payments")
+	ship, stats := consumerRow("payments", "ship"), consumerRow("payments", "stats")
+	seconds, ago := `^\d+s$`, `^\d+s ago$`
+
+	visit(t, ctx, base, "#topics")
+	assert.Equal(t, []string{"unchecked", "last seen", "awaiting confirmation", "deliveries", "oldest"},
+		texts(t, ctx, "#h-unchecked", "#h-last-seen", "#h-awaiting", "#h-awaiting-count", "#h-awaiting-oldest"))
+	assert.Equal(t, []string{"1", "never", "–"}, texts(t, ctx, cell(orders, "unchecked"), cell(orders, "last-seen"), cell(orders, "awaiting")),
+		"no receiver of orders was ever seen: its pending record waits for one")
+	got := texts(t, ctx, cell(stats, "unchecked"), cell(stats, "last-seen"), cell(stats, "awaiting"), cell(stats, "awaiting-oldest"))
+	assert.Equal(t, []string{"1", "never", "1"}, got[:3], "stats never confirmed: its delivery is unchecked and awaits its confirmation")
+	assert.Regexp(t, seconds, got[3])
+	got = texts(t, ctx, cell(ship, "unchecked"), cell(ship, "last-seen"), cell(ship, "awaiting"))
+	assert.Equal(t, []string{"0", "–"}, []string{got[0], got[2]}, "ship is of this service: it confirms nothing")
+	assert.Regexp(t, ago, got[1])
+	got = texts(t, ctx, cell(payments, "unchecked"), cell(payments, "last-seen"), cell(payments, "awaiting"), cell(payments, "awaiting-oldest"))
+	assert.Equal(t, []string{"1", "1"}, []string{got[0], got[2]})
+	assert.Regexp(t, ago, got[1])
+	assert.Regexp(t, seconds, got[3])
+
+	require.NoError(t, d.store.SawReceiver(testCtx(t), "orders", ""))
+	require.NoError(t, d.store.SawReceiver(testCtx(t), "payments", "stats"))
+	visit(t, ctx, base, "#topics")
+	got = texts(t, ctx, cell(orders, "unchecked"), cell(orders, "last-seen"), cell(stats, "unchecked"), cell(stats, "last-seen"), cell(stats, "awaiting"), cell(payments, "unchecked"))
+	assert.Equal(t, []string{"0", "0", "1", "0"}, []string{got[0], got[2], got[4], got[5]}, "seen, nothing is unchecked; stats' delivery still awaits its confirmation")
+	assert.Regexp(t, ago, got[1])
+	assert.Regexp(t, ago, got[3])
 }

@@ -11,11 +11,13 @@
 // # Pages
 //
 //   - The overview: each topic and each consumer with its pending records,
-//     the age of the oldest, its abandoned records and those completed in
-//     the last hour; the backlog of the last hour as a chart, computed from
-//     the records' own timestamps (created, completed, abandoned), so that it
-//     survives restarts; the resend and failure rates of the records
-//     completed in the last hour.
+//     the age of the oldest, its unchecked records (waiting for a receiver
+//     never seen), when a receiver was last seen, a remote consumer's
+//     deliveries awaiting confirmation with the oldest's age, its abandoned
+//     records and those completed in the last hour; the backlog of the
+//     last hour as a chart, computed from the records' own timestamps
+//     (created, completed, abandoned), so that it survives restarts; the
+//     resend and failure rates of the records completed in the last hour.
 //   - The records: one topic's pending or abandoned records, optionally of
 //     one consumer, a page at a time by id, through the table's indexes.
 //   - A record: its metadata, its deliveries with their attempts, last error
