@@ -98,6 +98,8 @@ type inboxQueries struct {
 	insert string
 	// clean deletes a bounded batch of old entries.
 	clean string
+	// recent reads the latest entries, through the handled_at index.
+	recent string
 }
 
 // inboxEntryColumns are the columns of an entry that HandledAs returns,
@@ -113,7 +115,8 @@ func buildInboxQueries(d *Dialect, name tableName) inboxQueries {
 		handledUUID: fmt.Sprintf("SELECT %s FROM %s WHERE consumer = %s AND message_uuid = %s", inboxEntryColumns, t, p(1), p(2)),
 		insert: fmt.Sprintf("INSERT INTO %s (consumer, message_uuid, business_key, source, record_id, handled_at) VALUES (%s, %s, %s, %s, %s, %s)%s",
 			t, p(1), p(2), p(3), p(4), p(5), d.clock, d.skipDuplicates),
-		clean: d.deleteOldest(t, "handled_at < "+d.ago(1), "handled_at", p(2)),
+		clean:  d.deleteOldest(t, "handled_at < "+d.ago(1), "handled_at", p(2)),
+		recent: fmt.Sprintf("SELECT %s, %s FROM %s ORDER BY handled_at DESC LIMIT %s", inboxEntryColumns, d.ageMicros("handled_at"), t, p(1)),
 	}
 }
 
