@@ -317,3 +317,44 @@ func browserOverviewShowsWhyABacklogIsStuck(t *testing.T, b testenv.Backend) {
 	assert.Regexp(t, ago, got[1])
 	assert.Regexp(t, ago, got[3])
 }
+
+// TestBrowserInboxShowsEachSendersIdentity, in Chromium, on every
+// database: the inbox page, linked from every page's header, lists the
+// latest entries of the service's inbox, the most recent first, each with
+// its consumer, the sender's identity (Source), its record there, the
+// message UUID and when it was handled.
+func TestBrowserInboxShowsEachSendersIdentity(t *testing.T) {
+	for _, b := range testenv.Backends() { // one Chromium at a time
+		t.Run(b.Name, func(t *testing.T) {
+			db := b.Open(t)
+			table := testenv.Table(t)
+			in, err := sqlstore.NewInbox(sqlstore.InboxConfig{Dialect: b.Dialect, DB: db, Table: table})
+			require.NoError(t, err)
+			t.Cleanup(func() { testenv.DropTable(t, db, b.Dialect, table) })
+			require.NoError(t, in.Migrate(testCtx(t)))
+			older := recordstore.InboxEntry{Consumer: "billing", MessageUUID: "m-older", BusinessKey: "order-7", Source: "orders-service-eu", RecordID: 17}
+			latest := recordstore.InboxEntry{Consumer: "shipping", MessageUUID: "m-latest", Source: "payments-service", RecordID: 42}
+			require.NoError(t, in.MarkHandled(testCtx(t), older))
+			_, err = db.ExecContext(testCtx(t), db.Rebind("UPDATE "+in.Table()+" SET handled_at = ? WHERE message_uuid = ?"), "2020-01-01 00:00:00", older.MessageUUID)
+			require.NoError(t, err)
+			require.NoError(t, in.MarkHandled(testCtx(t), latest))
+
+			d := seed(t, b, outboxui.Config{Inbox: in})
+			ctx := browser(t)
+			visit(t, ctx, d.server.URL+"/outbox/", "#topics")
+			click(t, ctx, "#nav-inbox", "#inbox")
+			row := func(e recordstore.InboxEntry) []string {
+				r := fmt.Sprintf(`#inbox tr[data-uuid=%q]`, e.MessageUUID)
+				return texts(t, ctx, r+" td.consumer", r+" td.source", r+" td.record-id", r+" td.uuid", r+" td.business-key")
+			}
+			assert.Equal(t, []string{"shipping", "payments-service", "42", "m-latest", "–"}, row(latest))
+			assert.Equal(t, []string{"billing", "orders-service-eu", "17", "m-older", "order-7"}, row(older))
+			uuids, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#inbox tbody tr')].map(r => r.dataset.uuid)`))
+			require.NoError(t, err)
+			assert.Equal(t, []string{"m-latest", "m-older"}, uuids, "the most recent first")
+			handled := texts(t, ctx, `#inbox tr[data-uuid="m-latest"] td.handled`, `#inbox tr[data-uuid="m-older"] td.handled`)
+			assert.Regexp(t, `^\d+s ago$`, handled[0])
+			assert.Regexp(t, `^\d+d\d\dh ago$`, handled[1])
+		})
+	}
+}

@@ -21,8 +21,11 @@
 //   - The records: one topic's pending or abandoned records, optionally of
 //     one consumer, a page at a time by id, through the table's indexes.
 //   - A record: its metadata, its deliveries with their attempts, last error
-//     and next due time, and its payload as text or hex, cut at
-//     [Config.PayloadLimit].
+//     and, while pending, next due time, and its payload as text or hex,
+//     cut at [Config.PayloadLimit].
+//   - The inbox, with [Config.Inbox]: its latest entries, each with its
+//     consumer, the sender's identity and record, the message UUID and
+//     when it was handled.
 //
 // Every page reads through the table's indexes (see [sqlstore.Operator.Browse]
 // and [sqlstore.Operator.Activity]), never the whole table, so it answers as

@@ -275,3 +275,14 @@ func TestAllowedHostsRefuseAForgedHostAndOrigin(t *testing.T) {
 	code, _ = testenv.Request(t, http.MethodGet, other+"/", own, nil, nil)
 	assert.Equal(t, http.StatusFound, code)
 }
+
+// TestInboxPageNeedsAnInbox: a dashboard given no inbox links to none and
+// answers its page with 404.
+func TestInboxPageNeedsAnInbox(t *testing.T) {
+	d := seed(t, backend(t, "SQLite"), outboxui.Config{})
+	_, overview := get(t, d.server.URL+"/outbox/")
+	assert.NotContains(t, overview, `href="inbox"`)
+	code, body := get(t, d.server.URL+"/outbox/inbox")
+	assert.Equal(t, http.StatusNotFound, code)
+	assert.Contains(t, body, "not given the service")
+}
