@@ -208,7 +208,7 @@ func browserRetireAsksFirst(t *testing.T, b testenv.Backend) {
 	stats := consumerRow("payments", "stats")
 
 	visit(t, ctx, base, "#topics")
-	assert.Equal(t, []string{"remote, awaiting confirmation", "1"}, texts(t, ctx, stats+" span.remote", cell(stats, "pending")))
+	assert.Equal(t, []string{"remote", "1", "1"}, texts(t, ctx, stats+" span.remote", cell(stats, "pending"), cell(stats, "awaiting")))
 	click(t, ctx, stats+" button", "#refused")
 	assert.Regexp(t, `declared it, \d+s ago, as a remote consumer`, texts(t, ctx, "#refused")[0])
 	assert.Equal(t, int64(1), statsPending(t, d))
@@ -225,4 +225,136 @@ func browserRetireAsksFirst(t *testing.T, b testenv.Backend) {
 	click(t, ctx, "#retire-confirm", "#retired")
 	assert.Equal(t, "1", texts(t, ctx, "#retired-count")[0])
 	assert.Zero(t, statsPending(t, d))
+}
+
+// TestBrowserOverviewLabelsTheHoursCompletions, in Chromium: the
+// overview's rates sit under "completed in the last hour" and say what
+// they count; a topic none of whose records completed in the hour (all of
+// its records failed) shows none completed, not a failure rate; an
+// abandoned record's page shows no next attempt, and an abandoned
+// delivery none either.
+func TestBrowserOverviewLabelsTheHoursCompletions(t *testing.T) {
+	for _, b := range testenv.Backends() { // one Chromium at a time
+		t.Run(b.Name, func(t *testing.T) {
+			d := seed(t, b, outboxui.Config{})
+			ctx := browser(t)
+			base := d.server.URL + "/outbox/"
+
+			visit(t, ctx, base, "#topics")
+			assert.Equal(t, []string{"completed in the last hour", "records", "resent", "failed at least once"},
+				texts(t, ctx, "#h-completed", "#h-completed-count", "#h-resent", "#h-failed"))
+			head := texts(t, ctx, "#topics thead")[0]
+			assert.NotContains(t, head, "1h", "the columns say what they count")
+			orders, payments := topicRow("orders"), topicRow("payments")
+			assert.Equal(t, []string{"1", "0.0%", "0.0%"}, texts(t, ctx, cell(orders, "completed"), cell(orders, "resent"), cell(orders, "failed")))
+			assert.Equal(t, []string{"0", "–", "–", "1"},
+				texts(t, ctx, cell(payments, "completed"), cell(payments, "resent"), cell(payments, "failed"), cell(payments, "abandoned")),
+				"payments completed nothing in the hour: its only finished record was abandoned")
+			title, err := chromedp.Run(ctx, chromedp.AttributeValue(chromedp.CSS(cell(payments, "failed")), "title"))
+			require.NoError(t, err)
+			assert.Equal(t, "no record completed in the last hour", title.Value)
+
+			visit(t, ctx, base+"record?id="+strconv.FormatInt(d.abandoned, 10), "#state")
+			page := texts(t, ctx, "main")[0]
+			assert.Equal(t, "abandoned", texts(t, ctx, "#state")[0])
+			assert.NotContains(t, page, "next attempt", "an abandoned record has none")
+			assert.NotContains(t, page, "due")
+
+			visit(t, ctx, base+"record?id="+strconv.FormatInt(d.sharedAbandoned, 10), "#deliveries")
+			assert.Equal(t, []string{"abandoned", "–"}, texts(t, ctx, `#deliveries tr[data-consumer="ship"] td.state`, `#deliveries tr[data-consumer="ship"] td:last-child`))
+
+			visit(t, ctx, base+"record?id="+strconv.FormatInt(d.pending, 10), "#state")
+			assert.Equal(t, "due", texts(t, ctx, "#next-attempt")[0], "a pending record that never failed is due now")
+		})
+	}
+}
+
+// TestBrowserOverviewShowsWhyABacklogIsStuck, in Chromium, on every
+// database: "payments" declares "ship" and a remote consumer "stats", and
+// only "ship" was ever seen; no receiver of "orders" was. The overview
+// shows, per topic and consumer, the records that wait for a receiver
+// never seen (unchecked), when each was last seen, and the deliveries
+// that await a remote consumer's confirmation with the oldest's age. Once
+// the receivers are seen, nothing is unchecked, and the remote consumer's
+// delivery still awaits its confirmation.
+func TestBrowserOverviewShowsWhyABacklogIsStuck(t *testing.T) {
+	for _, b := range testenv.Backends() { // one Chromium at a time
+		t.Run(b.Name, func(t *testing.T) { browserOverviewShowsWhyABacklogIsStuck(t, b) })
+	}
+}
+
+func browserOverviewShowsWhyABacklogIsStuck(t *testing.T, b testenv.Backend) {
+	d := seed(t, b, outboxui.Config{})
+	ctx := browser(t)
+	base := d.server.URL + "/outbox/"
+	require.NoError(t, d.store.DeclareConsumers(testCtx(t), []recordstore.Declaration{{Topic: "payments", Consumers: []string{"ship"}, RemoteConsumers: []string{"stats"}}}))
+	require.NoError(t, d.store.SawReceiver(testCtx(t), "payments", "ship"))
+	orders, payments := topicRow("orders"), topicRow("payments")
+	ship, stats := consumerRow("payments", "ship"), consumerRow("payments", "stats")
+	seconds, ago := `^\d+s$`, `^\d+s ago$`
+
+	visit(t, ctx, base, "#topics")
+	assert.Equal(t, []string{"unchecked", "last seen", "awaiting confirmation", "deliveries", "oldest"},
+		texts(t, ctx, "#h-unchecked", "#h-last-seen", "#h-awaiting", "#h-awaiting-count", "#h-awaiting-oldest"))
+	assert.Equal(t, []string{"1", "never", "–"}, texts(t, ctx, cell(orders, "unchecked"), cell(orders, "last-seen"), cell(orders, "awaiting")),
+		"no receiver of orders was ever seen: its pending record waits for one")
+	got := texts(t, ctx, cell(stats, "unchecked"), cell(stats, "last-seen"), cell(stats, "awaiting"), cell(stats, "awaiting-oldest"))
+	assert.Equal(t, []string{"1", "never", "1"}, got[:3], "stats never confirmed: its delivery is unchecked and awaits its confirmation")
+	assert.Regexp(t, seconds, got[3])
+	got = texts(t, ctx, cell(ship, "unchecked"), cell(ship, "last-seen"), cell(ship, "awaiting"))
+	assert.Equal(t, []string{"0", "–"}, []string{got[0], got[2]}, "ship is of this service: it confirms nothing")
+	assert.Regexp(t, ago, got[1])
+	got = texts(t, ctx, cell(payments, "unchecked"), cell(payments, "last-seen"), cell(payments, "awaiting"), cell(payments, "awaiting-oldest"))
+	assert.Equal(t, []string{"1", "1"}, []string{got[0], got[2]})
+	assert.Regexp(t, ago, got[1])
+	assert.Regexp(t, seconds, got[3])
+
+	require.NoError(t, d.store.SawReceiver(testCtx(t), "orders", ""))
+	require.NoError(t, d.store.SawReceiver(testCtx(t), "payments", "stats"))
+	visit(t, ctx, base, "#topics")
+	got = texts(t, ctx, cell(orders, "unchecked"), cell(orders, "last-seen"), cell(stats, "unchecked"), cell(stats, "last-seen"), cell(stats, "awaiting"), cell(payments, "unchecked"))
+	assert.Equal(t, []string{"0", "0", "1", "0"}, []string{got[0], got[2], got[4], got[5]}, "seen, nothing is unchecked; stats' delivery still awaits its confirmation")
+	assert.Regexp(t, ago, got[1])
+	assert.Regexp(t, ago, got[3])
+}
+
+// TestBrowserInboxShowsEachSendersIdentity, in Chromium, on every
+// database: the inbox page, linked from every page's header, lists the
+// latest entries of the service's inbox, the most recent first, each with
+// its consumer, the sender's identity (Source), its record there, the
+// message UUID and when it was handled.
+func TestBrowserInboxShowsEachSendersIdentity(t *testing.T) {
+	for _, b := range testenv.Backends() { // one Chromium at a time
+		t.Run(b.Name, func(t *testing.T) {
+			db := b.Open(t)
+			table := testenv.Table(t)
+			in, err := sqlstore.NewInbox(sqlstore.InboxConfig{Dialect: b.Dialect, DB: db, Table: table})
+			require.NoError(t, err)
+			t.Cleanup(func() { testenv.DropTable(t, db, b.Dialect, table) })
+			require.NoError(t, in.Migrate(testCtx(t)))
+			older := recordstore.InboxEntry{Consumer: "billing", MessageUUID: "m-older", BusinessKey: "order-7", Source: "orders-service-eu", RecordID: 17}
+			latest := recordstore.InboxEntry{Consumer: "shipping", MessageUUID: "m-latest", Source: "payments-service", RecordID: 42}
+			require.NoError(t, in.MarkHandled(testCtx(t), older))
+			_, err = db.ExecContext(testCtx(t), db.Rebind("UPDATE "+in.Table()+" SET handled_at = ? WHERE message_uuid = ?"), "2020-01-01 00:00:00", older.MessageUUID)
+			require.NoError(t, err)
+			require.NoError(t, in.MarkHandled(testCtx(t), latest))
+
+			d := seed(t, b, outboxui.Config{Inbox: in})
+			ctx := browser(t)
+			visit(t, ctx, d.server.URL+"/outbox/", "#topics")
+			click(t, ctx, "#nav-inbox", "#inbox")
+			row := func(e recordstore.InboxEntry) []string {
+				r := fmt.Sprintf(`#inbox tr[data-uuid=%q]`, e.MessageUUID)
+				return texts(t, ctx, r+" td.consumer", r+" td.source", r+" td.record-id", r+" td.uuid", r+" td.business-key")
+			}
+			assert.Equal(t, []string{"shipping", "payments-service", "42", "m-latest", "–"}, row(latest))
+			assert.Equal(t, []string{"billing", "orders-service-eu", "17", "m-older", "order-7"}, row(older))
+			uuids, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll('#inbox tbody tr')].map(r => r.dataset.uuid)`))
+			require.NoError(t, err)
+			assert.Equal(t, []string{"m-latest", "m-older"}, uuids, "the most recent first")
+			handled := texts(t, ctx, `#inbox tr[data-uuid="m-latest"] td.handled`, `#inbox tr[data-uuid="m-older"] td.handled`)
+			assert.Regexp(t, `^\d+s ago$`, handled[0])
+			assert.Regexp(t, `^\d+d\d\dh ago$`, handled[1])
+		})
+	}
 }

@@ -47,8 +47,14 @@ type Config struct {
 	// nil: every request that reaches the handler is served.
 	Authorize func(*http.Request) error
 
-	// PageSize is how many records a page of the records list shows, 1 to
-	// 500. Defaults to 50.
+	// Inbox, when set, is the service's inbox: the inbox page lists its
+	// latest entries, PageSize of them, each with its consumer and the
+	// sender's identity (Source) and record. Defaults to nil: no inbox
+	// page.
+	Inbox *sqlstore.Inbox
+
+	// PageSize is how many records a page of the records list shows, and
+	// entries the inbox page, 1 to 500. Defaults to 50.
 	PageSize int
 
 	// PayloadLimit is how many bytes of a payload a record's page shows,

@@ -11,16 +11,21 @@
 // # Pages
 //
 //   - The overview: each topic and each consumer with its pending records,
-//     the age of the oldest, its abandoned records and those completed in
-//     the last hour; the backlog of the last hour as a chart, computed from
-//     the records' own timestamps (created, completed, abandoned), so that it
-//     survives restarts; the resend and failure rates of the records
-//     completed in the last hour.
+//     the age of the oldest, its unchecked records (waiting for a receiver
+//     never seen), when a receiver was last seen, a remote consumer's
+//     deliveries awaiting confirmation with the oldest's age, its abandoned
+//     records and those completed in the last hour; the backlog of the
+//     last hour as a chart, computed from the records' own timestamps
+//     (created, completed, abandoned), so that it survives restarts; the
+//     resend and failure rates of the records completed in the last hour.
 //   - The records: one topic's pending or abandoned records, optionally of
 //     one consumer, a page at a time by id, through the table's indexes.
 //   - A record: its metadata, its deliveries with their attempts, last error
-//     and next due time, and its payload as text or hex, cut at
-//     [Config.PayloadLimit].
+//     and, while pending, next due time, and its payload as text or hex,
+//     cut at [Config.PayloadLimit].
+//   - The inbox, with [Config.Inbox]: its latest entries, each with its
+//     consumer, the sender's identity and record, the message UUID and
+//     when it was handled.
 //
 // Every page reads through the table's indexes (see [sqlstore.Operator.Browse]
 // and [sqlstore.Operator.Activity]), never the whole table, so it answers as

@@ -10,8 +10,9 @@ import (
 
 // funcs are the templates' helpers.
 var funcs = template.FuncMap{
-	"age": age,
-	"pct": pct,
+	"age":      age,
+	"lastSeen": lastSeen,
+	"pct":      pct,
 	"list": func(topic, consumer, state string) template.URL {
 		return recordsURL(sqlstore.RecordFilter{Topic: topic, Consumer: consumer, State: sqlstore.State(state)}, 0)
 	},
@@ -31,6 +32,18 @@ func age(d time.Duration) string {
 		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
 	}
 	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+// lastSeen is when a receiver was last seen checking or confirming
+// records, "never" when it never was.
+func lastSeen(seen bool, since time.Duration) string {
+	if !seen {
+		return "never"
+	}
+	if since <= 0 {
+		return "0s ago"
+	}
+	return age(since) + " ago"
 }
 
 // pct is part of all as a percentage, "–" when all is zero.

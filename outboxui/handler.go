@@ -69,6 +69,7 @@ func New(store *sqlstore.Store, cfg Config, logger watermill.LoggerAdapter) (*Ha
 	h.mux.HandleFunc("GET /{$}", h.overview)
 	h.mux.HandleFunc("GET /records", h.records)
 	h.mux.HandleFunc("GET /record", h.record)
+	h.mux.HandleFunc("GET /inbox", h.inbox)
 	h.mux.HandleFunc("GET /style.css", h.style)
 	h.mux.HandleFunc("POST /requeue", h.action(h.recordAction("requeued", h.requeue)))
 	h.mux.HandleFunc("POST /due", h.action(h.recordAction("due", h.makeDue)))
@@ -78,7 +79,7 @@ func New(store *sqlstore.Store, cfg Config, logger watermill.LoggerAdapter) (*Ha
 
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "records", "record", "retire", "message"} {
+	for _, name := range []string{"overview", "records", "record", "inbox", "retire", "message"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("outboxui: parsing page %s: %w", name, err)
@@ -122,13 +123,15 @@ func (h *Handler) ctx(r *http.Request) (context.Context, context.CancelFunc) {
 type page struct {
 	Title   string
 	Actions bool
-	Token   string
-	Notice  string
-	Data    any
+	// Inbox tells that the dashboard has an inbox page.
+	Inbox  bool
+	Token  string
+	Notice string
+	Data   any
 }
 
 func (h *Handler) render(w http.ResponseWriter, status int, name string, p page) {
-	p.Actions, p.Token = h.cfg.Actions, h.token
+	p.Actions, p.Token, p.Inbox = h.cfg.Actions, h.token, h.cfg.Inbox != nil
 	var buf bytes.Buffer
 	if err := h.pages[name].Execute(&buf, p); err != nil {
 		h.logger.Error("outboxui: rendering page", err, watermill.LogFields{"page": name})

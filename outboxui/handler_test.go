@@ -275,3 +275,33 @@ func TestAllowedHostsRefuseAForgedHostAndOrigin(t *testing.T) {
 	code, _ = testenv.Request(t, http.MethodGet, other+"/", own, nil, nil)
 	assert.Equal(t, http.StatusFound, code)
 }
+
+// TestInboxPageNeedsAnInbox: a dashboard given no inbox links to none and
+// answers its page with 404.
+func TestInboxPageNeedsAnInbox(t *testing.T) {
+	d := seed(t, backend(t, "SQLite"), outboxui.Config{})
+	_, overview := get(t, d.server.URL+"/outbox/")
+	assert.NotContains(t, overview, `href="inbox"`)
+	code, body := get(t, d.server.URL+"/outbox/inbox")
+	assert.Equal(t, http.StatusNotFound, code)
+	assert.Contains(t, body, "not given the service")
+}
+
+// TestOverviewTellsWhenAConsumerOfOnlyAbandonedDeliveriesWasSeen: a
+// consumer with nothing pending is not in the pending status, which tells
+// when consumers were last seen; its row, listed for its abandoned
+// delivery, still says when it was, and a consumer never seen says never.
+func TestOverviewTellsWhenAConsumerOfOnlyAbandonedDeliveriesWasSeen(t *testing.T) {
+	d := seed(t, backend(t, "SQLite"), outboxui.Config{})
+	ctx := testCtx(t)
+	require.NoError(t, d.store.Complete(ctx, recordstore.Delivery{ID: d.shared, Topic: "payments", Consumer: "ship"}))
+	require.NoError(t, d.store.SawReceiver(ctx, "payments", "ship"))
+	_, page := get(t, d.server.URL+"/outbox/")
+	ship := regexp.MustCompile(`(?s)data-consumer="ship">.*?<td class="n pending">(\d+)</td>.*?<td class="last-seen">([^<]*)</td>`).FindStringSubmatch(page)
+	require.NotNil(t, ship, page)
+	assert.Equal(t, "0", ship[1], "ship has only its abandoned delivery")
+	assert.Regexp(t, `^\d+s ago$`, ship[2])
+	stats := regexp.MustCompile(`(?s)data-consumer="stats">.*?<td class="last-seen">([^<]*)</td>`).FindStringSubmatch(page)
+	require.NotNil(t, stats, page)
+	assert.Equal(t, "never", stats[1])
+}

@@ -23,6 +23,12 @@ type topicRow struct {
 	Activity  sqlstore.Activity
 	Consumers []consumerRow
 	Chart     chart
+	// Remote tells that a consumer of the topic is remote; Awaiting sums
+	// the remote consumers' pending deliveries, which await their
+	// confirmation, and AwaitingOldest is the age of the oldest of them.
+	Remote         bool
+	Awaiting       int64
+	AwaitingOldest time.Duration
 }
 
 type consumerRow struct {
@@ -52,6 +58,11 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	seen, err := h.ops.ReceiversSeen(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	rows := map[string]*topicRow{}
 	row := func(topic string) *topicRow {
 		if rows[topic] == nil {
@@ -76,17 +87,26 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, t := range rows {
-		seen := map[string]bool{}
+		listed := map[string]bool{}
 		for _, c := range t.TopicStatus.Consumers {
-			seen[c.Consumer] = true
+			listed[c.Consumer] = true
 			if reg := h.cfg.Registry; reg != nil && slices.Contains(reg.RemoteConsumers(t.Topic), c.Consumer) {
 				c.Remote = true
+			}
+			if c.Remote {
+				t.Remote = true
+				t.Awaiting += c.Pending
+				t.AwaitingOldest = max(t.AwaitingOldest, c.OldestPending)
 			}
 			t.Consumers = append(t.Consumers, consumerRow{ConsumerStatus: c, Topic: t.Topic, Abandoned: t.Activity.AbandonedDeliveries[c.Consumer]})
 		}
 		for c, n := range t.Activity.AbandonedDeliveries {
-			if !seen[c] {
-				t.Consumers = append(t.Consumers, consumerRow{ConsumerStatus: recordstore.ConsumerStatus{Consumer: c}, Topic: t.Topic, Abandoned: n})
+			if !listed[c] {
+				// Nothing pending: the status did not read when it
+				// was last seen.
+				cs := recordstore.ConsumerStatus{Consumer: c}
+				cs.SinceSeen, cs.Seen = seen[t.Topic][c]
+				t.Consumers = append(t.Consumers, consumerRow{ConsumerStatus: cs, Topic: t.Topic, Abandoned: n})
 			}
 		}
 		slices.SortFunc(t.Consumers, func(a, b consumerRow) int { return cmp.Compare(a.Consumer, b.Consumer) })

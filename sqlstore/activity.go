@@ -55,7 +55,7 @@ func (b *browseQueries) buildActivity(f fragments) {
 		failed := fmt.Sprintf("CASE WHEN attempts > 0 OR (consumers > 0 AND EXISTS (SELECT 1 FROM %s c WHERE c.record_id = r.id AND c.attempts > 0)) THEN 1 ELSE 0 END", tc)
 		b.completedWindow = fmt.Sprintf(`SELECT topic, %s, %s, COUNT(*), SUM(CASE WHEN %s = %d THEN 1 ELSE 0 END), SUM(%s)
 FROM %s r WHERE processed_at > %s AND abandoned_at IS NULL GROUP BY topic, 2, 3`,
-			bucket("created_at"), bucket("processed_at"), sendKind(), sentAgain, failed, t, f.d.ago(1))
+			bucket("created_at"), bucket("processed_at"), sendKind(), sentAgain, failed, t, f.d.agoFixed(ActivityWindow))
 	}
 	b.abandonedWindow = fmt.Sprintf("SELECT topic, %s, %s, COUNT(*), 0, 0 FROM %s WHERE abandoned_at IS NOT NULL GROUP BY topic, 2, 3",
 		bucket("created_at"), bucket("abandoned_at"), t)
@@ -88,8 +88,8 @@ func (o *Operator) Activity(ctx context.Context) ([]Activity, error) {
 	// pendingNow stands for the end bucket of a record still pending: it
 	// is in the backlog at every point from its creation on.
 	const pendingNow = -1
-	read := func(q string, ended func(a *Activity, n int64), args ...any) error {
-		rows, err := db.QueryContext(ctx, q, args...)
+	read := func(q string, ended func(a *Activity, n int64)) error {
+		rows, err := db.QueryContext(ctx, q)
 		if err != nil {
 			return s.fail("activity", err)
 		}
@@ -125,7 +125,7 @@ func (o *Operator) Activity(ctx context.Context) ([]Activity, error) {
 		return nil, err
 	}
 	if b.completedWindow != "" {
-		if err := read(b.completedWindow, func(a *Activity, n int64) { a.Completed += n }, ActivityWindow.Microseconds()); err != nil {
+		if err := read(b.completedWindow, func(a *Activity, n int64) { a.Completed += n }); err != nil {
 			return nil, err
 		}
 	}

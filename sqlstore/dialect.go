@@ -225,6 +225,15 @@ func (d *Dialect) leaseUntil(n int) string { return fill(d.leaseUntilSQL, "{arg}
 
 func (d *Dialect) ago(n int) string { return fill(d.agoSQL, "{arg}", d.placeholder(n)) }
 
+// agoFixed is ago with the window written into the statement as an
+// integer of microseconds, for a window that never changes: PostgreSQL
+// plans a parameter's window blind once it switches a long-lived
+// connection's statement to a generic plan, and a constant keeps the plan
+// that reads only the window.
+func (d *Dialect) agoFixed(window time.Duration) string {
+	return fill(d.agoSQL, "{arg}", strconv.FormatInt(window.Microseconds(), 10))
+}
+
 func (d *Dialect) lockRows(skipLocked bool) string {
 	if skipLocked {
 		return d.skipLockedSQL

@@ -98,18 +98,25 @@ type inboxQueries struct {
 	insert string
 	// clean deletes a bounded batch of old entries.
 	clean string
+	// recent reads the latest entries, through the handled_at index.
+	recent string
 }
+
+// inboxEntryColumns are the columns of an entry that HandledAs returns,
+// in scanEntry's order.
+const inboxEntryColumns = "consumer, message_uuid, business_key, source, record_id"
 
 func buildInboxQueries(d *Dialect, name tableName) inboxQueries {
 	t, p := name.quoted(d), d.placeholder
 	return inboxQueries{
 		versionQueries: buildVersionQueries(d, name),
-		handled: fmt.Sprintf("SELECT message_uuid FROM %s WHERE consumer = %s AND (message_uuid = %s OR business_key = %s) ORDER BY CASE WHEN message_uuid = %s THEN 0 ELSE 1 END LIMIT 1",
-			t, p(1), p(2), p(3), p(4)),
-		handledUUID: fmt.Sprintf("SELECT message_uuid FROM %s WHERE consumer = %s AND message_uuid = %s", t, p(1), p(2)),
+		handled: fmt.Sprintf("SELECT %s FROM %s WHERE consumer = %s AND (message_uuid = %s OR business_key = %s) ORDER BY CASE WHEN message_uuid = %s THEN 0 ELSE 1 END LIMIT 1",
+			inboxEntryColumns, t, p(1), p(2), p(3), p(4)),
+		handledUUID: fmt.Sprintf("SELECT %s FROM %s WHERE consumer = %s AND message_uuid = %s", inboxEntryColumns, t, p(1), p(2)),
 		insert: fmt.Sprintf("INSERT INTO %s (consumer, message_uuid, business_key, source, record_id, handled_at) VALUES (%s, %s, %s, %s, %s, %s)%s",
 			t, p(1), p(2), p(3), p(4), p(5), d.clock, d.skipDuplicates),
-		clean: d.deleteOldest(t, "handled_at < "+d.ago(1), "handled_at", p(2)),
+		clean:  d.deleteOldest(t, "handled_at < "+d.ago(1), "handled_at", p(2)),
+		recent: fmt.Sprintf("SELECT %s, %s FROM %s ORDER BY handled_at DESC LIMIT %s", inboxEntryColumns, d.ageMicros("handled_at"), t, p(1)),
 	}
 }
 
@@ -150,8 +157,9 @@ func (in *Inbox) Handled(ctx context.Context, e recordstore.InboxEntry) (bool, e
 var _ recordstore.InboxFinder = (*Inbox)(nil)
 
 // HandledAs implements [recordstore.InboxFinder]: the query of Handled,
-// which reads the message UUID of the entry it finds (the entry's own when
-// both match). The entry returned is e with that UUID.
+// which reads the entry it finds (the entry of e's message UUID when both
+// match). The entry returned is the one stored, with the Source and
+// RecordID of the copy that was handled, not e's.
 func (in *Inbox) HandledAs(ctx context.Context, e recordstore.InboxEntry) (*recordstore.InboxEntry, error) {
 	if err := in.validate(e); err != nil {
 		return nil, in.fail("check inbox", err)
@@ -160,16 +168,16 @@ func (in *Inbox) HandledAs(ctx context.Context, e recordstore.InboxEntry) (*reco
 	if e.BusinessKey != "" {
 		query, args = in.q.handled, append(args, e.BusinessKey, e.MessageUUID)
 	}
-	var uuid string
-	err := in.db.QueryRowContext(ctx, query, args...).Scan(&uuid)
+	var found recordstore.InboxEntry
+	var business sql.NullString
+	err := in.db.QueryRowContext(ctx, query, args...).Scan(&found.Consumer, &found.MessageUUID, &business, &found.Source, &found.RecordID)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, nil
 	case err != nil:
 		return nil, in.fail("check inbox", err)
 	}
-	found := e
-	found.MessageUUID = uuid
+	found.BusinessKey = business.String
 	return &found, nil
 }
 

@@ -16,7 +16,7 @@ import (
 // entries, Handled finds an entry through the primary key and, with a
 // business key, the business key index (a bitmap OR of the two), and Clean
 // picks the oldest entries through the handled_at index and deletes them by
-// ctid, in the generic plan that PostgreSQL caches for a prepared statement
+// ctid, and Recent reads the latest through the handled_at index, in the generic plan that PostgreSQL caches for a prepared statement
 // too. Matched by key, the delete hash-joined them with a scan of the whole
 // table.
 func TestInboxQueriesUseTheIndexes(t *testing.T) {
@@ -42,6 +42,7 @@ FROM generate_series(1, 20000) AS i`, in.Table()))
 		{"Handled", handled, "text, text, text, text", "'c1', 'm11', 'k12', 'm11'", []string{table + "_pkey", table + "_bkey"}},
 		{"HandledWithoutBusinessKey", handledUUID, "text, text", "'c1', 'm11'", []string{table + "_pkey"}},
 		{"Clean", clean, "bigint, bigint", "3600000000, 100", []string{table + "_handled", "Tid Scan"}},
+		{"Recent", sqlstore.InboxRecentStatement(in), "bigint", "50", []string{"Index Scan Backward using " + table + "_handled"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			text := genericPlan(t, db, tc.query, tc.types, tc.args)

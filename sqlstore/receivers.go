@@ -133,3 +133,16 @@ func applySeen(st *recordstore.TopicStatus, consumers map[string]time.Duration) 
 	}
 	return st.Seen && unseen > 1
 }
+
+// ReceiversSeen reads how long ago each consumer of each topic was last
+// seen ([recordstore.ReceiverRecorder]), by topic then consumer, from the
+// receivers table: a row per pair ever seen. The status tells it only of
+// the consumers with pending deliveries; the dashboard also shows the
+// consumers that have only abandoned ones.
+func (o *Operator) ReceiversSeen(ctx context.Context) (map[string]map[string]time.Duration, error) {
+	db, err := o.s.pool()
+	if err != nil {
+		return nil, err
+	}
+	return o.s.readReceivers(ctx, db)
+}

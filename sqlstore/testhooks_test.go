@@ -46,6 +46,9 @@ func InboxStatements(in *Inbox) (handled, handledUUID, clean string) {
 	return in.q.handled, in.q.handledUUID, in.q.clean
 }
 
+// InboxRecentStatement is the statement of Inbox.Recent.
+func InboxRecentStatement(in *Inbox) string { return in.q.recent }
+
 // SkipLockedCompletionStatement is the completion of one record on the
 // coalesced path, "" where there is none.
 func SkipLockedCompletionStatement(s *Store) string { return s.q.completeSkipLocked }

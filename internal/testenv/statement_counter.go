@@ -15,13 +15,19 @@ import (
 // start of their text. It is safe for concurrent use.
 type StatementCounter struct {
 	mu   sync.Mutex
-	seen []string
+	seen []Statement
+}
+
+// Statement is one statement pgx sent, with its arguments.
+type Statement struct {
+	SQL  string
+	Args []any
 }
 
 // TraceQueryStart implements pgx.QueryTracer.
 func (c *StatementCounter) TraceQueryStart(ctx context.Context, _ *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	c.mu.Lock()
-	c.seen = append(c.seen, data.SQL)
+	c.seen = append(c.seen, Statement{SQL: data.SQL, Args: data.Args})
 	c.mu.Unlock()
 	return ctx
 }
@@ -35,11 +41,19 @@ func (c *StatementCounter) Count(prefix string) int {
 	defer c.mu.Unlock()
 	n := 0
 	for _, s := range c.seen {
-		if strings.HasPrefix(s, prefix) {
+		if strings.HasPrefix(s.SQL, prefix) {
 			n++
 		}
 	}
 	return n
+}
+
+// Statements returns every statement sent so far, in the order they were
+// sent.
+func (c *StatementCounter) Statements() []Statement {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Statement(nil), c.seen...)
 }
 
 // CountingPostgres opens the test PostgreSQL database with a tracer that

@@ -57,6 +57,7 @@ func RunInbox(t *testing.T, c InboxContract) {
 		{"ConsumersAreIndependent", s.testConsumers},
 		{"BusinessKey", s.testBusinessKey},
 		{"EmptyBusinessKeysNeverConflict", s.testEmptyBusinessKeys},
+		{"HandledAsReturnsTheStoredEntry", s.testHandledAs},
 		{"MarkHandledTx", s.testMarkHandledTx},
 		{"ConcurrentTransactions", s.testConcurrentTx},
 		{"Clean", s.testClean},
@@ -164,6 +165,41 @@ func (s *inboxSuite) testBusinessKey(t *testing.T) {
 	otherConsumer := entry("shipping", "order-1")
 	assert.False(t, handled(t, in, otherConsumer), "business keys are per consumer")
 	require.NoError(t, in.MarkHandled(ctx(t), otherConsumer))
+}
+
+// testHandledAs: an inbox that names the entry a message duplicates
+// ([recordstore.InboxFinder]) returns the entry it keeps, the sender and
+// record of the copy that was handled, not those of the copy that asks.
+func (s *inboxSuite) testHandledAs(t *testing.T) {
+	in := s.inbox(t)
+	finder, ok := in.(recordstore.InboxFinder)
+	if !ok {
+		t.Skip("the inbox does not implement recordstore.InboxFinder")
+	}
+	stored := entry("billing", "order-1")
+	require.NoError(t, in.MarkHandled(ctx(t), stored))
+	plain := entry("billing", "")
+	plain.Source, plain.RecordID = "payments-service", 0
+	require.NoError(t, in.MarkHandled(ctx(t), plain))
+
+	find := func(e recordstore.InboxEntry) *recordstore.InboxEntry {
+		t.Helper()
+		found, err := finder.HandledAs(ctx(t), e)
+		require.NoError(t, err)
+		return found
+	}
+	// Another message with the business key, from another sender's record.
+	resent := entry("billing", "order-1")
+	resent.Source, resent.RecordID = "orders-service-eu", 77
+	assert.Equal(t, &stored, find(resent), "the entry of the business key, as it was stored")
+	// A copy of the same message, carrying another record.
+	again := stored
+	again.BusinessKey, again.Source, again.RecordID = "", "orders-service-eu", 77
+	assert.Equal(t, &stored, find(again), "the entry of the message UUID, as it was stored")
+	again = plain
+	again.Source, again.RecordID = "orders-service", 42
+	assert.Equal(t, &plain, find(again), "an entry stored without a business key has none")
+	assert.Nil(t, find(entry("billing", "order-2")), "no entry")
 }
 
 func (s *inboxSuite) testEmptyBusinessKeys(t *testing.T) {
