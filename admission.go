@@ -33,15 +33,8 @@ type admission struct {
 	// (ordering.go).
 	ordered heldKey
 	key     string
-	// completion is the delivery's completion in the background, once it
-	// has one; after is the completion of the earlier record of its key
-	// that this delivery ran after without a check, which its own
-	// completion waits for (first_copy.go).
-	completion *completion
-	after      *completion
 	// unchecked is set on a first copy of an ordered topic that runs
-	// without the check: it completes in the background, and a later
-	// record of its key that ran after it needs no claim.
+	// without the check (first_copy.go): it completes in the background.
 	unchecked bool
 }
 
@@ -231,7 +224,7 @@ func (m *middleware) checkRecord(ctx, checkCtx context.Context, a *admission) (C
 // first, and a record saved for a message with a UUID is another
 // message's. Only messages without a UUID pay for that read.
 func (m *middleware) checkPending(ctx context.Context, a *admission) error {
-	if m.skipsCheck(a) {
+	if m.skipsCheck(ctx, a) {
 		return nil
 	}
 	if a.d.UUID == "" {

@@ -7,14 +7,14 @@ package outbox
 // On a topic with an order key the publisher also asks the store, right
 // after the insert, which earlier record of its key each new record waits
 // for (recordstore.KeyPredecessors). The first copy of a record that waits
-// for none, or for a record whose handler this consumer ran here and whose
-// completion is committed or on its way, runs without the check: the
-// earlier records of its key are done. Its completion then waits for the
-// earlier record's, and is not made if that one failed, so that a record
-// is never complete while an earlier one of its key is pending. Any other
-// copy is checked, and held as ordering.go says.
+// for none, or for a record this consumer completed here, runs without the
+// check: the earlier records of its key are done. When that record's
+// completion is on its way, the copy waits for it to commit first, so that
+// a crash cannot make the earlier record run again after this one. Any
+// other copy is checked, and held as ordering.go says.
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -101,7 +101,7 @@ func (f *firstCopies) takeBefore(d recordstore.Delivery, consumers int) (before 
 
 // skipsCheck reports whether the delivery of a may run without the check
 // (MiddlewareConfig.CheckFirstCopies).
-func (m *middleware) skipsCheck(a *admission) bool {
+func (m *middleware) skipsCheck(ctx context.Context, a *admission) bool {
 	if m.cfg.CheckFirstCopies || a.d.UUID == "" || leases(a.t.store) {
 		return false
 	}
@@ -118,12 +118,17 @@ func (m *middleware) skipsCheck(a *admission) bool {
 		return true
 	}
 	if c, ok := a.t.completing.Load(completingKey{id: before, consumer: a.d.Consumer}); ok {
-		// The earlier record's handler ran here; its completion is on its
-		// way, and this one's waits for it.
+		// The earlier record's handler ran here and its completion is on
+		// its way: this one runs once it committed, never before, so that
+		// a crash cannot make the earlier record run again after it.
 		c := c.(*completion)
-		c.handedOff.Store(true)
-		a.after, a.unchecked = c, true
-		return true
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return false
+		}
+		a.unchecked = c.ok
+		return c.ok
 	}
 	a.unchecked = a.t.holds.completed(heldKey{a.d.Consumer, before})
 	return a.unchecked

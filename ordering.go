@@ -268,8 +268,7 @@ func (m *middleware) run(h message.HandlerFunc, msg *message.Message, a *admissi
 
 // settled ends an ordered delivery's run: after its completion (ok) the
 // copies waiting for it here are woken, and the next record of its key
-// that was put back (or last sent more than HeldWait ago) is sent again,
-// unless that record ran here already, after this one's handler.
+// that was put back (or last sent more than HeldWait ago) is sent again.
 func (m *middleware) settled(ctx context.Context, a *admission, ok bool) {
 	if a.t.orderKey == "" || a.ordered == (heldKey{}) {
 		return
@@ -280,7 +279,7 @@ func (m *middleware) settled(ctx context.Context, a *admission, ok bool) {
 	}
 	a.t.holds.done(a.ordered)
 	a.t.holds.asked.Delete(a.d.ID)
-	if a.key == "" || a.completion != nil && a.completion.handedOff.Load() {
+	if a.key == "" {
 		return
 	}
 	if _, ok := a.t.holds.putBack.LoadAndDelete(a.key); ok || !a.unchecked {

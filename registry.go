@@ -167,10 +167,6 @@ type tracked struct {
 type completion struct {
 	done chan struct{}
 	ok   bool
-	// handedOff is set when the next record of the delivery's key ran
-	// here after the handler, without a check (first_copy.go): the key's
-	// next record needs no claim once this one completes.
-	handedOff atomic.Bool
 }
 
 // completingKey names a delivery whose completion is in flight.

@@ -61,44 +61,29 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 	}
 	if !m.cfg.CompleteBeforeAck && (a.t.orderKey == "" || a.unchecked) {
 		// A checked copy of an ordered topic completes on the handler's
-		// path, as the copies held behind it wait for its completion.
-		if batch, ok := m.reg.background.startCompletion(m.cfg.CompleteBatchWait); ok {
+		// path, as the copies held behind it wait for its completion; an
+		// unchecked one goes at once, without a batch window, since the
+		// next record of its key waits for it to commit.
+		wait := m.cfg.CompleteBatchWait
+		if a.t.orderKey != "" {
+			wait = 0
+		}
+		if batch, ok := m.reg.background.startCompletion(wait); ok {
 			key := completingKey{id: a.d.ID, consumer: a.d.Consumer}
 			c := &completion{done: make(chan struct{})}
-			a.completion = c
 			a.t.completing.Store(key, c)
 			go func() {
 				defer m.reg.background.doneCompletion()
 				<-batch
-				c.ok = m.completeAfter(ctx, a)
+				c.ok = m.complete(ctx, a)
 				a.t.completing.CompareAndDelete(key, c)
 				close(c.done)
 			}()
 			return nil, nil
 		}
 	}
-	m.completeAfter(ctx, a)
+	m.complete(ctx, a)
 	return nil, nil
-}
-
-// errEarlierNotCompleted is why completeAfter leaves a record pending.
-var errEarlierNotCompleted = errors.New("the earlier record of its key was not completed")
-
-// completeAfter completes a delivery that ran after the earlier record of
-// its key without a check, once that record's completion ended: if that
-// one failed, this one is not completed either, and stays pending, so that
-// the key's records run again in their order.
-func (m *middleware) completeAfter(ctx context.Context, a *admission) bool {
-	if a.after != nil {
-		<-a.after.done
-		if !a.after.ok {
-			m.logger.Error("Not completing a record whose earlier record of its key failed to complete; both stay pending for the next replay",
-				errEarlierNotCompleted, a.fields)
-			m.settled(ctx, a, false)
-			return false
-		}
-	}
-	return m.complete(ctx, a)
 }
 
 // runHandler runs h and returns what it panicked with, if it did.
@@ -152,7 +137,7 @@ func (m *middleware) countFailure(ctx context.Context, msg *message.Message, a *
 func (m *middleware) completeOnAck(ctx context.Context, msg *message.Message, a *admission, p *production) {
 	select {
 	case <-msg.Acked():
-		m.completeAfter(ctx, a)
+		m.complete(ctx, a)
 	case <-msg.Nacked():
 		p.publishFailed(errNackedAfterSuccess)
 		m.settled(ctx, a, false)
