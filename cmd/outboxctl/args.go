@@ -46,6 +46,7 @@ type cli struct {
 	addr       string
 	actions    bool
 	allowHosts hostList
+	inbox      string
 
 	cmd         *command
 	args        []string

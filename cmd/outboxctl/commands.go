@@ -100,19 +100,22 @@ var commands = []*command{
 		run: (*cli).retire,
 	},
 	{
-		name: "serve", synopsis: "[-addr HOST:PORT] [-actions] [-allow-host NAME]...", summary: "serve the dashboard of the table over HTTP",
+		name: "serve", synopsis: "[-addr HOST:PORT] [-actions] [-allow-host NAME]... [-inbox TABLE]", summary: "serve the dashboard of the table over HTTP",
 		doc: "Serves the outboxui dashboard of the table: per topic and consumer the backlog, its\n" +
 			"last hour as a chart, the records and each record's page. With -actions the pages can\n" +
 			"requeue, make due and retire, as the commands do; retire asks first. It has no\n" +
 			"authentication: keep -addr on the loopback (the default) or behind one. It answers only\n" +
 			"requests for its listen address and the loopback names (localhost, 127.0.0.1, [::1],\n" +
 			"with its port), and for the names of -allow-host: any other Host gets 421, so that a\n" +
-			"page of another site cannot reach it under a name of its own. It runs until interrupted.",
+			"page of another site cannot reach it under a name of its own. With -inbox it also shows\n" +
+			"the latest entries of the service's inbox table, each with the sender that sent it. It\n" +
+			"runs until interrupted.",
 		example: "outboxctl -dsn postgres://localhost/app serve -addr 127.0.0.1:8080",
 		define: func(c *cli, fs *flag.FlagSet) {
 			fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen on `host:port`")
 			fs.BoolVar(&c.actions, "actions", false, "turn on the pages' actions (requeue, make due, retire)")
 			fs.Var(&c.allowHosts, "allow-host", "also answer requests for `name` (with the port, or without it and with the listen port); repeat it for more")
+			fs.StringVar(&c.inbox, "inbox", "", "also show the inbox `table` of the service (sqlstore.Inbox), on the same database")
 		},
 		run: (*cli).serve,
 	},

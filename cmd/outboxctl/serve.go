@@ -24,7 +24,13 @@ func (c *cli) serve(ctx context.Context, s *sqlstore.Store) error {
 	}
 	defer ln.Close()
 	logger := watermill.NewStdLoggerWithOut(c.errOut, false, false)
-	ui, err := outboxui.New(s, outboxui.Config{Actions: c.actions, AllowedHosts: servedHosts(c.addr, ln.Addr(), c.allowHosts)}, logger)
+	cfg := outboxui.Config{Actions: c.actions, AllowedHosts: servedHosts(c.addr, ln.Addr(), c.allowHosts)}
+	if c.inbox != "" {
+		if cfg.Inbox, err = c.openInbox(ctx, s); err != nil {
+			return err
+		}
+	}
+	ui, err := outboxui.New(s, cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -49,6 +55,24 @@ func (c *cli) serve(ctx context.Context, s *sqlstore.Store) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// openInbox opens the -inbox table on the store's database and reads it
+// once, so that a mistyped name fails before the dashboard serves.
+func (c *cli) openInbox(ctx context.Context, s *sqlstore.Store) (*sqlstore.Inbox, error) {
+	in, err := sqlstore.NewInbox(sqlstore.InboxConfig{Dialect: s.Dialect(), DB: s.DB(), Table: c.inbox})
+	if errors.Is(err, sqlstore.ErrInvalidTable) {
+		return nil, usagef("-inbox: %v", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	readCtx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if _, err := in.Recent(readCtx, 1); err != nil {
+		return nil, fmt.Errorf("serve: -inbox %q: %w", c.inbox, err)
+	}
+	return in, nil
 }
 
 // servedHosts are the Host values serve answers: the listen address as

@@ -7,12 +7,15 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
+	"github.com/wmoutbox/outbox/sqlstore"
 )
 
 // TestServe serves the dashboard of a table, loads its overview and stops
@@ -113,4 +116,29 @@ func TestServeAnswersOnlyItsHosts(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code, body)
 	assert.Contains(t, body, `<b id="retired-count">2</b>`)
 	assert.Zero(t, pending())
+}
+
+// TestServeShowsTheInbox: outboxctl serve -inbox on a service's SQLite
+// database whose inbox kept an entry of another service's message: the
+// inbox page names the sender. A mistyped -inbox fails before serving.
+func TestServeShowsTheInbox(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, testenv.Backends()[1])
+	in, err := sqlstore.NewInbox(sqlstore.InboxConfig{Dialect: f.store.Dialect(), DB: f.store.DB(), Table: f.store.Table() + "_inbox"})
+	require.NoError(t, err)
+	require.NoError(t, in.Migrate(context.Background()))
+	require.NoError(t, in.MarkHandled(context.Background(), recordstore.InboxEntry{Consumer: "billing", MessageUUID: "m-1", Source: "orders-service", RecordID: 7}))
+
+	base := startServe(t, f, "-inbox", in.Table())
+	u, err := url.Parse(base)
+	require.NoError(t, err)
+	code, body := testenv.Request(t, http.MethodGet, base+"inbox", u.Host, nil, nil)
+	assert.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "orders-service")
+	assert.Contains(t, body, "m-1")
+
+	var errOut strings.Builder
+	exit := run(context.Background(), []string{"-dsn", f.dsn, "-table", f.store.Table(), "serve", "-addr", "127.0.0.1:0", "-inbox", "no_such_inbox"}, io.Discard, &errOut, func(string) string { return "" })
+	assert.NotEqual(t, exitOK, exit)
+	assert.Contains(t, errOut.String(), "no_such_inbox")
 }
