@@ -86,11 +86,21 @@ func load() (pkgs []string, exports map[string]string, module string, err error)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("go list: %w", err)
 	}
-	modPath, err := exec.Command("go", "list", "-m").Output()
+	// The module of the current directory's go.mod: in a workspace, go
+	// list -m names every module of it.
+	modFile, err := os.ReadFile("go.mod")
 	if err != nil {
-		return nil, nil, "", fmt.Errorf("go list -m: %w", err)
+		return nil, nil, "", err
 	}
-	module = strings.TrimSpace(strings.Split(string(modPath), "\n")[0])
+	for _, line := range strings.Split(string(modFile), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "module "); ok {
+			module = strings.Trim(strings.TrimSpace(rest), `"`)
+			break
+		}
+	}
+	if module == "" {
+		return nil, nil, "", errors.New("go.mod names no module")
+	}
 	exports = map[string]string{}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	for dec.More() {
