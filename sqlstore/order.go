@@ -133,7 +133,7 @@ GROUP BY a.topic`, t, t, f.pending)
 	// that the order index holds (not complete), or -1 for a record to
 	// leave out.
 	q.order.predecessors = fmt.Sprintf(`SELECT r.id, CASE WHEN r.topic = %s AND r.order_key IS NOT NULL%s
-    THEN COALESCE((SELECT MAX(e.id) FROM %s e WHERE e.topic = r.topic AND e.order_key = r.order_key AND e.id < r.id%s), 0)
+    THEN COALESCE((SELECT e.id FROM %s e WHERE e.topic = r.topic AND e.order_key = r.order_key AND e.id < r.id%s ORDER BY e.id DESC LIMIT 1), 0)
     ELSE -1 END
 FROM %s r WHERE r.id IN `, p(1), notDone("r"), t, notDone("e"), t)
 	q.order.waitingKeys = fmt.Sprintf(`SELECT DISTINCT order_key FROM %s

@@ -196,15 +196,24 @@ func orderedCase(ctx context.Context, d *database, o options, w orderedWorkload,
 		})
 	}
 	wg.Wait()
-	stall := time.NewTimer(defaultStall)
-	defer stall.Stop()
+	// Lost are the messages still missing once none was handled for
+	// defaultStall.
+	watch := time.NewTicker(100 * time.Millisecond)
+	defer watch.Stop()
 	var lost int64
-	select {
-	case <-all:
-	case <-stall.C:
-		mu.Lock()
-		lost = int64(w.n - len(seen))
-		mu.Unlock()
+wait:
+	for {
+		select {
+		case <-all:
+			break wait
+		case <-watch.C:
+			if time.Since(time.Unix(0, max(lastHandled.Load(), start.UnixNano()))) > defaultStall {
+				mu.Lock()
+				lost = int64(w.n - len(seen))
+				mu.Unlock()
+				break wait
+			}
+		}
 	}
 	elapsed := time.Unix(0, lastHandled.Load()).Sub(start)
 	if err := router.Close(); err != nil {
