@@ -81,15 +81,8 @@ func (s *Store) cleanFrom(ctx context.Context, db *sqlx.DB, d *Dialect, selectOl
 
 // deleteIDs runs a statement prefix ending in "IN " for ids, in chunks.
 func (s *Store) deleteIDs(ctx context.Context, tx executor, d *Dialect, prefix string, ids []int64) error {
-	for start := 0; start < len(ids); start += stampChunk {
-		chunk := ids[start:min(start+stampChunk, len(ids))]
-		args := make([]any, len(chunk))
-		for i, id := range chunk {
-			args[i] = id
-		}
-		if _, err := tx.ExecContext(ctx, prefix+idList(d, 1, len(chunk)), args...); err != nil {
-			return s.fail("clean", err)
-		}
+	if err := execLists(ctx, tx, d, prefix, nil, anys(ids)); err != nil {
+		return s.fail("clean", err)
 	}
 	return nil
 }

@@ -342,16 +342,8 @@ func (s *Store) insertDeliveries(ctx context.Context, tx executor, records []rec
 		return err
 	}
 	for n, ids := range byCount {
-		for start := 0; start < len(ids); start += stampChunk {
-			chunk := ids[start:min(start+stampChunk, len(ids))]
-			a := make([]any, 0, len(chunk)+1)
-			a = append(a, n)
-			for _, id := range chunk {
-				a = append(a, id)
-			}
-			if _, err := tx.ExecContext(ctx, s.q.setConsumers+idList(s.dialect, 2, len(chunk)), a...); err != nil {
-				return err
-			}
+		if err := execLists(ctx, tx, s.dialect, s.q.setConsumers, []any{n}, anys(ids)); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -482,15 +474,15 @@ func (s *Store) savedOrigins(ctx context.Context, db executor, d *Dialect, recor
 		}
 	}
 	saved := make(map[string]recordstore.Record, len(origins))
-	for start := 0; start < len(origins); start += stampChunk {
-		chunk := origins[start:min(start+stampChunk, len(origins))]
+	err := chunks(origins, func(chunk []any) error {
 		rows, err := db.QueryContext(ctx, s.q.savedOrigins+idList(d, 1, len(chunk)), chunk...)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if err := scanSaved(rows, saved); err != nil {
-			return nil, err
-		}
+		return scanSaved(rows, saved)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return saved, nil
 }

@@ -71,21 +71,17 @@ func (s *Store) addDeliveries(ctx context.Context, db *sqlx.DB, d *Dialect, info
 	for i, r := range infos {
 		at[r.ID] = i
 	}
-	for start := 0; start < len(infos); start += stampChunk {
-		chunk := infos[start:min(start+stampChunk, len(infos))]
-		args := make([]any, len(chunk))
-		for i, r := range chunk {
-			args[i] = r.ID
-		}
-		rows, err := db.QueryContext(ctx, s.q.listDeliveriesByRecord+idList(d, 1, len(chunk))+" ORDER BY record_id, consumer", args...)
+	ids := make([]any, len(infos))
+	for i, r := range infos {
+		ids[i] = r.ID
+	}
+	return chunks(ids, func(chunk []any) error {
+		rows, err := db.QueryContext(ctx, s.q.listDeliveriesByRecord+idList(d, 1, len(chunk))+" ORDER BY record_id, consumer", chunk...)
 		if err != nil {
 			return s.fail("list deliveries", err)
 		}
-		if err := s.scanDeliveryInfos(rows, infos, at); err != nil {
-			return err
-		}
-	}
-	return nil
+		return s.scanDeliveryInfos(rows, infos, at)
+	})
 }
 
 // listQuery is the statement of List for a state.

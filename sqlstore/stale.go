@@ -96,15 +96,8 @@ func (s *Store) StampSent(ctx context.Context, ids []int64) error {
 	if err != nil {
 		return err
 	}
-	for start := 0; start < len(ids); start += stampChunk {
-		chunk := ids[start:min(start+stampChunk, len(ids))]
-		args := make([]any, len(chunk))
-		for i, id := range chunk {
-			args[i] = id
-		}
-		if _, err := db.ExecContext(ctx, s.q.stamp+idList(d, 1, len(chunk)), args...); err != nil {
-			return s.fail("stamp sent", err)
-		}
+	if err := execLists(ctx, db, d, s.q.stamp, nil, anys(ids)); err != nil {
+		return s.fail("stamp sent", err)
 	}
 	return nil
 }

@@ -118,6 +118,16 @@ func anys[T any](list []T) []any {
 	return out
 }
 
+// execLists runs prefix, followed by a list of placeholders, for each
+// chunk of items, with the arguments fixed before the chunk's.
+func execLists(ctx context.Context, db executor, d *Dialect, prefix string, fixed, items []any) error {
+	return chunks(items, func(chunk []any) error {
+		args := append(append(make([]any, 0, len(fixed)+len(chunk)), fixed...), chunk...)
+		_, err := db.ExecContext(ctx, prefix+idList(d, len(fixed)+1, len(chunk)), args...)
+		return err
+	})
+}
+
 // queryLists runs prefix, followed by a list of placeholders, for each
 // chunk of items, with the arguments fixed before the chunk's, and calls
 // scan for each row; an error fails as op.
