@@ -6,8 +6,10 @@
 //	go run ./internal/apicheck      # compare: fails, printing the difference, when code and files differ
 //	go run ./internal/apicheck -w   # write the files from the code
 //
-// The public packages are those of the root module but commands, internal
-// packages and examples.
+// The public packages are those of the module of the current directory
+// but commands, internal packages and examples; from another module of
+// the workspace, `go run github.com/wmoutbox/outbox/internal/apicheck -dir
+// ../api` keeps its files beside the root module's.
 package main
 
 import (
@@ -72,9 +74,52 @@ func run(dir string, write bool, out io.Writer) error {
 		want[fileName(module, path)] = strings.Join(apiLines(pkg), "\n") + "\n"
 	}
 	if write {
-		return writeFiles(dir, want)
+		return writeFiles(dir, module, want)
 	}
-	return compare(dir, want, out)
+	return compare(dir, module, want, out)
+}
+
+// stale are the API files of dir that list a package of module that is
+// no longer one of want's. The files of another module (one directory may
+// hold those of several) are left alone.
+func stale(dir, module string, want map[string]string) []string {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.txt"))
+	var out []string
+	for _, f := range files {
+		if _, ok := want[filepath.Base(f)]; ok {
+			continue
+		}
+		text, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		first, _, _ := strings.Cut(string(text), ",")
+		if path, ok := strings.CutPrefix(first, "pkg "); ok && ownPackage(module, path) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// ownPackage reports whether path is a package of module, the module of
+// the current directory, and not of a module nested in its tree (one with
+// a go.mod of its own).
+func ownPackage(module, path string) bool {
+	if path == module {
+		return true
+	}
+	rel, ok := strings.CutPrefix(path, module+"/")
+	if !ok {
+		return false
+	}
+	dir := "."
+	for _, elem := range strings.Split(rel, "/") {
+		dir = filepath.Join(dir, elem)
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // load lists the module's public packages and the export data of every
@@ -272,18 +317,15 @@ func signature(sig *types.Signature, q types.Qualifier) string {
 	return b.String()
 }
 
-// writeFiles writes want into dir, and removes the API files of packages
-// that are gone.
-func writeFiles(dir string, want map[string]string) error {
+// writeFiles writes want into dir, and removes the API files of module's
+// packages that are gone.
+func writeFiles(dir, module string, want map[string]string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	old, _ := filepath.Glob(filepath.Join(dir, "*.txt"))
-	for _, f := range old {
-		if _, ok := want[filepath.Base(f)]; !ok {
-			if err := os.Remove(f); err != nil {
-				return err
-			}
+	for _, f := range stale(dir, module, want) {
+		if err := os.Remove(f); err != nil {
+			return err
 		}
 	}
 	for name, text := range want {
@@ -296,17 +338,14 @@ func writeFiles(dir string, want map[string]string) error {
 
 // compare prints, per file, the lines the code adds (+) and those it no
 // longer has (-), and returns errDiffers when there are any.
-func compare(dir string, want map[string]string, out io.Writer) error {
+func compare(dir, module string, want map[string]string, out io.Writer) error {
 	differs := false
 	names := make([]string, 0, len(want))
 	for name := range want {
 		names = append(names, name)
 	}
-	old, _ := filepath.Glob(filepath.Join(dir, "*.txt"))
-	for _, f := range old {
-		if _, ok := want[filepath.Base(f)]; !ok {
-			names = append(names, filepath.Base(f))
-		}
+	for _, f := range stale(dir, module, want) {
+		names = append(names, filepath.Base(f))
 	}
 	sort.Strings(names)
 	for _, name := range names {

@@ -6,6 +6,8 @@ import (
 	"go/parser"
 	"go/token"
 	"go/types"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -81,4 +83,20 @@ func TestDiffLinesNamesWhatEachSideLacks(t *testing.T) {
 func TestFileNames(t *testing.T) {
 	assert.Equal(t, "outbox.txt", fileName("github.com/wmoutbox/outbox", "github.com/wmoutbox/outbox"))
 	assert.Equal(t, "outboxtest_sqlitetest.txt", fileName("github.com/wmoutbox/outbox", "github.com/wmoutbox/outbox/outboxtest/sqlitetest"))
+}
+
+// TestOwnPackageLeavesNestedModulesOut: a package under a directory with a
+// go.mod of its own is another module's, and its API file is not this
+// module's to remove.
+func TestOwnPackageLeavesNestedModulesOut(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "otel", "sub"), 0o755))
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "store"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "otel", "go.mod"), []byte("module example.com/m/otel\n"), 0o644))
+	t.Chdir(dir)
+	assert.True(t, ownPackage("example.com/m", "example.com/m"))
+	assert.True(t, ownPackage("example.com/m", "example.com/m/store"))
+	assert.False(t, ownPackage("example.com/m", "example.com/m/otel"))
+	assert.False(t, ownPackage("example.com/m", "example.com/m/otel/sub"))
+	assert.False(t, ownPackage("example.com/m", "example.com/other"))
 }
