@@ -313,33 +313,32 @@ func (c *keyClaims) add(m *middleware, a *admission) {
 	c.flushing = true
 	c.mu.Unlock()
 	if start {
-		m.reg.background.spawn(func() { m.claimBatch(c) })
+		m.reg.background.spawn(func() { m.claimBatch(a.t) })
 	}
 }
 
-// claimBatch waits CompleteBatchWait for the completions of the batch,
+// claimBatch waits CompleteBatchWait for the completions of t's batch,
 // then claims and sends the next record of each key that has one waiting.
-func (m *middleware) claimBatch(c *keyClaims) {
-	t := time.NewTimer(m.cfg.CompleteBatchWait)
-	<-t.C
+func (m *middleware) claimBatch(t *tracked) {
+	<-time.After(m.cfg.CompleteBatchWait)
+	c := &t.claims
 	c.mu.Lock()
 	batch := c.last
 	c.last, c.flushing = nil, false
 	c.mu.Unlock()
-	var any *admission
 	keys := make([]string, 0, len(batch))
-	for k, a := range batch {
-		keys, any = append(keys, k), a
+	for k := range batch {
+		keys = append(keys, k)
 	}
-	if any == nil {
+	if len(keys) == 0 {
 		return
 	}
-	if kw, ok := any.t.store.(recordstore.KeyWaiters); ok {
+	if kw, ok := t.store.(recordstore.KeyWaiters); ok {
 		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CompleteTimeout)
-		waiting, err := kw.WaitingKeys(ctx, any.t.topic, keys, m.cfg.HeldWait)
+		waiting, err := kw.WaitingKeys(ctx, t.topic, keys, m.cfg.HeldWait)
 		cancel()
 		if err != nil {
-			m.logger.Error("Reading which order keys wait for a send failed; claiming the next record of each", err, watermill.LogFields{"topic": any.t.topic, "keys": len(keys)})
+			m.logger.Error("Reading which order keys wait for a send failed; claiming the next record of each", err, watermill.LogFields{"topic": t.topic, "keys": len(keys)})
 		} else {
 			keys = waiting
 		}
