@@ -32,6 +32,34 @@ func (g *gatedStore) Complete(ctx context.Context, d recordstore.Delivery) error
 	return g.Store.Complete(ctx, d)
 }
 
+// gatedTopic is one service's tracked topic on a gatedStore: its
+// publisher into GoChannel, the copies GoChannel delivers, and the
+// middleware with cfg.
+type gatedTopic struct {
+	store *gatedStore
+	reg   *outbox.Registry
+	pub   message.Publisher
+	sent  <-chan *message.Message
+	mw    message.HandlerMiddleware
+}
+
+func newGatedTopic(t *testing.T, b *bundle, orderKey string, cfg outbox.MiddlewareConfig) gatedTopic {
+	t.Helper()
+	g := gatedTopic{store: &gatedStore{Store: b.store, entered: make(chan int64, 8), gate: make(chan struct{})}}
+	var err error
+	g.reg, err = outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: g.store, OrderKey: orderKey})
+	require.NoError(t, err)
+	gc := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 8}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = gc.Close() })
+	g.sent, err = gc.Subscribe(b.ctx(t), b.topic)
+	require.NoError(t, err)
+	g.pub, err = outbox.NewPublisher(g.reg, gc)
+	require.NoError(t, err)
+	g.mw, err = outbox.NewMiddleware(g.reg, cfg, b.logger)
+	require.NoError(t, err)
+	return g
+}
+
 // TestCompleteInBackground, one handler of one topic: by default a message
 // goes as soon as its handler succeeded, while its completion waits;
 // WaitCompletions waits for the completions, and then no record is
@@ -44,36 +72,23 @@ func TestCompleteInBackground(t *testing.T) {
 		for _, c := range []struct {
 			name       string
 			background bool
-			orderKey   string
 			returns    bool // before the completion ran
 		}{
-			{"InBackgroundByDefault", true, "", true},
-			{"OnTheHandlersPathWithCompleteBeforeAck", false, "", false},
+			{"InBackgroundByDefault", true, true},
+			{"OnTheHandlersPathWithCompleteBeforeAck", false, false},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				b := setup(t, backend, sqlstore.Mark)
-				store := &gatedStore{Store: b.store, entered: make(chan int64, 8), gate: make(chan struct{})}
-				reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store, OrderKey: c.orderKey})
-				require.NoError(t, err)
-				ctx := b.ctx(t)
-
-				gc := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 8}, watermill.NopLogger{})
-				t.Cleanup(func() { _ = gc.Close() })
-				sent, err := gc.Subscribe(ctx, b.topic)
-				require.NoError(t, err)
-				pub, err := outbox.NewPublisher(reg, gc)
-				require.NoError(t, err)
-				mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CompleteBeforeAck: !c.background}, b.logger)
-				require.NoError(t, err)
+				g := newGatedTopic(t, b, "", outbox.MiddlewareConfig{CompleteBeforeAck: !c.background})
+				store, reg, ctx := g.store, g.reg, b.ctx(t)
 				handled := 0
-				h := mw(func(*message.Message) ([]*message.Message, error) { handled++; return nil, nil })
+				h := g.mw(func(*message.Message) ([]*message.Message, error) { handled++; return nil, nil })
 
 				const n = 3
 				for i := 0; i < n; i++ {
 					msg := message.NewMessage(watermill.NewUUID(), []byte("payload"))
-					msg.Metadata.Set("order", "k")
-					require.NoError(t, pub.Publish(b.topic, msg))
-					got := <-sent
+					require.NoError(t, g.pub.Publish(b.topic, msg))
+					got := <-g.sent
 					got.Ack()
 					copy := got.Copy()
 					copy.SetContext(context.Background())
@@ -211,18 +226,8 @@ func TestOrderedFirstCopyWaitsForTheEarlierCompletion(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 		b := setup(t, backend, sqlstore.Delete)
-		store := &gatedStore{Store: b.store, entered: make(chan int64, 8), gate: make(chan struct{})}
-		reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store, OrderKey: "order"})
-		require.NoError(t, err)
-		ctx := b.ctx(t)
-		gc := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 8}, watermill.NopLogger{})
-		t.Cleanup(func() { _ = gc.Close() })
-		sent, err := gc.Subscribe(ctx, b.topic)
-		require.NoError(t, err)
-		pub, err := outbox.NewPublisher(reg, gc)
-		require.NoError(t, err)
-		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{}, b.logger)
-		require.NoError(t, err)
+		g := newGatedTopic(t, b, "order", outbox.MiddlewareConfig{})
+		store, reg, sent, pub, mw, ctx := g.store, g.reg, g.sent, g.pub, g.mw, b.ctx(t)
 		var mu sync.Mutex
 		var ran []string
 		h := mw(func(msg *message.Message) ([]*message.Message, error) {

@@ -20,8 +20,9 @@ package outbox
 // missed. A first copy that runs without the check (first_copy.go)
 // completes in the background, as on a topic without a key; a checked copy
 // completes on the handler's path, since held copies wait for it. The
-// completions of records of a key this process put back claim at once;
-// the others are gathered for CompleteBatchWait, and one statement
+// completion of a checked copy, or of a record of a key this process put
+// back, claims the key's next record at once; those of unchecked copies
+// are gathered for CompleteBatchWait, and one statement
 // (recordstore.KeyWaiters) names the keys whose next record waits to be
 // sent. Meanwhile the record that holds the
 // key is sent again at once when its last send is older than

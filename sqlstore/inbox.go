@@ -102,9 +102,15 @@ type inboxQueries struct {
 	recent string
 }
 
-// inboxEntryColumns are the columns of an entry that HandledAs returns,
-// in scanEntry's order.
+// inboxEntryColumns are the columns of an entry that HandledAs and
+// Recent read, in entryFields' order.
 const inboxEntryColumns = "consumer, message_uuid, business_key, source, record_id"
+
+// entryFields are the scan destinations of inboxEntryColumns in e; the
+// business key, which may be NULL, goes to business.
+func entryFields(e *recordstore.InboxEntry, business *sql.NullString) []any {
+	return []any{&e.Consumer, &e.MessageUUID, business, &e.Source, &e.RecordID}
+}
 
 func buildInboxQueries(d *Dialect, name tableName) inboxQueries {
 	t, p := name.quoted(d), d.placeholder
@@ -170,7 +176,7 @@ func (in *Inbox) HandledAs(ctx context.Context, e recordstore.InboxEntry) (*reco
 	}
 	var found recordstore.InboxEntry
 	var business sql.NullString
-	err := in.db.QueryRowContext(ctx, query, args...).Scan(&found.Consumer, &found.MessageUUID, &business, &found.Source, &found.RecordID)
+	err := in.db.QueryRowContext(ctx, query, args...).Scan(entryFields(&found, &business)...)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, nil

@@ -33,7 +33,7 @@ func (in *Inbox) Recent(ctx context.Context, limit int) ([]InboxEntryInfo, error
 		var e InboxEntryInfo
 		var business sql.NullString
 		var age sql.NullInt64
-		if err := rows.Scan(&e.Consumer, &e.MessageUUID, &business, &e.Source, &e.RecordID, &age); err != nil {
+		if err := rows.Scan(append(entryFields(&e.InboxEntry, &business), &age)...); err != nil {
 			return nil, in.fail("read recent entries", err)
 		}
 		e.BusinessKey, e.Age = business.String, ageOf(age)
