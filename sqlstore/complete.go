@@ -74,7 +74,7 @@ func (s *Store) completeNow(ctx context.Context, d recordstore.Delivery) error {
 // completion locks its record's row, to completeNow outside the slot
 // (errAlone), so that no completion waits for another's transaction.
 func (s *Store) completeFast(ctx context.Context, d recordstore.Delivery) error {
-	if s.q.completeSkipLocked == "" {
+	if s.q.completeUnheld == "" {
 		return s.completeNow(ctx, d)
 	}
 	if declares(d) {
@@ -84,7 +84,7 @@ func (s *Store) completeFast(ctx context.Context, d recordstore.Delivery) error 
 	if err != nil {
 		return err
 	}
-	n, err := s.exec(ctx, db, "complete", s.q.completeSkipLocked, s.completeArgs(d)...)
+	n, err := s.exec(ctx, db, "complete", s.q.completeUnheld, s.completeArgs(d)...)
 	if err != nil {
 		return err
 	}
@@ -318,10 +318,6 @@ func (q *queries) buildComplete(f fragments, mode Completion) {
 		complete := "UPDATE %s SET processed_at = %s, completed_by = %s%s WHERE id = %s AND %s AND processed_at IS NULL AND consumers = 0"
 		q.complete = fmt.Sprintf(complete, t, clock, p(1), "", p(2), f.message("uuid", 3))
 		q.completeAlone = fmt.Sprintf(complete, t, clock, p(1), lazyFrom, p(2), f.message("uuid", 3))
-		if skip := f.d.lockRows(true); skip != "" && f.d.batchComplete {
-			q.completeSkipLocked = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s%s WHERE id = (%s)",
-				t, clock, p(1), lazyFrom, f.lockedByID(p(2), "l.processed_at IS NULL AND l.consumers = 0 AND "+f.message("l.uuid", 3), skip))
-		}
 		q.completeIn = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s WHERE processed_at IS NULL AND consumers = 0 AND id IN (",
 			t, clock, p(1))
 		q.finishRecord = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE id = %s", t, clock, p(1))
@@ -330,15 +326,11 @@ func (q *queries) buildComplete(f fragments, mode Completion) {
 		complete := "DELETE FROM %s%s WHERE id = %s AND %s AND consumers = 0 AND abandoned_at IS NULL"
 		q.complete = fmt.Sprintf(complete, t, "", p(1), f.message("uuid", 2))
 		q.completeAlone = fmt.Sprintf(complete, t, lazyUsing, p(1), f.message("uuid", 2))
-		if skip := f.d.lockRows(true); skip != "" && f.d.batchComplete {
-			q.completeSkipLocked = fmt.Sprintf("DELETE FROM %s%s WHERE id = (%s)",
-				t, lazyUsing, f.lockedByID(p(1), "l.consumers = 0 AND l.abandoned_at IS NULL AND "+f.message("l.uuid", 2), skip))
-		}
 		q.completeIn = fmt.Sprintf("DELETE FROM %s WHERE consumers = 0 AND abandoned_at IS NULL AND id IN (", t)
 		q.finishRecord = fmt.Sprintf("DELETE FROM %s WHERE id = %s", t, p(1))
 		q.abandonRecord = fmt.Sprintf("UPDATE %s SET abandoned_at = %s WHERE id = %s", t, clock, p(1))
 	}
-	q.completeMany = f.d.completeManyQuery(t, mode, f.lazy)
+	q.completeMany, q.completeUnheld = f.d.completeQueries(t, mode, f.lazy)
 	lock := "UPDATE %s SET consumers = consumers%s WHERE id = %s AND consumers > 0"
 	q.lockRecord = fmt.Sprintf(lock, t, "", p(1))
 	q.lockRecordAlone = fmt.Sprintf(lock, t, lazyFrom, p(1))

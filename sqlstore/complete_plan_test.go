@@ -31,6 +31,7 @@ func TestCombinedCompletionPlanCachedOnAnEmptyTable(t *testing.T) {
 			_, many, _, _ := sqlstore.CompletionStatements(s)
 			text := genericPlan(t, db, many, c.types, c.args)
 			assert.Contains(t, text, "_pkey", text)
+			assert.Contains(t, text, "TID Cond", text, "the row is written where its lookup found it")
 			assert.NotContains(t, text, "_pending", text)
 			assert.NotContains(t, text, "Seq Scan", text)
 			assert.NotContains(t, text, "Hash", text)
@@ -54,8 +55,9 @@ func TestSingleCompletionPlanCachedOnAnEmptyTable(t *testing.T) {
 	} {
 		t.Run(c.mode.String(), func(t *testing.T) {
 			s := testenv.NewStore(t, testenv.Backends()[0], db, c.mode)
-			text := genericPlan(t, db, sqlstore.SkipLockedCompletionStatement(s), c.types, c.args)
+			text := genericPlan(t, db, sqlstore.UnheldCompletionStatement(s), c.types, c.args)
 			assert.Contains(t, text, "_pkey", text)
+			assert.Contains(t, text, "TID Cond", text, "the row is written where its lookup found it")
 			assert.NotContains(t, text, "_pending", text)
 			assert.NotContains(t, text, "Seq Scan", text)
 		})

@@ -63,6 +63,14 @@ type Dialect struct {
 	// or "" for a statement that waits for the disk.
 	completeMarkSQL   string
 	completeDeleteSQL string
+	// completeOneMarkSQL and completeOneDeleteSQL complete one record on
+	// the coalesced path (with the arguments of Store.completeArgs),
+	// never waiting for a row another transaction holds; "" when the
+	// dialect has none, and such completions run as completeAlone.
+	// {lazyFrom} and {lazyUsing} are " FROM " or " USING " and
+	// lazyCommit's row source, or "".
+	completeOneMarkSQL   string
+	completeOneDeleteSQL string
 	// deliveryPairs is a row source x(id, consumer) of the deliveries in
 	// the arrays passed as arguments 1 (ids) and 2 (consumers); "" when
 	// the dialect has no arrays, and checks run one by one.
@@ -250,14 +258,19 @@ func (d *Dialect) insertQuery(table string, origin bool) string {
 	return fill(d.insertBatchSQL, "{table}", table)
 }
 
-func (d *Dialect) completeManyQuery(table string, mode Completion, lazy string) string {
+// completeQueries are completeMany's statement and the coalesced
+// completion of one record, for the quoted table.
+func (d *Dialect) completeQueries(table string, mode Completion, lazy string) (many, one string) {
+	joined, lazyFrom, lazyUsing := "", "", ""
 	if lazy != "" {
-		lazy = ", " + lazy
+		joined, lazyFrom, lazyUsing = ", "+lazy, " FROM "+lazy, " USING "+lazy
 	}
+	many, one = d.completeDeleteSQL, d.completeOneDeleteSQL
 	if mode == Mark {
-		return fill(d.completeMarkSQL, "{table}", table, "{lazy}", lazy)
+		many, one = d.completeMarkSQL, d.completeOneMarkSQL
 	}
-	return fill(d.completeDeleteSQL, "{table}", table, "{lazy}", lazy)
+	return fill(many, "{table}", table, "{lazy}", joined),
+		fill(one, "{table}", table, "{lazyFrom}", lazyFrom, "{lazyUsing}", lazyUsing)
 }
 
 func (d *Dialect) forceIndex(index string) string {

@@ -58,13 +58,27 @@ RETURNING id`,
 	// generic plan, kept as the table grows) read the whole pending index
 	// (topic, id), whose predicate the tests imply, or the whole table: a
 	// cost that grows with every record the table ever held. Matched with
-	// id = ANY($1), the planner may scan that index too. A row another
-	// transaction holds (a CompleteTx still open) is skipped, so that the
-	// batch never waits for it: its call completes alone, outside the
-	// batch. The row is tested once locked, in its latest version.
-	completeMarkSQL:   "UPDATE {table} AS r SET processed_at = now(), completed_by = $2 FROM (SELECT k.id FROM unnest($1::bigint[], $3::text[]) AS u(id, uuid) CROSS JOIN LATERAL (SELECT l.id, l.uuid, l.consumers, l.processed_at FROM {table} AS l WHERE l.id = u.id LIMIT 1 FOR UPDATE OF l SKIP LOCKED) AS k WHERE (u.uuid = '' OR k.uuid = u.uuid) AND k.consumers = 0 AND k.processed_at IS NULL) AS k{lazy} WHERE r.id = k.id RETURNING r.id",
-	completeDeleteSQL: "DELETE FROM {table} AS r USING (SELECT k.id FROM unnest($1::bigint[], $2::text[]) AS u(id, uuid) CROSS JOIN LATERAL (SELECT l.id, l.uuid, l.consumers, l.abandoned_at FROM {table} AS l WHERE l.id = u.id LIMIT 1 FOR UPDATE OF l SKIP LOCKED) AS k WHERE (u.uuid = '' OR k.uuid = u.uuid) AND k.consumers = 0 AND k.abandoned_at IS NULL) AS k{lazy} WHERE r.id = k.id RETURNING r.id",
-	deliveryPairs:     "unnest($1::bigint[], $2::text[]) AS x(id, consumer)",
+	// id = ANY($1), the planner may scan that index too.
+	//
+	// A row another transaction holds (a CompleteTx still open) is
+	// skipped, so that the batch never waits for it: its call completes
+	// alone, outside the batch. The lookup takes no lock to skip it (FOR
+	// UPDATE SKIP LOCKED writes a lock record to the WAL for every row,
+	// as large as the delete's own): it takes only rows that no
+	// transaction has locked or written since they were saved or last
+	// updated (xmax = 0; a lock, even one whose transaction ended, leaves
+	// xmax set until the row is written again, and such a row completes
+	// alone too). The rows found are written only at the ctid where they
+	// were found: one that another transaction updates between the lookup
+	// and the write is then a new version at another ctid, which the
+	// write does not match, so its call completes alone as well. The id is
+	// matched too: on a partitioned table each partition numbers its
+	// ctids on its own.
+	completeMarkSQL:      "UPDATE {table} AS r SET processed_at = now(), completed_by = $2 FROM (SELECT k.id, k.tid FROM unnest($1::bigint[], $3::text[]) AS u(id, uuid) CROSS JOIN LATERAL (SELECT l.id, l.ctid AS tid, l.uuid, l.consumers, l.processed_at FROM {table} AS l WHERE l.id = u.id AND l.xmax = 0 LIMIT 1) AS k WHERE (u.uuid = '' OR k.uuid = u.uuid) AND k.consumers = 0 AND k.processed_at IS NULL) AS k{lazy} WHERE r.id = k.id AND r.ctid = k.tid RETURNING r.id",
+	completeDeleteSQL:    "DELETE FROM {table} AS r USING (SELECT k.id, k.tid FROM unnest($1::bigint[], $2::text[]) AS u(id, uuid) CROSS JOIN LATERAL (SELECT l.id, l.ctid AS tid, l.uuid, l.consumers, l.abandoned_at FROM {table} AS l WHERE l.id = u.id AND l.xmax = 0 LIMIT 1) AS k WHERE (u.uuid = '' OR k.uuid = u.uuid) AND k.consumers = 0 AND k.abandoned_at IS NULL) AS k{lazy} WHERE r.id = k.id AND r.ctid = k.tid RETURNING r.id",
+	completeOneMarkSQL:   "UPDATE {table} AS r SET processed_at = now(), completed_by = $1{lazyFrom} WHERE r.id = $2 AND r.ctid = (SELECT l.tid FROM (SELECT ctid AS tid, uuid, consumers, processed_at FROM {table} WHERE id = $2 AND xmax = 0 LIMIT 1) AS l WHERE l.processed_at IS NULL AND l.consumers = 0 AND ($3 = '' OR l.uuid = $4))",
+	completeOneDeleteSQL: "DELETE FROM {table} AS r{lazyUsing} WHERE r.id = $1 AND r.ctid = (SELECT l.tid FROM (SELECT ctid AS tid, uuid, consumers, abandoned_at FROM {table} WHERE id = $1 AND xmax = 0 LIMIT 1) AS l WHERE l.consumers = 0 AND l.abandoned_at IS NULL AND ($2 = '' OR l.uuid = $3))",
+	deliveryPairs:        "unnest($1::bigint[], $2::text[]) AS x(id, consumer)",
 	// No forceIndexSQL: PostgreSQL's partial pending index holds only
 	// pending records, and no other index competes with it. No
 	// cleanTxOptions: READ COMMITTED, the default, takes no gap locks.

@@ -37,16 +37,19 @@ func TestLazyCommit(t *testing.T) {
 				require.NoError(t, err)
 				require.NoError(t, s.Migrate(ctx))
 				t.Cleanup(func() { testenv.DropTable(t, db, sqlstore.Postgres(), table) })
-				recs := []recordstore.Record{{Topic: "orders", UUID: "a", Payload: []byte("{}")}, {Topic: "orders", UUID: "b", Payload: []byte("{}"), Consumers: []string{"email", "stats"}}}
+				recs := []recordstore.Record{{Topic: "orders", UUID: "a", Payload: []byte("{}")}, {Topic: "orders", UUID: "b", Payload: []byte("{}"), Consumers: []string{"email", "stats"}},
+					{Topic: "orders", UUID: "a", Payload: []byte("{}")}}
 				require.NoError(t, s.Insert(ctx, recs))
-				id, withConsumers := recs[0].ID, recs[1].ID
+				// The combined completion has a record of its own: it takes
+				// no row that a transaction wrote, even one rolled back.
+				id, withConsumers, manyID := recs[0].ID, recs[1].ID, recs[2].ID
 
 				alone, many, lockAlone, inTx := sqlstore.CompletionStatements(s)
 				idArgs := []any{id, "a", "a"}
 				if mode == sqlstore.Mark {
 					idArgs = []any{"consumer", id, "a", "a"}
 				}
-				manyArgs := []any{[]int64{id}}
+				manyArgs := []any{[]int64{manyID}}
 				if mode == sqlstore.Mark {
 					manyArgs = append(manyArgs, "consumer")
 				}

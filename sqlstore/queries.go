@@ -54,11 +54,11 @@ type queries struct {
 	completeAlone string
 	completeMany  string
 	completeIn    string
-	// completeSkipLocked is completeAlone skipping a row that another
-	// transaction holds (a CompleteTx still open), so that the coalesced
-	// path never waits for one: "" without row locks or a combined
-	// completion.
-	completeSkipLocked string
+	// completeUnheld is completeAlone skipping a row that another
+	// transaction may hold (a CompleteTx still open), so that the
+	// coalesced path never waits for one: "" where the dialect has none
+	// (Dialect.completeOneMarkSQL).
+	completeUnheld string
 	// lockRecord writes the row of a record with consumers without
 	// changing it, so that concurrent completions of its deliveries
 	// serialize on it on every database; completeDelivery completes one
@@ -205,17 +205,6 @@ func (f fragments) p(n int) string { return f.d.placeholder(n) }
 // the row, never an index choice.
 func (f fragments) message(col string, n int) string {
 	return fmt.Sprintf("(%s = '' OR %s = %s)", f.p(n), col, f.p(n+1))
-}
-
-// lockedByID selects the id of the record id, locked with lock, when the
-// row found passes test (on its columns aliased l). The record is found by
-// its primary key alone and tested once locked, in its latest version:
-// with the test beside the lookup, the plan cached for the prepared
-// statement while the table was small (a generic plan, kept as it grows)
-// found the id through the partial pending index, whose predicate the test
-// implies and whose first column is the topic, reading all of it.
-func (f fragments) lockedByID(id, test, lock string) string {
-	return fmt.Sprintf("SELECT l.id FROM (SELECT * FROM %s WHERE id = %s LIMIT 1%s) AS l WHERE %s", f.t, id, lock, test)
 }
 
 // due is true when the row's retry delay in col is over.

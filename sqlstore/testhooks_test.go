@@ -49,6 +49,6 @@ func InboxStatements(in *Inbox) (handled, handledUUID, clean string) {
 // InboxRecentStatement is the statement of Inbox.Recent.
 func InboxRecentStatement(in *Inbox) string { return in.q.recent }
 
-// SkipLockedCompletionStatement is the completion of one record on the
+// UnheldCompletionStatement is the completion of one record on the
 // coalesced path, "" where there is none.
-func SkipLockedCompletionStatement(s *Store) string { return s.q.completeSkipLocked }
+func UnheldCompletionStatement(s *Store) string { return s.q.completeUnheld }
