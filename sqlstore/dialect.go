@@ -3,6 +3,7 @@ package sqlstore
 import (
 	"context"
 	"database/sql"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,9 @@ type Dialect struct {
 	// column; "" when the dialect builds one per batch.
 	insertBatchSQL       string
 	insertOriginBatchSQL string
+	// insertOriginOneSQL is the insert of one record with the origin
+	// column, for the quoted {table}; "" for the plain INSERT … VALUES.
+	insertOriginOneSQL string
 	// batchComplete reports whether completeMany exists. It needs
 	// UPDATE … RETURNING (Mark) or DELETE … RETURNING (Delete), so that
 	// each caller of a combined completion learns whether its own record
@@ -71,6 +75,11 @@ type Dialect struct {
 	// lazyCommit's row source, or "".
 	completeOneMarkSQL   string
 	completeOneDeleteSQL string
+	// idArray and keyArray are row sources u(id) and u(k) of the ids, or
+	// the text keys, in the array argument {arg}; "" when the dialect has
+	// no arrays, and statements list them one placeholder each.
+	idArray  string
+	keyArray string
 	// deliveryPairs is a row source x(id, consumer) of the deliveries in
 	// the arrays passed as arguments 1 (ids) and 2 (consumers); "" when
 	// the dialect has no arrays, and checks run one by one.
@@ -251,11 +260,20 @@ func (d *Dialect) lockRows(skipLocked bool) string {
 
 func (d *Dialect) ageMicros(ts string) string { return fill(d.ageMicrosSQL, "{ts}", ts) }
 
-func (d *Dialect) insertQuery(table string, origin bool) string {
+func (d *Dialect) insertQuery(table, name string, origin bool) string {
 	if origin {
-		return fill(d.insertOriginBatchSQL, "{table}", table)
+		return fill(d.insertOriginBatchSQL, "{table}", table, "{seed}", tableSeed(name))
 	}
 	return fill(d.insertBatchSQL, "{table}", table)
+}
+
+// tableSeed is a number of the table's name, which tells its order keys'
+// advisory locks from another table's (tables of one name in two schemas
+// share it, and only wait for each other's inserts of a key).
+func tableSeed(table string) string {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(table))
+	return strconv.FormatInt(int64(h.Sum64()), 10)
 }
 
 // completeQueries are completeMany's statement and the coalesced

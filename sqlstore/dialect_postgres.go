@@ -40,10 +40,23 @@ SELECT u.topic, u.uuid, u.payload, u.metadata::json
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[]) WITH ORDINALITY AS u(topic, uuid, payload, metadata, ord)
 ORDER BY u.ord
 RETURNING id`,
+	//
+	// Records with an order key first take a transaction-scoped advisory
+	// lock per key (sorted, so that two inserts never wait for each
+	// other in a circle), before their ids are drawn: inserts of one key
+	// then commit in the order of their ids, so that a record never
+	// becomes visible after a later record of its key was checked or run
+	// without it. {seed} tells the table's keys from another table's.
 	insertOriginBatchSQL: `INSERT INTO {table} (topic, uuid, payload, metadata, origin, order_key)
 SELECT u.topic, u.uuid, u.payload, u.metadata::json, NULLIF(u.origin, ''), NULLIF(u.order_key, '')
 FROM unnest($1::text[], $2::text[], $3::bytea[], $4::text[], $5::text[], $6::text[]) WITH ORDINALITY AS u(topic, uuid, payload, metadata, origin, order_key, ord)
+WHERE (SELECT COUNT(pg_advisory_xact_lock(h)) FROM (SELECT DISTINCT hashtextextended(k.topic || E'\x1f' || k.order_key, {seed}) AS h
+    FROM unnest($1::text[], $6::text[]) AS k(topic, order_key) WHERE k.order_key <> '' ORDER BY 1) AS keys) >= 0
 ORDER BY u.ord
+RETURNING id`,
+	insertOriginOneSQL: `INSERT INTO {table} (topic, uuid, payload, metadata, origin, order_key)
+SELECT $1::text, $2::text, $3::bytea, $4::json, NULLIF($5::text, ''), NULLIF($6::text, '')
+WHERE (SELECT COUNT(pg_advisory_xact_lock(hashtextextended($1::text || E'\x1f' || $6::text, {seed}))) WHERE $6::text <> '') >= 0
 RETURNING id`,
 	batchComplete: true,
 	// The combined completion passes the ids as one array, so the text is
@@ -79,6 +92,8 @@ RETURNING id`,
 	completeOneMarkSQL:   "UPDATE {table} AS r SET processed_at = now(), completed_by = $1{lazyFrom} WHERE r.id = $2 AND r.ctid = (SELECT l.tid FROM (SELECT ctid AS tid, uuid, consumers, processed_at FROM {table} WHERE id = $2 AND xmax = 0 LIMIT 1) AS l WHERE l.processed_at IS NULL AND l.consumers = 0 AND ($3 = '' OR l.uuid = $4))",
 	completeOneDeleteSQL: "DELETE FROM {table} AS r{lazyUsing} WHERE r.id = $1 AND r.ctid = (SELECT l.tid FROM (SELECT ctid AS tid, uuid, consumers, abandoned_at FROM {table} WHERE id = $1 AND xmax = 0 LIMIT 1) AS l WHERE l.consumers = 0 AND l.abandoned_at IS NULL AND ($2 = '' OR l.uuid = $3))",
 	deliveryPairs:        "unnest($1::bigint[], $2::text[]) AS x(id, consumer)",
+	idArray:              "unnest({arg}::bigint[]) AS u(id)",
+	keyArray:             "unnest({arg}::text[]) AS u(k)",
 	// No forceIndexSQL: PostgreSQL's partial pending index holds only
 	// pending records, and no other index competes with it. No
 	// cleanTxOptions: READ COMMITTED, the default, takes no gap locks.

@@ -194,11 +194,14 @@ type insertStatements struct {
 func (q *queries) buildInsert(f fragments) {
 	t, tc, p := f.t, f.tc, f.p
 	values := fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata) VALUES ", t)
-	q.insert = insertStatements{values: values, batch: f.d.insertQuery(t, false),
+	q.insert = insertStatements{values: values, batch: f.d.insertQuery(t, f.table.name, false),
 		one: fmt.Sprintf("%s(%s, %s, %s, %s) RETURNING id", values, p(1), p(2), p(3), p(4))}
 	values = fmt.Sprintf("INSERT INTO %s (topic, uuid, payload, metadata, origin, order_key) VALUES ", t)
-	q.insertKeyed = insertStatements{values: values, batch: f.d.insertQuery(t, true), origin: true,
+	q.insertKeyed = insertStatements{values: values, batch: f.d.insertQuery(t, f.table.name, true), origin: true,
 		one: fmt.Sprintf("%s(%s, %s, %s, %s, %s, %s) RETURNING id", values, p(1), p(2), p(3), p(4), p(5), p(6))}
+	if f.d.insertOriginOneSQL != "" {
+		q.insertKeyed.one = fill(f.d.insertOriginOneSQL, "{table}", t, "{seed}", tableSeed(f.table.name))
+	}
 	q.savedOrigins = fmt.Sprintf("SELECT id, uuid, payload, metadata, origin FROM %s WHERE origin IN ", t)
 	q.insertDeliveries = fmt.Sprintf("INSERT INTO %s (record_id, consumer) VALUES ", tc)
 	q.setConsumers = fmt.Sprintf("UPDATE %s SET consumers = %s WHERE id IN ", t, p(1))
