@@ -31,9 +31,14 @@ type orderQueries struct {
 	// blockedKeys counts, per topic, the keys an abandoned record holds.
 	blockedKeys string
 	// predecessors is Predecessors' statement, without its id list;
-	// waitingKeys is WaitingKeys', without its key list.
+	// waitingKeys is WaitingKeys', without its key list. On a dialect
+	// with arrays (Dialect.idArray) they take the ids, or the keys, as
+	// one array instead (listed false): one statement text for any
+	// number, looked up one by one by the primary key, or the order
+	// index, whatever the table held when its plan was made.
 	predecessors string
 	waitingKeys  string
+	listed       bool
 }
 
 // heldBy is the column that names the earliest earlier record of r's topic
@@ -132,12 +137,19 @@ GROUP BY a.topic`, t, t, f.pending)
 	// order index for them; each one's latest earlier record of its key
 	// that the order index holds (not complete), or -1 for a record to
 	// leave out.
-	q.order.predecessors = fmt.Sprintf(`SELECT r.id, CASE WHEN r.topic = %s AND r.order_key IS NOT NULL%s
+	latest := fmt.Sprintf(`CASE WHEN r.topic = %s AND r.order_key IS NOT NULL%s
     THEN COALESCE((SELECT e.id FROM %s e WHERE e.topic = r.topic AND e.order_key = r.order_key AND e.id < r.id%s ORDER BY e.id DESC LIMIT 1), 0)
-    ELSE -1 END
-FROM %s r WHERE r.id IN `, p(1), notDone("r"), t, notDone("e"), t)
-	q.order.waitingKeys = fmt.Sprintf(`SELECT DISTINCT order_key FROM %s
-WHERE topic = %s AND %s AND COALESCE(last_sent_at, created_at) < %s AND order_key IN `, t, p(1), f.pending, d.ago(2))
+    ELSE -1 END`, p(1), notDone("r"), t, notDone("e"))
+	waiting := fmt.Sprintf("topic = %s AND %s AND COALESCE(last_sent_at, created_at) < %s", p(1), f.pending, d.ago(2))
+	if ids := d.idArray; ids != "" {
+		q.order.predecessors = fmt.Sprintf(`SELECT u.id, %s
+FROM %s CROSS JOIN LATERAL (SELECT * FROM %s WHERE id = u.id LIMIT 1) AS r`, latest, fill(ids, "{arg}", p(2)), t)
+		q.order.waitingKeys = fmt.Sprintf(`SELECT u.k FROM %s CROSS JOIN LATERAL (SELECT 1 FROM %s WHERE order_key = u.k AND %s LIMIT 1) AS w`, fill(d.keyArray, "{arg}", p(3)), t, waiting)
+	} else {
+		q.order.listed = true
+		q.order.predecessors = fmt.Sprintf("SELECT r.id, %s\nFROM %s r WHERE r.id IN ", latest, t)
+		q.order.waitingKeys = fmt.Sprintf("SELECT DISTINCT order_key FROM %s\nWHERE %s AND order_key IN ", t, waiting)
+	}
 	q.order.putBack = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id = %s AND topic = %s AND %s", t, p(1), p(2), p(3), f.pending)
 	// Only the head of the key after afterID is claimed: a later record
 	// would only be held and put back again, and a head another claim
@@ -179,7 +191,7 @@ var _ recordstore.KeyPredecessors = (*Store)(nil)
 // per thousand ids.
 func (s *Store) Predecessors(ctx context.Context, topic string, ids []int64) (map[int64]int64, error) {
 	out := make(map[int64]int64, len(ids))
-	err := s.queryLists(ctx, "predecessors", s.q.order.predecessors, []any{topic}, anys(ids), func(rows *sql.Rows) error {
+	err := queryOrder(ctx, s, "predecessors", s.q.order.predecessors, []any{topic}, ids, func(rows *sql.Rows) error {
 		var id, before int64
 		if err := rows.Scan(&id, &before); err != nil {
 			return err
@@ -198,7 +210,7 @@ var _ recordstore.KeyWaiters = (*Store)(nil)
 // thousand keys, on the order index.
 func (s *Store) WaitingKeys(ctx context.Context, topic string, keys []string, olderThan time.Duration) ([]string, error) {
 	var out []string
-	err := s.queryLists(ctx, "waiting keys", s.q.order.waitingKeys, []any{topic, micros(max(olderThan, time.Microsecond))}, anys(keys), func(rows *sql.Rows) error {
+	err := queryOrder(ctx, s, "waiting keys", s.q.order.waitingKeys, []any{topic, micros(max(olderThan, time.Microsecond))}, keys, func(rows *sql.Rows) error {
 		var k string
 		if err := rows.Scan(&k); err != nil {
 			return err
@@ -207,6 +219,32 @@ func (s *Store) WaitingKeys(ctx context.Context, topic string, keys []string, ol
 		return nil
 	})
 	return out, err
+}
+
+// queryOrder runs an order statement for items: one array argument after
+// fixed, or, on a dialect without arrays, a list per chunk (queryLists).
+func queryOrder[T any](ctx context.Context, s *Store, op, query string, fixed []any, items []T, scan func(*sql.Rows) error) error {
+	if s.q.order.listed {
+		return s.queryLists(ctx, op, query, fixed, anys(items), scan)
+	}
+	db, err := s.pool()
+	if err != nil {
+		return err
+	}
+	rows, err := db.QueryContext(ctx, query, append(fixed, items)...)
+	if err != nil {
+		return s.fail(op, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return s.fail(op, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return s.fail(op, err)
+	}
+	return nil
 }
 
 // PutBack implements [recordstore.KeyClaimer].

@@ -52,3 +52,8 @@ func InboxRecentStatement(in *Inbox) string { return in.q.recent }
 // UnheldCompletionStatement is the completion of one record on the
 // coalesced path, "" where there is none.
 func UnheldCompletionStatement(s *Store) string { return s.q.completeUnheld }
+
+// OrderStatements are the statements of Predecessors and WaitingKeys.
+func OrderStatements(s *Store) (predecessors, waitingKeys string) {
+	return s.q.order.predecessors, s.q.order.waitingKeys
+}
