@@ -224,8 +224,10 @@ func (m *middleware) checkRecord(ctx, checkCtx context.Context, a *admission) (C
 // first, and a record saved for a message with a UUID is another
 // message's. Only messages without a UUID pay for that read.
 func (m *middleware) checkPending(ctx context.Context, a *admission) error {
-	if m.skipsCheck(ctx, a) {
+	if skip, before := m.skipsCheck(ctx, a); skip {
 		return nil
+	} else if before != 0 {
+		return &heldHere{before: before}
 	}
 	if a.d.UUID == "" {
 		recs, err := a.t.store.PendingAfter(ctx, a.d.Topic, a.d.ID-1, 1)

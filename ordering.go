@@ -4,6 +4,12 @@ package outbox
 // record of its key holds (Tracked.OrderKey), and how a held record comes
 // back once its key is free.
 //
+// A first copy whose earlier record is on its way in this process (not yet
+// delivered here, or running) is parked (park): acknowledged unrun and
+// sent again through the registry's sender once that record completed
+// here, or as a checked copy after HeldWait. Every other held copy is
+// checked, and is held as follows.
+//
 // A held copy first waits, in the handler, for the earlier record to
 // complete in this process (a completion wakes it at once), up to
 // MiddlewareConfig.HeldWait, and is checked again. If the key is still held
@@ -34,6 +40,7 @@ package outbox
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -115,8 +122,9 @@ func (h *heldWaiters) entry(k heldKey) *heldEntry {
 	return e
 }
 
-// done wakes the copies waiting for k.
-func (h *heldWaiters) done(k heldKey) {
+// done wakes the copies waiting for k, and reports whether there were
+// any.
+func (h *heldWaiters) done(k heldKey) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.recent == nil {
@@ -127,10 +135,21 @@ func (h *heldWaiters) done(k heldKey) {
 	h.ring[h.next] = k
 	h.next = (h.next + 1) % recentDone
 	h.recent[k] = struct{}{}
-	if e := h.m[k]; e != nil {
-		delete(h.m, k)
-		close(e.wake)
+	e := h.m[k]
+	if e == nil {
+		return false
 	}
+	delete(h.m, k)
+	close(e.wake)
+	return e.waiting > 0
+}
+
+// waitedOn reports whether a copy waits for the delivery k.
+func (h *heldWaiters) waitedOn(k heldKey) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.m[k]
+	return e != nil && e.waiting > 0
 }
 
 // completed reports whether the delivery k completed here lately.
@@ -157,6 +176,54 @@ func (h *heldWaiters) endRun(k heldKey) { h.running.Delete(k) }
 func (h *heldWaiters) runs(k heldKey) bool {
 	_, ok := h.running.Load(k)
 	return ok
+}
+
+// heldHere is the check's outcome for a first copy whose earlier record
+// of its key is on its way in this process (first_copy.go): the copy
+// waits for it off the handler's path (park).
+type heldHere struct{ before int64 }
+
+func (e *heldHere) Error() string {
+	return "held by record " + strconv.FormatInt(e.before, 10) + " of its key, on its way in this process"
+}
+
+func (e *heldHere) Unwrap() error { return recordstore.ErrHeld }
+
+// park acknowledges the first copy of a record held by before, an earlier
+// record of its key on its way in this process, without running its
+// handler, so that the subscription delivers the next message meanwhile
+// (before's own copy, often). Once before completed here the copy is sent
+// again through the registry's sender, as its consumer's first copy still,
+// and runs unchecked; if before did not complete here within HeldWait, the
+// copy is sent again as a copy already delivered, which is checked and
+// held as any other. Its record stays pending all along: a crash, or a
+// failed send, leaves it to the stale resubmitter and the next replay.
+func (m *middleware) park(msg *message.Message, a *admission, before int64) ([]*message.Message, error) {
+	res := m.reg.resends()
+	if res == nil {
+		// The sender stopped since the check: checked as any copy.
+		msg.Nack()
+		return nil, nil
+	}
+	wake, stop := a.t.holds.wait(heldKey{a.d.Consumer, before})
+	parked := msg.Copy()
+	parked.SetContext(context.WithoutCancel(msg.Context()))
+	m.logger.Debug("Record held by an earlier record of its key on its way here; sending the copy again once it completes", a.fields.Add(watermill.LogFields{"held_by": before}))
+	m.reg.background.spawn(func() {
+		budget := time.NewTimer(m.cfg.HeldWait)
+		defer budget.Stop()
+		select {
+		case <-wake:
+		case <-budget.C:
+			// Sent again as a delivered copy: checked, not parked again.
+			a.t.firstCopies.take(a.d, max(len(a.t.consumers), 1))
+		}
+		stop()
+		if err := res.sendCopies(a.t, parked); err != nil {
+			m.logger.Error("Sending a held copy again failed; the stale resubmitter or the next replay sends it", err, a.fields)
+		}
+	})
+	return nil, nil
 }
 
 // onHeld handles a copy whose record is held by an earlier record of its
@@ -278,9 +345,13 @@ func (m *middleware) settled(ctx context.Context, a *admission, ok bool) {
 	if !ok {
 		return
 	}
-	a.t.holds.done(a.ordered)
+	woke := a.t.holds.done(a.ordered)
 	a.t.holds.asked.Delete(a.d.ID)
 	if a.key == "" {
+		return
+	}
+	if a.t.deferred.release(m.reg, a.t, a.d.ID) || woke {
+		// The key's next record, held here, is sent now: no claim.
 		return
 	}
 	if _, ok := a.t.holds.putBack.LoadAndDelete(a.key); ok || !a.unchecked {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -54,12 +55,25 @@ type orderedCase struct {
 	// publish publishes one message per seq, in order, and returns the
 	// copies the broker sent (acked).
 	publish func(seqs ...string) map[string]*message.Message
+	// pub is the decorated publisher, and sent what the broker delivers of
+	// its sends.
+	pub  message.Publisher
+	sent <-chan *message.Message
 }
 
 func newOrderedCase(t *testing.T, backend testenv.Backend, resubmit outbox.StaleResubmitterConfig) *orderedCase {
 	t.Helper()
-	b := setup(t, backend, sqlstore.Mark)
-	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
+	return newOrderedCaseOn(t, setup(t, backend, sqlstore.Mark), nil, resubmit)
+}
+
+// newOrderedCaseOn is newOrderedCase on b, with store as the topic's store
+// (b's own when nil).
+func newOrderedCaseOn(t *testing.T, b *bundle, store recordstore.Store, resubmit outbox.StaleResubmitterConfig) *orderedCase {
+	t.Helper()
+	if store == nil {
+		store = b.store
+	}
+	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store, OrderKey: "order"})
 	require.NoError(t, err)
 	ctx := b.ctx(t)
 
@@ -82,7 +96,7 @@ func newOrderedCase(t *testing.T, backend testenv.Backend, resubmit outbox.Stale
 	require.NoError(t, err)
 	pub, err := outbox.NewPublisher(reg, first)
 	require.NoError(t, err)
-	return &orderedCase{b: b, reg: reg, again: again, publish: func(seqs ...string) map[string]*message.Message {
+	return &orderedCase{b: b, reg: reg, again: again, pub: pub, sent: sent, publish: func(seqs ...string) map[string]*message.Message {
 		t.Helper()
 		msgs := map[string]*message.Message{}
 		for _, seq := range seqs {
@@ -122,7 +136,9 @@ func (o *orderedHandler) handle(msg *message.Message) ([]*message.Message, error
 // later one while the earlier one's handler runs. The later records wait:
 // the first is put back and sent again once the earlier record completes,
 // the second waits in its handler and runs when the earlier one completes.
-// Without the hold both would run at once, out of order.
+// Without the hold both would run at once, out of order. Every copy is
+// checked here (CheckFirstCopies); TestOrderedFirstCopiesWaitOffTheHandlersPath
+// has the first copies of the defaults.
 func TestOrderKeyHoldsLaterRecords(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
@@ -137,7 +153,7 @@ func TestOrderKeyHoldsLaterRecords(t *testing.T) {
 		deliver := func(held time.Duration, msg *message.Message) <-chan error {
 			// Record 1's copies are not lost: its resend is never asked
 			// for (TestHeldCopyAsksForTheEarlierRecordAgain asks).
-			mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{HeldWait: held, HeldResendAfter: time.Hour}, logger)
+			mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{HeldWait: held, HeldResendAfter: time.Hour, CheckFirstCopies: true}, logger)
 			require.NoError(t, err)
 			msg.SetContext(context.Background())
 			done := make(chan error, 1)
@@ -208,7 +224,9 @@ func TestOrderKeyHoldsLaterRecords(t *testing.T) {
 // sent again at once (its last send is older than HeldResendAfter), the
 // first runs, and its completion sends the second, which runs after it.
 // Without the ask, nothing would send the first before the stale
-// resubmitter's OlderThan.
+// resubmitter's OlderThan. Every copy is checked (CheckFirstCopies);
+// TestOrderedFirstCopiesWaitOffTheHandlersPath loses a first copy with the
+// defaults.
 func TestHeldCopyAsksForTheEarlierRecordAgain(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
@@ -218,7 +236,7 @@ func TestHeldCopyAsksForTheEarlierRecordAgain(t *testing.T) {
 		two := c.publish("1", "2")["2"] // record 1's copy is lost here
 
 		h := &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8), gates: map[string]chan struct{}{}}
-		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{HeldWait: time.Millisecond, HeldResendAfter: time.Nanosecond}, watermill.NopLogger{})
+		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{HeldWait: time.Millisecond, HeldResendAfter: time.Nanosecond, CheckFirstCopies: true}, watermill.NopLogger{})
 		require.NoError(t, err)
 		deliver := func(msg *message.Message) error {
 			msg.SetContext(context.Background())
@@ -254,5 +272,175 @@ func TestHeldCopyAsksForTheEarlierRecordAgain(t *testing.T) {
 		assert.Equal(t, []string{"1", "2"}, h.handled["k"], "handled in the order saved")
 		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), reg))
 		assert.Zero(t, b.pendingCount(t))
+	})
+}
+
+// TestOrderedFirstCopiesWaitOffTheHandlersPath, one handler of a topic
+// with an order key and a running sender (a stale resubmitter), every
+// option at its default: the first copies of records 3 and 2 arrive before
+// record 1's. Each returns at once without running its handler or
+// reading its record, so that the subscription goes on to deliver record
+// 1; record 2 is sent again once record 1's completion committed, and
+// record 3 once record 2's did, and both run unchecked, in the order
+// saved. Then record 5's first copy arrives and record 4's is lost: after
+// HeldWait the copy of 5 is sent again as a delivered copy, checked, held
+// by 4, which it asks to be sent again, and runs after it.
+func TestOrderedFirstCopiesWaitOffTheHandlersPath(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		b := setup(t, backend, sqlstore.Mark)
+		store := &checkCounter{Store: b.store}
+		c := newOrderedCaseOn(t, b, store, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
+		reg, again := c.reg, c.again
+		h := &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8), gates: map[string]chan struct{}{}}
+		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{HeldWait: 50 * time.Millisecond, HeldResendAfter: time.Nanosecond}, watermill.NopLogger{})
+		require.NoError(t, err)
+		deliver := func(msg *message.Message) {
+			t.Helper()
+			msg.SetContext(context.Background())
+			_, err := mw(h.handle)(msg)
+			require.NoError(t, err)
+		}
+		receive := func(what string) *message.Message {
+			t.Helper()
+			select {
+			case msg := <-again:
+				msg.Ack()
+				return msg
+			case <-time.After(guard):
+				t.Fatalf("%s was not sent again", what)
+				return nil
+			}
+		}
+		pending := func() map[string]bool {
+			recs, err := b.store.PendingAfter(b.ctx(t), b.topic, 0, 100)
+			require.NoError(t, err)
+			out := map[string]bool{}
+			for _, r := range recs {
+				out[r.Metadata["seq"]] = true
+			}
+			return out
+		}
+
+		msgs := c.publish("1", "2", "3")
+		deliver(msgs["3"])
+		deliver(msgs["2"])
+		require.Empty(t, h.started, "records 3 and 2 did not run while record 1 was pending")
+		require.Zero(t, store.checks.Load(), "their copies read no record")
+		deliver(msgs["1"])
+		two := receive("record 2, once record 1 completed,")
+		require.Equal(t, "2", two.Metadata["seq"])
+		assert.False(t, pending()["1"], "record 2 was sent again once record 1's completion committed")
+		deliver(two)
+		three := receive("record 3, once record 2 completed,")
+		require.Equal(t, "3", three.Metadata["seq"])
+		assert.False(t, pending()["2"], "record 3 was sent again once record 2's completion committed")
+		deliver(three)
+		assert.Equal(t, []string{"1", "2", "3"}, h.handled["k"], "handled in the order saved")
+		assert.Zero(t, store.checks.Load(), "every copy ran unchecked")
+
+		// Record 4's copy is lost; record 5's waits HeldWait, is sent
+		// again and checked.
+		five := c.publish("4", "5")["5"]
+		deliver(five)
+		for h.handled["k"][len(h.handled["k"])-1] != "5" {
+			deliver(receive("record 4 or 5"))
+		}
+		assert.Equal(t, []string{"1", "2", "3", "4", "5"}, h.handled["k"], "handled in the order saved")
+		assert.NotZero(t, store.checks.Load(), "the copy of 5 sent again after HeldWait was checked")
+		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), reg))
+		assert.Zero(t, b.pendingCount(t))
+	})
+}
+
+// TestOrderedMessagesHeldInThePublisherWhileTheBrokerReorders, one
+// handler of a topic with an order key and a running sender, every option
+// at its default: once a first copy came before its earlier record's (as
+// GoChannel reorders the messages of one Publish), the publisher sends a
+// later message of a key only once the earlier record completed here, so
+// that it arrives once, and runs unchecked; a held message whose earlier
+// record does not complete here within HeldWait is sent all the same, and
+// then nothing is held for a while.
+func TestOrderedMessagesHeldInThePublisherWhileTheBrokerReorders(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		b := setup(t, backend, sqlstore.Mark)
+		store := &checkCounter{Store: b.store}
+		c := newOrderedCaseOn(t, b, store, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
+		reg, again := c.reg, c.again
+		h := &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8), gates: map[string]chan struct{}{}}
+		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{HeldWait: 200 * time.Millisecond}, watermill.NopLogger{})
+		require.NoError(t, err)
+		deliver := func(msg *message.Message) {
+			t.Helper()
+			msg.SetContext(context.Background())
+			_, err := mw(h.handle)(msg)
+			require.NoError(t, err)
+		}
+		receive := func(from <-chan *message.Message, what string) *message.Message {
+			t.Helper()
+			select {
+			case msg := <-from:
+				msg.Ack()
+				return msg
+			case <-time.After(guard):
+				t.Fatalf("%s was not sent", what)
+				return nil
+			}
+		}
+		publish := func(seqs ...string) {
+			t.Helper()
+			var msgs []*message.Message
+			for _, seq := range seqs {
+				msg := message.NewMessage(watermill.NewUUID(), []byte(seq))
+				msg.Metadata.Set("order", "k")
+				msg.Metadata.Set("seq", seq)
+				msgs = append(msgs, msg)
+			}
+			require.NoError(t, c.pub.Publish(b.topic, msgs...))
+		}
+		pending := func(seq string) bool {
+			recs, err := b.store.PendingAfter(b.ctx(t), b.topic, 0, 100)
+			require.NoError(t, err)
+			for _, r := range recs {
+				if r.Metadata["seq"] == seq {
+					return true
+				}
+			}
+			return false
+		}
+
+		// The broker reorders 1 and 2: 2's first copy waits, 1 runs, and
+		// the publisher learns that this broker reorders.
+		msgs := c.publish("1", "2")
+		deliver(msgs["2"])
+		deliver(msgs["1"])
+		deliver(receive(again, "record 2, once record 1 completed,"))
+
+		// One Publish of 3 and 4: only 3 is sent; 4 once 3 completed.
+		publish("3", "4")
+		three := receive(c.sent, "record 3")
+		require.Equal(t, "3", three.Metadata["seq"], "record 4 was held until record 3 completed")
+		deliver(three)
+		four := receive(c.sent, "record 4, once record 3 completed,")
+		require.Equal(t, "4", four.Metadata["seq"])
+		assert.False(t, pending("3"), "record 4 was sent once record 3's completion committed")
+		deliver(four)
+		assert.Equal(t, []string{"1", "2", "3", "4"}, h.handled["k"], "handled in the order saved")
+		assert.Zero(t, store.checks.Load(), "every copy ran unchecked")
+
+		// Record 5's copy is lost: 6, held for it, is sent after HeldWait,
+		// and then 7 and 8 are both sent at once.
+		publish("5", "6")
+		receive(c.sent, "record 5") // lost
+		six := receive(c.sent, "record 6, once HeldWait passed,")
+		require.Equal(t, "6", six.Metadata["seq"])
+		publish("7", "8")
+		got := map[string]bool{}
+		for range 2 {
+			got[receive(c.sent, "records 7 and 8").Metadata["seq"]] = true
+		}
+		assert.Equal(t, map[string]bool{"7": true, "8": true}, got, "nothing held after a held message waited in vain")
+		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), reg))
 	})
 }

@@ -116,28 +116,32 @@ func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 		return err
 	}
 	stamp(t, identity, msgs, records)
+	var before map[int64]int64
 	if t.firstCopies.on.Load() && t.completedBy == ByReceivers {
 		if t.orderKey == "" {
 			t.firstCopies.saved(records, nil)
 		} else {
-			p.savedOrdered(ctx, t, records)
+			before = p.savedOrdered(ctx, t, records)
 		}
 	}
 	if ctx.Err() != nil {
 		return &SendError{Topic: t.topic, IDs: recordIDs(records), Err: fmt.Errorf("the publish's context ended while its records were saved: %w", context.Cause(ctx))}
+	}
+	if before != nil {
+		return p.sendOrdered(t, msgs, records, before)
 	}
 	return sendRecorded(p.pub, p.reg, t, msgs, records)
 }
 
 // savedOrdered remembers the records a publish saved to an ordered topic,
 // with the earlier record of its key each waits for, read from a store
-// that tells (recordstore.KeyPredecessors) in one statement. When the
-// store cannot tell, or the read fails, nothing is remembered: each first
-// copy is checked.
-func (p *publisher) savedOrdered(ctx context.Context, t *tracked, records []recordstore.Record) {
+// that tells (recordstore.KeyPredecessors) in one statement, and returns
+// them by record id. When the store cannot tell, or the read fails,
+// nothing is remembered, and it returns nil: each first copy is checked.
+func (p *publisher) savedOrdered(ctx context.Context, t *tracked, records []recordstore.Record) map[int64]int64 {
 	kp, ok := t.store.(recordstore.KeyPredecessors)
 	if !ok {
-		return
+		return nil
 	}
 	before := make(map[int64]int64, len(records))
 	ids := make([]int64, 0, len(records))
@@ -155,11 +159,12 @@ func (p *publisher) savedOrdered(ctx context.Context, t *tracked, records []reco
 		cancel()
 		if err != nil {
 			p.reg.logger().Debug("Reading the earlier records of the keys of a publish failed; their first copies are checked", watermill.LogFields{"topic": t.topic, "error": err.Error()})
-			return
+			return nil
 		}
 		maps.Copy(before, got)
 	}
 	t.firstCopies.saved(records, before)
+	return before
 }
 
 // insertTimeout bounds a tracked publish's insert, which runs on the

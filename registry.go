@@ -160,6 +160,9 @@ type tracked struct {
 	// claims are the keys whose next record is claimed after a batch of
 	// completions (ordering.go).
 	claims keyClaims
+	// deferred are the messages the publisher holds for the earlier record
+	// of their key (deferred_sends.go).
+	deferred deferredSends
 }
 
 // completion is a delivery's completion in the background: done is closed
@@ -207,6 +210,10 @@ type Registry struct {
 	// middleware built on the registry, which also count the failures
 	// that remote consumers report (confirmation_handler.go).
 	failurePolicy atomic.Pointer[failurePolicy]
+	// heldWait is the HeldWait of the first middleware built on the
+	// registry, how long its publishers hold a message for the earlier
+	// record of its key (deferred_sends.go); 0 until one is built.
+	heldWait atomic.Int64
 	// receivers holds, per topic and remote consumer, the receiving
 	// service that confirmed under its name first, to report a second
 	// one.

@@ -112,6 +112,18 @@ func (s *resender) send(ctx context.Context, t *tracked, identity string, recs [
 	for i, rec := range recs {
 		msgs[i] = replayMessage(msgCtx, t, identity, rec)
 	}
+	if err := s.sendCopies(t, msgs...); err != nil {
+		return &ResendError{Topic: t.topic, ID: recs[0].ID, Err: fmt.Errorf("sending records %d..%d: %w", recs[0].ID, recs[len(recs)-1].ID, err)}
+	}
+	if t.completedBy == OnSend {
+		completeSent(msgCtx, s.reg, t, recs)
+	}
+	return nil
+}
+
+// sendCopies publishes messages that carry their records' outbox keys
+// already, traced and counted as resent.
+func (s *resender) sendCopies(t *tracked, msgs ...*message.Message) error {
 	var end func(error)
 	if tr := s.reg.tracer(); tr != nil {
 		end = tr.TraceResend(s.kind, t.topic, msgs)
@@ -119,12 +131,9 @@ func (s *resender) send(ctx context.Context, t *tracked, identity string, recs [
 	err := s.pub.Publish(t.topic, msgs...)
 	endStep(end, err)
 	if err != nil {
-		return &ResendError{Topic: t.topic, ID: recs[0].ID, Err: fmt.Errorf("sending records %d..%d: %w", recs[0].ID, recs[len(recs)-1].ID, err)}
+		return err
 	}
-	s.reg.observer().Resent(t.topic, s.kind, len(recs))
-	if t.completedBy == OnSend {
-		completeSent(msgCtx, s.reg, t, recs)
-	}
+	s.reg.observer().Resent(t.topic, s.kind, len(msgs))
 	return nil
 }
 

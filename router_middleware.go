@@ -95,12 +95,16 @@ type MiddlewareConfig struct {
 	// while the first delivery runs. Defaults to 50 milliseconds.
 	LeasedNackDelay time.Duration
 	// HeldWait is how long a copy of a topic with an ordering key
-	// ([Tracked.OrderKey]) that an earlier record of its key holds waits in
-	// the handler for that record to complete in this process, checked
-	// again each time; then it is put back: acknowledged without running
-	// the handler, its record left pending, and sent again once the
-	// earlier record completes here, or by the stale resubmitter or the
-	// next replay. Without a replay or stale resubmitter built on the
+	// ([Tracked.OrderKey]) that an earlier record of its key holds waits
+	// for that record to complete in this process. A checked copy waits in
+	// the handler, checked again each time, and is then put back:
+	// acknowledged without running the handler, its record left pending,
+	// and sent again once the earlier record completes, or by the stale
+	// resubmitter or the next replay. A first copy whose earlier record has
+	// yet to arrive here waits off the handler's path, and a message the
+	// publisher holds for its earlier record (once the broker was seen to
+	// reorder) waits in the publisher; either is sent again after
+	// HeldWait. Without a replay or stale resubmitter built on the
 	// registry, whose publisher sends it, the copy is nacked instead.
 	// Defaults to 250 milliseconds.
 	HeldWait time.Duration
@@ -268,6 +272,7 @@ func NewMiddleware(reg *Registry, cfg MiddlewareConfig, logger watermill.LoggerA
 		cfg.Confirmations = undecorated(cfg.Confirmations)
 	}
 	reg.failurePolicy.CompareAndSwap(nil, &failurePolicy{maxAttempts: cfg.MaxAttempts, backoff: cfg.Backoff})
+	reg.heldWait.CompareAndSwap(0, int64(cfg.HeldWait))
 	if !cfg.CheckFirstCopies {
 		for _, t := range reg.entries() {
 			t.firstCopies.on.Store(true)
@@ -322,9 +327,15 @@ const checkForeign CheckOutcome = "foreign"
 
 func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, idText string) ([]*message.Message, error) {
 	a, o, err := m.admit(msg, idText)
-	var held *recordstore.HeldError
-	if o == CheckRefused && errors.As(err, &held) {
-		return m.onHeld(h, msg, idText, a, held)
+	if o == CheckRefused {
+		var here *heldHere
+		var held *recordstore.HeldError
+		switch {
+		case errors.As(err, &here):
+			return m.park(msg, a, here.before)
+		case errors.As(err, &held):
+			return m.onHeld(h, msg, idText, a, held)
+		}
 	}
 	return m.after(h, msg, a, o, err)
 }

@@ -1,0 +1,188 @@
+package outbox
+
+// Deferred sends: on a topic with an order key, a later message of a key
+// whose earlier record is on its way in this process is sent only once that
+// record completed here, while this process sees its keyed messages come
+// back out of order.
+//
+// A broker that reorders the messages of one Publish (GoChannel sends each
+// on a goroutine of its own) delivers a key's later messages before its
+// earlier ones. Each such first copy waits off the handler's path for its
+// earlier record (ordering.go's park) and is sent again once that record
+// completed: two deliveries for one message, one of them through the
+// broker's queue behind everything sent meanwhile. Holding the later
+// message in the publisher until the earlier record completed here sends
+// it once, when it can run. A broker that keeps the order of a Publish
+// never shows a first copy before its earlier record's first copy, so
+// nothing is held there: each copy arrives after the earlier one and, when
+// that one's completion is still on its way, waits for it in the handler.
+//
+// The publisher holds messages only after this process saw the reordering:
+// a first copy parked here, and the first copy of the earlier record it
+// waited for arrived here after it (sawReorder). A held message whose
+// earlier record did not complete here within HeldWait (another instance
+// took its copy, or its handler fails) is sent all the same, and then
+// nothing is held for reorderQuiet: its receiver side checks and holds it
+// as any copy. The records are saved before anything is held, so a crash
+// leaves the held messages to the stale resubmitter and the next replay.
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/outbox/recordstore"
+)
+
+// reorderQuiet is how long the publisher holds nothing after a held
+// message's earlier record did not complete here in time.
+const reorderQuiet = time.Minute
+
+// deferredSends are the messages of one ordered topic that wait, in the
+// publisher, for the earlier record of their key to complete here.
+type deferredSends struct {
+	mu sync.Mutex
+	// byBefore holds, per earlier record, the message sent once it
+	// completed here.
+	byBefore map[int64]*deferredSend
+	// reordered is set once this process saw its keyed messages come back
+	// out of order; quietUntil (unix nanoseconds) is when a held message
+	// that waited in vain lets it be set again.
+	reordered  atomic.Bool
+	quietUntil atomic.Int64
+}
+
+type deferredSend struct {
+	pub   message.Publisher
+	msg   *message.Message
+	timer *time.Timer
+}
+
+// sawReorder records that a first copy came here before the first copy of
+// the earlier record of its key, which came here after it.
+func (d *deferredSends) sawReorder() {
+	if !d.reordered.Load() && time.Now().UnixNano() >= d.quietUntil.Load() {
+		d.reordered.Store(true)
+	}
+}
+
+// localConsumer is the topic's one local consumer, whose completions the
+// publisher can wait for; false when it has several, or remote ones. A
+// topic without declared consumers has the first handler seen receiving
+// it, or, before any, the handler without a name of a middleware called
+// outside a router.
+func (t *tracked) localConsumer() (string, bool) {
+	if len(t.remote) > 0 || len(t.consumers) > 1 {
+		return "", false
+	}
+	if len(t.consumers) == 1 {
+		return t.consumers[0], true
+	}
+	if first := t.first.Load(); first != nil {
+		return *first, true
+	}
+	return "", true
+}
+
+// onItsWayHere reports whether record id is on its way for consumer in
+// this process: published here and not yet delivered, its handler
+// running, or its completion not yet committed.
+func (t *tracked) onItsWayHere(id int64, consumer string) bool {
+	if _, ok := t.completing.Load(completingKey{id: id, consumer: consumer}); ok {
+		return true
+	}
+	return t.holds.runs(heldKey{consumer, id}) || t.firstCopies.coming(id, consumer)
+}
+
+// sendOrdered sends the messages of a publish to an ordered topic, holding
+// each whose earlier record of its key (before, by record id) is on its
+// way here, while the topic's messages come back out of order.
+func (p *publisher) sendOrdered(t *tracked, msgs []*message.Message, records []recordstore.Record, before map[int64]int64) error {
+	consumer, ok := t.localConsumer()
+	wait := time.Duration(p.reg.heldWait.Load())
+	if !ok || wait <= 0 || !t.deferred.reordered.Load() {
+		return sendRecorded(p.pub, p.reg, t, msgs, records)
+	}
+	nowMsgs := make([]*message.Message, 0, len(msgs))
+	nowRecs := make([]recordstore.Record, 0, len(records))
+	for i, msg := range msgs {
+		if b := before[records[i].ID]; b != 0 && t.onItsWayHere(b, consumer) && t.deferred.hold(p, t, consumer, b, msg, wait) {
+			continue
+		}
+		nowMsgs, nowRecs = append(nowMsgs, msg), append(nowRecs, records[i])
+	}
+	if len(nowMsgs) == 0 {
+		return nil
+	}
+	return sendRecorded(p.pub, p.reg, t, nowMsgs, nowRecs)
+}
+
+// hold keeps msg until record before completes here for consumer, or wait
+// has passed; false when it cannot (before completed meanwhile, or
+// another message waits for it already).
+func (d *deferredSends) hold(p *publisher, t *tracked, consumer string, before int64, msg *message.Message, wait time.Duration) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.byBefore[before] != nil || t.holds.completed(heldKey{consumer, before}) {
+		return false
+	}
+	if d.byBefore == nil {
+		d.byBefore = map[int64]*deferredSend{}
+	}
+	s := &deferredSend{pub: p.pub, msg: msg}
+	d.byBefore[before] = s
+	p.reg.background.add()
+	s.timer = time.AfterFunc(wait, func() {
+		if !d.take(before, s) {
+			return
+		}
+		d.reordered.Store(false)
+		d.quietUntil.Store(time.Now().Add(reorderQuiet).UnixNano())
+		p.reg.logger().Debug("A held message's earlier record did not complete here in time; sending it, and holding none for a while",
+			watermill.LogFields{"topic": t.topic, "held_by": before, "message_uuid": msg.UUID})
+		d.send(p.reg, t, s)
+	})
+	return true
+}
+
+// take removes s, the message held for record before, and reports
+// whether it was still there: whoever takes it sends it.
+func (d *deferredSends) take(before int64, s *deferredSend) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.byBefore[before] != s {
+		return false
+	}
+	delete(d.byBefore, before)
+	return true
+}
+
+// release sends the message held for record id, which completed here, and
+// reports whether there was one.
+func (d *deferredSends) release(reg *Registry, t *tracked, id int64) bool {
+	d.mu.Lock()
+	s := d.byBefore[id]
+	delete(d.byBefore, id)
+	d.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	s.timer.Stop()
+	d.send(reg, t, s)
+	return true
+}
+
+// send publishes a held message; a failure leaves its record pending for
+// the stale resubmitter and the next replay.
+func (d *deferredSends) send(reg *Registry, t *tracked, s *deferredSend) {
+	defer reg.background.done()
+	if err := s.pub.Publish(t.topic, s.msg); err != nil {
+		reg.logger().Error("Sending a message held for the earlier record of its key failed; the stale resubmitter or the next replay sends it", err,
+			watermill.LogFields{"topic": t.topic, "message_uuid": s.msg.UUID, "outbox_id": s.msg.Metadata[MetadataID]})
+		return
+	}
+	reg.observer().Published(t.topic, 1)
+}
