@@ -12,18 +12,19 @@ import (
 
 var _ recordstore.Cleaner = (*Store)(nil)
 
-// Clean implements [recordstore.Cleaner]: one short transaction deletes
-// at most limit completed records whose processed_at is older than
-// olderThan by the database clock, oldest first, with the delivery rows of
-// those that had consumers. Abandoned records are kept. On PostgreSQL and
-// MySQL/MariaDB it skips rows another cleaning holds (FOR UPDATE SKIP LOCKED),
-// so that two cleaners take different rows instead of queueing behind each
-// other; on MySQL/MariaDB the transaction is READ COMMITTED, so that its
-// locking read takes no gap locks that concurrent inserts would wait for. A
-// large backlog is cleaned in bounded batches that never hold locks for
-// long. A deleting table keeps no completed records, so there it deletes
-// nothing. A partitioned table ([Config.PartitionEvery]) drops its old
-// partitions whole; see [Store.Rotate].
+// Clean implements [recordstore.Cleaner]: it deletes at most limit
+// completed records whose processed_at is older than olderThan by the
+// database clock, oldest first, with the delivery rows of those that had
+// consumers. Abandoned records are kept. Two cleaners take different rows
+// instead of queueing behind each other: on PostgreSQL one statement skips
+// the rows another transaction holds (it locks none first, and commits
+// without waiting for the disk: a batch a crash loses is deleted again);
+// on MySQL/MariaDB a READ COMMITTED transaction picks them with FOR UPDATE
+// SKIP LOCKED, taking no gap locks that concurrent inserts would wait
+// for. A large backlog is cleaned in bounded batches that never hold
+// locks for long. A deleting table keeps no completed records, so there it
+// deletes nothing. A partitioned table ([Config.PartitionEvery]) drops its
+// old partitions whole; see [Store.Rotate].
 func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (int, error) {
 	if err := checkClean(s.table, olderThan, limit); err != nil {
 		return 0, err
@@ -38,12 +39,21 @@ func (s *Store) Clean(ctx context.Context, olderThan time.Duration, limit int) (
 	if s.partitionEvery > 0 {
 		return s.cleanPartitioned(ctx, db, d, olderThan, limit)
 	}
-	return s.cleanFrom(ctx, db, d, s.q.cleanSelect, olderThan, limit)
+	return s.cleanFrom(ctx, db, d, s.q.cleanOne, s.q.cleanSelect, olderThan, limit)
 }
 
-// cleanFrom is one batch of Clean, of the records that selectOld (the
-// statement cleanSelect, or one of a partition) picks.
-func (s *Store) cleanFrom(ctx context.Context, db *sqlx.DB, d *Dialect, selectOld string, olderThan time.Duration, limit int) (int, error) {
+// cleanFrom is one batch of Clean: the statement one (cleanOne, or a
+// partition's) where the dialect has one, and otherwise the records that
+// selectOld (cleanSelect, or a partition's) picks, deleted in the same
+// transaction.
+func (s *Store) cleanFrom(ctx context.Context, db *sqlx.DB, d *Dialect, one, selectOld string, olderThan time.Duration, limit int) (int, error) {
+	if one != "" {
+		var n int
+		if err := db.QueryRowContext(ctx, one, micros(olderThan), limit).Scan(&n); err != nil {
+			return 0, s.fail("clean", err)
+		}
+		return n, nil
+	}
 	var cleaned int
 	err := s.inTxWith(ctx, db, "clean", d.cleanTxOptions, func(tx executor) error {
 		rows, err := tx.QueryContext(ctx, selectOld, micros(olderThan), limit)

@@ -5,7 +5,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -60,18 +62,7 @@ func TestCoalescedCompletionWritesNoRowLock(t *testing.T) {
 			var to string
 			require.NoError(t, db.GetContext(ctx, &to, "SELECT pg_current_wal_flush_lsn()::text"))
 
-			var records []struct {
-				Manager string  `db:"resource_manager"`
-				Type    string  `db:"record_type"`
-				Blocks  *string `db:"block_ref"`
-			}
-			require.NoError(t, db.SelectContext(ctx, &records, "SELECT resource_manager, record_type, block_ref FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)", from, to))
-			counts := map[string]int{}
-			for _, r := range records {
-				if r.Manager == "Heap" && r.Blocks != nil && strings.Contains(*r.Blocks, "/"+file+" ") {
-					counts[r.Type]++
-				}
-			}
+			counts := heapRecords(t, db, file, from, to)
 			written := counts["DELETE"]
 			if mode == sqlstore.Mark {
 				written = counts["HOT_UPDATE"] + counts["UPDATE"]
@@ -110,4 +101,58 @@ func TestCompletionOfARowLockedBefore(t *testing.T) {
 			assert.ErrorIs(t, s.Complete(ctx, d), recordstore.ErrNotPending)
 		})
 	}
+}
+
+// heapRecords counts, by type, the heap WAL records between two LSNs that
+// write the relation file file.
+func heapRecords(t *testing.T, db *sqlx.DB, file, from, to string) map[string]int {
+	t.Helper()
+	var records []struct {
+		Manager string  `db:"resource_manager"`
+		Type    string  `db:"record_type"`
+		Blocks  *string `db:"block_ref"`
+	}
+	require.NoError(t, db.SelectContext(testCtx(t), &records, "SELECT resource_manager, record_type, block_ref FROM pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn)", from, to))
+	counts := map[string]int{}
+	for _, r := range records {
+		if r.Manager == "Heap" && r.Blocks != nil && strings.Contains(*r.Blocks, "/"+file+" ") {
+			counts[r.Type]++
+		}
+	}
+	return counts
+}
+
+// TestCleanWritesNoRowLock: on PostgreSQL, a batch of the Cleaner deletes
+// each old completed record with one WAL record and locks none first
+// (FOR UPDATE wrote a lock record per row beside its delete).
+func TestCleanWritesNoRowLock(t *testing.T) {
+	t.Parallel()
+	db := testenv.Postgres(t)
+	ctx := testCtx(t)
+	if _, err := db.ExecContext(ctx, "CREATE EXTENSION IF NOT EXISTS pg_walinspect"); err != nil {
+		t.Skipf("PostgreSQL's pg_walinspect extension (contrib, PostgreSQL 15 or newer) is not available: %v", err)
+	}
+	s := testenv.NewStore(t, testenv.Backends()[0], db, sqlstore.Mark)
+	recs := make([]recordstore.Record, 40)
+	for i := range recs {
+		recs[i] = recordstore.Record{Topic: "orders", UUID: "u" + strconv.Itoa(i), Payload: []byte("x")}
+	}
+	require.NoError(t, s.Insert(ctx, recs))
+	for _, r := range recs {
+		require.NoError(t, s.Complete(ctx, recordstore.Delivery{ID: r.ID, Topic: "orders", Consumer: "ship", UUID: r.UUID}))
+	}
+	_, err := db.ExecContext(ctx, "UPDATE "+s.Table()+" SET processed_at = processed_at - interval '2 hours'")
+	require.NoError(t, err)
+	var file, from string
+	require.NoError(t, db.GetContext(ctx, &file, "SELECT pg_relation_filenode($1::regclass)::text", s.Table()))
+	require.NoError(t, db.GetContext(ctx, &from, "SELECT pg_current_wal_flush_lsn()::text"))
+	n, err := s.Clean(ctx, time.Hour, 1000)
+	require.NoError(t, err)
+	require.Equal(t, len(recs), n)
+	require.NoError(t, s.Insert(ctx, []recordstore.Record{{Topic: "flush", UUID: "flush", Payload: []byte("x")}}))
+	var to string
+	require.NoError(t, db.GetContext(ctx, &to, "SELECT pg_current_wal_flush_lsn()::text"))
+	counts := heapRecords(t, db, file, from, to)
+	assert.Equal(t, len(recs), counts["DELETE"], "each cleaned row deleted once: %v", counts)
+	assert.Zero(t, counts["LOCK"], "rows locked before they were cleaned: %v", counts)
 }

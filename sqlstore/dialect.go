@@ -91,6 +91,11 @@ type Dialect struct {
 	// insertsAloneBelow is Coalescing.InsertsAloneBelow's default; 0 is
 	// off.
 	insertsAloneBelow int
+	// cleanSQL is one batch of the cleaning in one statement, of {table}
+	// and its delivery rows in {consumers}, with the age ($1, in
+	// microseconds) and the limit ($2); it returns the records deleted.
+	// "" when the dialect picks the records first, in a transaction.
+	cleanSQL string
 	// cleanTxOptions are the options of the cleaning's transaction; nil
 	// for the defaults.
 	cleanTxOptions *sql.TxOptions
@@ -320,6 +325,12 @@ func (d *Dialect) upsert(conflict, set string) string {
 }
 
 func (d *Dialect) inserted(col string) string { return fill(d.insertedSQL, "{col}", col) }
+
+// cleanQuery is cleanSQL for the quoted table and delivery table; ""
+// without one.
+func (d *Dialect) cleanQuery(table, consumers string) string {
+	return fill(d.cleanSQL, "{table}", table, "{consumers}", consumers)
+}
 
 func (d *Dialect) deleteOldest(table, cond, order, limit string) string {
 	return fill(d.deleteOldestSQL, "{table}", table, "{cond}", cond, "{order}", order, "{limit}", limit)

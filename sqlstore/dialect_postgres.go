@@ -123,6 +123,19 @@ RETURNING id`,
 	skipDuplicates: " ON CONFLICT DO NOTHING",
 	upsertSQL:      onConflictUpdate,
 	insertedSQL:    excludedColumn,
+	// cleanSQL is one batch of the Cleaner, of {table} (the record table
+	// or one of its partitions) and the delivery rows in {consumers}: one
+	// statement, which commits without waiting for the disk (a cleaning a
+	// crash loses is done again), picks the oldest completed rows that no
+	// transaction holds (xmax = 0, as the completions do: another
+	// cleaner's rows are being deleted, and skipped) and deletes them
+	// where it found them, locking none first (FOR UPDATE would write a
+	// lock record per row to the WAL beside its delete).
+	cleanSQL: `WITH r AS (DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid FROM {table}
+    WHERE processed_at < now() - ($1::bigint * interval '1 microsecond') AND abandoned_at IS NULL AND xmax = 0 ORDER BY processed_at LIMIT $2))
+  RETURNING id, consumers),
+d AS (DELETE FROM {consumers} WHERE record_id IN (SELECT id FROM r WHERE consumers > 0))
+SELECT COUNT(*) FROM r, (SELECT set_config('synchronous_commit', 'off', true)) AS lazy_commit`,
 	// deleteOldestSQL picks the rows in a subquery, since PostgreSQL's
 	// DELETE has no LIMIT, skipping those another delete holds, and
 	// deletes them by ctid: matched by key instead, the plan hash-joined

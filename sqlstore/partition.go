@@ -251,7 +251,8 @@ func (s *Store) cleanPartitioned(ctx context.Context, db *sqlx.DB, d *Dialect, o
 		return dropped, s.located(ctx, "clean", err)
 	}
 	for _, k := range keep {
-		n, err := s.cleanFrom(ctx, db, d, cleanSelectFrom(s.name.in(d, partitionName(s.name.name, k)))+s.q.cleanWhere, olderThan, limit)
+		part := s.name.in(d, partitionName(s.name.name, k))
+		n, err := s.cleanFrom(ctx, db, d, d.cleanQuery(part, s.q.consumers), cleanSelectFrom(part)+s.q.cleanWhere, olderThan, limit)
 		if err != nil || n > 0 {
 			return dropped + n, err
 		}

@@ -111,7 +111,10 @@ type queries struct {
 	// cleanSelect picks a batch of completed records; cleanWhere is its
 	// part after the table, for a partition's; cleanDeliveries and
 	// cleanRecords are prefixes ending in "IN ".
-	cleanSelect     string
+	cleanSelect string
+	// cleanOne is the dialect's cleaning of a batch in one statement
+	// (Dialect.cleanSQL), "" without one.
+	cleanOne        string
 	cleanWhere      string
 	cleanDeliveries string
 	cleanRecords    string
@@ -303,6 +306,7 @@ ORDER BY id LIMIT %s%s`,
 
 	q.cleanWhere = fmt.Sprintf(" WHERE processed_at < %s AND abandoned_at IS NULL ORDER BY processed_at LIMIT %s%s", d.ago(1), p(2), d.lockRows(true))
 	q.cleanSelect = cleanSelectFrom(t) + q.cleanWhere
+	q.cleanOne = d.cleanQuery(t, tc)
 	q.cleanDeliveries = fmt.Sprintf("DELETE FROM %s WHERE record_id IN ", tc)
 	q.cleanRecords = fmt.Sprintf("DELETE FROM %s WHERE id IN ", t)
 }
