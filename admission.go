@@ -66,7 +66,7 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, Che
 	defer cancel()
 	identity, err := t.store.Identity(checkCtx)
 	if err != nil {
-		m.hold(ctx, m.checks.failed())
+		m.hold(ctx, m.checks.Failed())
 		return nil, CheckRefused, &CheckError{Topic: topic, ID: id, Err: fmt.Errorf("reading the table identity: %w", err)}
 	}
 	if msg.Metadata[MetadataStore] != identity {
@@ -146,9 +146,9 @@ func (m *middleware) check(ctx, checkCtx context.Context, a *admission) (CheckOu
 	var checkErr *CheckError
 	if errors.As(err, &checkErr) && !errors.Is(err, recordstore.ErrLeased) {
 		// The database did not answer: hold before the nack.
-		m.hold(ctx, m.checks.failed())
+		m.hold(ctx, m.checks.Failed())
 	} else {
-		m.checks.answered()
+		m.checks.Answered()
 	}
 	return o, err
 }

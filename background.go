@@ -10,118 +10,14 @@ package outbox
 
 import (
 	"context"
-	"slices"
+	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/wmoutbox/outbox/internal/loop"
 )
-
-// maxBackground is how many completions may run in the background at
-// once; a handler that finishes beyond it completes on its own path.
-const maxBackground = 4096
-
-// backgroundWork counts the goroutines the outbox runs off a handler's
-// path and the router plugins' loops, and gathers the completions in the
-// background into batches.
-type backgroundWork struct {
-	mu      sync.Mutex
-	running int
-	idle    chan struct{} // closed when running drops to 0; nil while 0
-	// completions is how many of running are completions gathered into
-	// batches (bounded by maxBackground); batch is closed when the
-	// gathering batch goes, nil while none gathers.
-	completions int
-	batch       chan struct{}
-	// completionsIdle is closed when completions drops to 0; nil while 0.
-	completionsIdle chan struct{}
-	// loops are the router plugins' loops that run.
-	loops []*pluginLoop
-	// draining is set once a router of the registry closes, until one
-	// starts: completions then go on the handlers' path
-	// ([closingPublisher]).
-	draining atomic.Bool
-}
-
-// pluginLoop is a router plugin's loop (the stale resubmitter's, the
-// cleaner's, a replay after the router runs), which runs as long as its
-// router does.
-type pluginLoop struct {
-	// stopping reports whether its router closes or has closed.
-	stopping func() bool
-	ended    chan struct{}
-}
-
-// spawn runs f in a goroutine that is counted until f returns.
-func (b *backgroundWork) spawn(f func()) {
-	b.add()
-	go func() {
-		defer b.done()
-		f()
-	}()
-}
-
-func (b *backgroundWork) add() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.addLocked()
-}
-
-func (b *backgroundWork) addLocked() {
-	if b.running == 0 {
-		b.idle = make(chan struct{})
-	}
-	b.running++
-}
-
-func (b *backgroundWork) done() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.doneLocked()
-}
-
-func (b *backgroundWork) doneLocked() {
-	b.running--
-	if b.running == 0 {
-		close(b.idle)
-		b.idle = nil
-	}
-}
-
-// startCompletion takes a place for one completion and returns the
-// channel closed when its batch goes, wait after the batch's first
-// completion; false when maxBackground run. Its goroutine calls
-// doneCompletion once it completed.
-func (b *backgroundWork) startCompletion(wait time.Duration) (<-chan struct{}, bool) {
-	if b.draining.Load() {
-		return nil, false
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.completions >= maxBackground {
-		return nil, false
-	}
-	if b.completions == 0 {
-		b.completionsIdle = make(chan struct{})
-	}
-	b.completions++
-	b.addLocked()
-	if wait <= 0 {
-		return closed, true
-	}
-	if b.batch == nil {
-		batch := make(chan struct{})
-		b.batch = batch
-		time.AfterFunc(wait, func() {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			close(batch)
-			b.batch = nil
-		})
-	}
-	return b.batch, true
-}
 
 // drainTimeout bounds how long a closing router's handler publisher waits
 // for the completions in the background ([closingPublisher]).
@@ -141,10 +37,10 @@ type closingPublisher struct {
 
 func (p *closingPublisher) Close() error {
 	p.once.Do(func() {
-		p.reg.background.draining.Store(true)
+		p.reg.background.Draining.Store(true)
 		ctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 		defer cancel()
-		_ = p.reg.background.waitCompletions(ctx)
+		_ = p.reg.background.WaitCompletions(ctx)
 	})
 	return p.Publisher.Close()
 }
@@ -152,68 +48,12 @@ func (p *closingPublisher) Close() error {
 // Unwrap returns the decorated publisher.
 func (p *closingPublisher) Unwrap() message.Publisher { return p.Publisher }
 
-// waitCompletions waits until no completion runs in the background, or ctx
-// ends.
-func (b *backgroundWork) waitCompletions(ctx context.Context) error {
-	b.mu.Lock()
-	idle := b.completionsIdle
-	b.mu.Unlock()
-	if idle == nil {
-		return nil
-	}
-	select {
-	case <-idle:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// doneCompletion gives back the place of a completion that finished.
-func (b *backgroundWork) doneCompletion() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.completions--
-	if b.completions == 0 {
-		close(b.completionsIdle)
-		b.completionsIdle = nil
-	}
-	b.doneLocked()
-}
-
-// startLoop counts a router plugin's loop until end is called, once it
-// returned; stopping reports whether its router closes or has closed.
-func (b *backgroundWork) startLoop(stopping func() bool) (end func()) {
-	l := &pluginLoop{stopping: stopping, ended: make(chan struct{})}
-	b.mu.Lock()
-	b.loops = append(b.loops, l)
-	b.mu.Unlock()
-	return func() {
-		b.mu.Lock()
-		b.loops = slices.DeleteFunc(b.loops, func(o *pluginLoop) bool { return o == l })
-		b.mu.Unlock()
-		close(l.ended)
-	}
-}
-
-// busy returns a channel to wait on while work runs: closed when the
-// goroutines counted are done, or when a loop of a closing router ended;
-// nil when nothing runs but the loops of routers that still run.
-func (b *backgroundWork) busy() <-chan struct{} {
-	b.mu.Lock()
-	idle, loops := b.idle, slices.Clone(b.loops)
-	b.mu.Unlock()
-	if idle != nil {
-		return idle
-	}
-	// Outside the lock: a router's IsClosed waits while its Close does,
-	// and Close waits for handlers that may be starting work.
-	for _, l := range loops {
-		if l.stopping() {
-			return l.ended
-		}
-	}
-	return nil
+// runWithRouter returns a router plugin that runs run while the router
+// runs (loop.WithRouter), counted among the registry's loops, so that
+// [Registry.WaitCompletions] waits for it once the router closes.
+func runWithRouter(reg *Registry, run func(ctx context.Context) error) message.RouterPlugin {
+	return loop.WithRouter(reg.background.StartLoop,
+		fmt.Errorf("%w: a background runner needs a router with at least one handler; call its Run method instead", ErrInvalidConfig), run)
 }
 
 // WaitCompletions waits until nothing of the outbox runs in the
@@ -231,7 +71,7 @@ func (b *backgroundWork) busy() <-chan struct{} {
 // that router again. With nothing in the background it returns at once.
 func (r *Registry) WaitCompletions(ctx context.Context) error {
 	for {
-		busy := r.background.busy()
+		busy := r.background.Busy()
 		if busy == nil {
 			return nil
 		}

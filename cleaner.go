@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/wmoutbox/outbox/internal/loop"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -180,7 +181,7 @@ func (c *Cleaner) pause(ctx context.Context, took time.Duration) error {
 // Run cleans every Interval until ctx is done, then returns nil. A failed
 // cleanup is logged and the next one tries again.
 func (c *Cleaner) Run(ctx context.Context) error {
-	return runEvery(ctx, c.cfg.Interval, c.logger, "Cleanup failed; the next one tries again", func(ctx context.Context) error {
+	return loop.Every(ctx, c.cfg.Interval, c.logger, "Cleanup failed; the next one tries again", func(ctx context.Context) error {
 		_, err := c.CleanOnce(ctx)
 		return err
 	})

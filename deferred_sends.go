@@ -94,7 +94,7 @@ func (t *tracked) onItsWayHere(id int64, consumer string) bool {
 	if _, ok := t.completing.Load(completingKey{id: id, consumer: consumer}); ok {
 		return true
 	}
-	return t.holds.runs(heldKey{consumer, id}) || t.firstCopies.coming(id, consumer)
+	return t.holds.Runs(heldKey{Consumer: consumer, ID: id}) || t.firstCopies.Coming(id, consumer)
 }
 
 // sendOrdered sends the messages of a publish to an ordered topic, holding
@@ -126,7 +126,7 @@ func (p *publisher) sendOrdered(t *tracked, msgs []*message.Message, records []r
 func (d *deferredSends) hold(p *publisher, t *tracked, consumer string, before int64, msg *message.Message, wait time.Duration) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.byBefore[before] != nil || t.holds.completed(heldKey{consumer, before}) {
+	if d.byBefore[before] != nil || t.holds.Completed(heldKey{Consumer: consumer, ID: before}) {
 		return false
 	}
 	if d.byBefore == nil {
@@ -134,7 +134,7 @@ func (d *deferredSends) hold(p *publisher, t *tracked, consumer string, before i
 	}
 	s := &deferredSend{pub: p.pub, msg: msg}
 	d.byBefore[before] = s
-	p.reg.background.add()
+	p.reg.background.Add()
 	s.timer = time.AfterFunc(wait, func() {
 		if !d.take(before, s) {
 			return
@@ -178,7 +178,7 @@ func (d *deferredSends) release(reg *Registry, t *tracked, id int64) bool {
 // send publishes a held message; a failure leaves its record pending for
 // the stale resubmitter and the next replay.
 func (d *deferredSends) send(reg *Registry, t *tracked, s *deferredSend) {
-	defer reg.background.done()
+	defer reg.background.Done()
 	if err := s.pub.Publish(t.topic, s.msg); err != nil {
 		reg.logger().Error("Sending a message held for the earlier record of its key failed; the stale resubmitter or the next replay sends it", err,
 			watermill.LogFields{"topic": t.topic, "message_uuid": s.msg.UUID, "outbox_id": s.msg.Metadata[MetadataID]})

@@ -39,5 +39,5 @@ func SetResubmitDefaults(olderThan, interval time.Duration) (restore func()) {
 // producing handler's completion waits for an ack that a test calling the
 // middleware directly never gives).
 func WaitBackgroundCompletions(ctx context.Context, r *Registry) error {
-	return r.background.waitCompletions(ctx)
+	return r.background.WaitCompletions(ctx)
 }

@@ -48,135 +48,12 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/wmoutbox/outbox/internal/keyorder"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // heldKey names one consumer's delivery of one record of a topic.
-type heldKey struct {
-	consumer string
-	id       int64
-}
-
-// heldWaiters are the copies of one topic that wait, in their handlers,
-// for a record of their key to complete here.
-type heldWaiters struct {
-	mu sync.Mutex
-	m  map[heldKey]*heldEntry
-	// recent are the deliveries that completed here lately (the last
-	// recentDone), so that a copy held by one of them that starts waiting
-	// after its completion does not wait for it.
-	recent map[heldKey]struct{}
-	ring   []heldKey
-	next   int
-	// running holds the deliveries whose handler runs in this process, so
-	// that two copies of one record never run at once here (another
-	// process is kept out by the store's lease).
-	running sync.Map // heldKey -> struct{}
-	// asked throttles, per record, this process's asks to send it again.
-	asked sync.Map // int64 -> *atomic.Int64 (unix nanoseconds)
-	// putBack are the keys of which this process put a record back: the
-	// next completion of a record of such a key claims at once, without
-	// waiting for a batch of claims.
-	putBack sync.Map // string -> struct{}
-}
-
-// recentDone is how many completed deliveries heldWaiters remembers.
-const recentDone = 4096
-
-type heldEntry struct {
-	wake    chan struct{}
-	waiting int
-}
-
-// wait returns a channel closed when the delivery k completes here, and a
-// function to call once done waiting.
-func (h *heldWaiters) wait(k heldKey) (<-chan struct{}, func()) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if _, done := h.recent[k]; done {
-		return closed, func() {}
-	}
-	e := h.entry(k)
-	e.waiting++
-	return e.wake, func() {
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if cur := h.m[k]; cur == e {
-			e.waiting--
-			if e.waiting == 0 {
-				delete(h.m, k)
-			}
-		}
-	}
-}
-
-func (h *heldWaiters) entry(k heldKey) *heldEntry {
-	if h.m == nil {
-		h.m = map[heldKey]*heldEntry{}
-	}
-	e := h.m[k]
-	if e == nil {
-		e = &heldEntry{wake: make(chan struct{})}
-		h.m[k] = e
-	}
-	return e
-}
-
-// done wakes the copies waiting for k, and reports whether there were
-// any.
-func (h *heldWaiters) done(k heldKey) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.recent == nil {
-		h.recent = make(map[heldKey]struct{}, recentDone)
-		h.ring = make([]heldKey, recentDone)
-	}
-	delete(h.recent, h.ring[h.next])
-	h.ring[h.next] = k
-	h.next = (h.next + 1) % recentDone
-	h.recent[k] = struct{}{}
-	e := h.m[k]
-	if e == nil {
-		return false
-	}
-	delete(h.m, k)
-	close(e.wake)
-	return e.waiting > 0
-}
-
-// waitedOn reports whether a copy waits for the delivery k.
-func (h *heldWaiters) waitedOn(k heldKey) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	e := h.m[k]
-	return e != nil && e.waiting > 0
-}
-
-// completed reports whether the delivery k completed here lately.
-func (h *heldWaiters) completed(k heldKey) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	_, ok := h.recent[k]
-	return ok
-}
-
-// closed is a channel that is closed.
-var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-// claimRun takes the delivery's place among the handlers running here;
-// false when a copy of the record runs already.
-func (h *heldWaiters) claimRun(k heldKey) bool {
-	_, taken := h.running.LoadOrStore(k, struct{}{})
-	return !taken
-}
-
-func (h *heldWaiters) endRun(k heldKey) { h.running.Delete(k) }
-
-// runs reports whether the delivery k's handler runs here.
-func (h *heldWaiters) runs(k heldKey) bool {
-	_, ok := h.running.Load(k)
-	return ok
-}
+type heldKey = keyorder.Key
 
 // heldHere is the check's outcome for a first copy whose earlier record
 // of its key is on its way in this process (first_copy.go): the copy
@@ -205,18 +82,18 @@ func (m *middleware) park(msg *message.Message, a *admission, before int64) ([]*
 		msg.Nack()
 		return nil, nil
 	}
-	wake, stop := a.t.holds.wait(heldKey{a.d.Consumer, before})
+	wake, stop := a.t.holds.Wait(heldKey{Consumer: a.d.Consumer, ID: before})
 	parked := msg.Copy()
 	parked.SetContext(context.WithoutCancel(msg.Context()))
 	m.logger.Debug("Record held by an earlier record of its key on its way here; sending the copy again once it completes", a.fields.Add(watermill.LogFields{"held_by": before}))
-	m.reg.background.spawn(func() {
+	m.reg.background.Spawn(func() {
 		budget := time.NewTimer(m.cfg.HeldWait)
 		defer budget.Stop()
 		select {
 		case <-wake:
 		case <-budget.C:
 			// Sent again as a delivered copy: checked, not parked again.
-			a.t.firstCopies.take(a.d, max(len(a.t.consumers), 1))
+			a.t.firstCopies.Take(a.d, max(len(a.t.consumers), 1))
 		}
 		stop()
 		if err := res.sendCopies(a.t, parked); err != nil {
@@ -240,14 +117,14 @@ func (m *middleware) onHeld(h message.HandlerFunc, msg *message.Message, idText 
 		if !held.Abandoned {
 			m.askResend(a, held.Before)
 		}
-		if !a.t.holds.runs(heldKey{a.d.Consumer, held.Before}) && !woken {
+		if !a.t.holds.Runs(heldKey{Consumer: a.d.Consumer, ID: held.Before}) && !woken {
 			// Not running here: waiting would hold the subscription (a
 			// GoChannel or Kafka partition delivers one message at a
 			// time) in front of the copy that can run.
 			return m.putBack(h, msg, a, held)
 		}
 		if !over {
-			wake, stop := a.t.holds.wait(heldKey{a.d.Consumer, held.Before})
+			wake, stop := a.t.holds.Wait(heldKey{Consumer: a.d.Consumer, ID: held.Before})
 			if woken {
 				// Woken by this record before, and still held by it:
 				// wait out the budget.
@@ -308,7 +185,7 @@ func (m *middleware) putBack(h message.HandlerFunc, msg *message.Message, a *adm
 		return m.after(h, msg, next, o, err)
 	}
 	if a.key != "" {
-		a.t.holds.putBack.Store(a.key, struct{}{})
+		a.t.holds.PutBack.Store(a.key, struct{}{})
 	}
 	m.logger.Debug("Record held by an earlier record of its key, putting the copy back", fields)
 	return nil, nil
@@ -321,8 +198,8 @@ func (m *middleware) run(h message.HandlerFunc, msg *message.Message, a *admissi
 	if a.t.orderKey == "" {
 		return m.settle(h, msg, a)
 	}
-	k := heldKey{a.d.Consumer, a.d.ID}
-	if !a.t.holds.claimRun(k) {
+	k := heldKey{Consumer: a.d.Consumer, ID: a.d.ID}
+	if !a.t.holds.ClaimRun(k) {
 		m.logger.Debug("A copy of the record runs already, nacking this one", a.fields)
 		// A lease this check may have taken must not outlive the copy.
 		m.release(msg.Context(), a)
@@ -341,12 +218,12 @@ func (m *middleware) settled(ctx context.Context, a *admission, ok bool) {
 	if a.t.orderKey == "" || a.ordered == (heldKey{}) {
 		return
 	}
-	a.t.holds.endRun(a.ordered)
+	a.t.holds.EndRun(a.ordered)
 	if !ok {
 		return
 	}
-	woke := a.t.holds.done(a.ordered)
-	a.t.holds.asked.Delete(a.d.ID)
+	woke := a.t.holds.Done(a.ordered)
+	a.t.holds.Asked.Delete(a.d.ID)
 	if a.key == "" {
 		return
 	}
@@ -354,8 +231,8 @@ func (m *middleware) settled(ctx context.Context, a *admission, ok bool) {
 		// The key's next record, held here, is sent now: no claim.
 		return
 	}
-	if _, ok := a.t.holds.putBack.LoadAndDelete(a.key); ok || !a.unchecked {
-		m.reg.background.spawn(func() { m.claimAndSend(context.WithoutCancel(ctx), a, a.d.ID, m.cfg.HeldWait) })
+	if _, ok := a.t.holds.PutBack.LoadAndDelete(a.key); ok || !a.unchecked {
+		m.reg.background.Spawn(func() { m.claimAndSend(context.WithoutCancel(ctx), a, a.d.ID, m.cfg.HeldWait) })
 		return
 	}
 	a.t.claims.add(m, a)
@@ -385,7 +262,7 @@ func (c *keyClaims) add(m *middleware, a *admission) {
 	c.flushing = true
 	c.mu.Unlock()
 	if start {
-		m.reg.background.spawn(func() { m.claimBatch(a.t) })
+		m.reg.background.Spawn(func() { m.claimBatch(a.t) })
 	}
 }
 
@@ -431,13 +308,13 @@ func (m *middleware) askResend(a *admission, before int64) {
 		return
 	}
 	now := time.Now().UnixNano()
-	v, _ := a.t.holds.asked.LoadOrStore(before, new(atomic.Int64))
+	v, _ := a.t.holds.Asked.LoadOrStore(before, new(atomic.Int64))
 	last := v.(*atomic.Int64)
 	prev := last.Load()
 	if prev != 0 && now-prev < int64(m.cfg.HeldResendAfter) || !last.CompareAndSwap(prev, now) {
 		return
 	}
-	m.reg.background.spawn(func() { m.claimAndSend(context.Background(), a, before-1, m.cfg.HeldResendAfter) })
+	m.reg.background.Spawn(func() { m.claimAndSend(context.Background(), a, before-1, m.cfg.HeldResendAfter) })
 }
 
 // claimAndSend claims the first record of a's key after afterID whose last

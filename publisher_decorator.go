@@ -117,9 +117,9 @@ func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 	}
 	stamp(t, identity, msgs, records)
 	var before map[int64]int64
-	if t.firstCopies.on.Load() && t.completedBy == ByReceivers {
+	if t.firstCopies.On.Load() && t.completedBy == ByReceivers {
 		if t.orderKey == "" {
-			t.firstCopies.saved(records, nil)
+			t.firstCopies.Saved(records, nil)
 		} else {
 			before = p.savedOrdered(ctx, t, records)
 		}
@@ -163,7 +163,7 @@ func (p *publisher) savedOrdered(ctx context.Context, t *tracked, records []reco
 		}
 		maps.Copy(before, got)
 	}
-	t.firstCopies.saved(records, before)
+	t.firstCopies.Saved(records, before)
 	return before
 }
 
@@ -196,7 +196,7 @@ func (p *publisher) insert(ctx context.Context, t *tracked, records []recordstor
 		err      error
 	}
 	done := make(chan result, 1)
-	p.reg.background.spawn(func() {
+	p.reg.background.Spawn(func() {
 		defer cancel()
 		identity, err := insertRecords(saveCtx, t, records)
 		done <- result{identity, err}

@@ -60,10 +60,10 @@ func (m *middleware) receive(h message.HandlerFunc, msg *message.Message) ([]*me
 			return m.runReceived(h, msg, nil, c, confirm, fields)
 		}
 		if err != nil {
-			m.hold(ctx, m.inbox.failed())
+			m.hold(ctx, m.inbox.Failed())
 			return nil, &CheckError{Topic: topic, ID: c.ID, Err: fmt.Errorf("reading the inbox: %w", err)}
 		}
-		m.inbox.answered()
+		m.inbox.Answered()
 		if handledAs != nil {
 			m.skipHandled(topic, consumer, e, *handledAs, fields)
 			if confirm {
@@ -135,7 +135,7 @@ func (m *middleware) runReceived(h message.HandlerFunc, msg *message.Message, r 
 		// the handler produced after this returns and nacks if that
 		// fails, so the inbox and the sender learn of the handling only
 		// once the router acks.
-		m.reg.background.spawn(func() { m.receivedOnAck(ctx, msg, r, c, confirm, fields) })
+		m.reg.background.Spawn(func() { m.receivedOnAck(ctx, msg, r, c, confirm, fields) })
 		return produced, nil
 	}
 	m.markReceived(ctx, r, fields)

@@ -72,7 +72,7 @@ func (r *Registry) sawReceiver(t *tracked, slot *atomic.Int64, consumer string, 
 	if !ok || !slot.CompareAndSwap(last, now) {
 		return
 	}
-	r.background.spawn(func() {
+	r.background.Spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), receiverSeenTimeout)
 		defer cancel()
 		if err := rr.SawReceiver(ctx, t.topic, consumer); err != nil {

@@ -11,6 +11,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
+	"github.com/wmoutbox/outbox/internal/background"
+	"github.com/wmoutbox/outbox/internal/firstcopy"
+	"github.com/wmoutbox/outbox/internal/keyorder"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -131,7 +134,7 @@ type tracked struct {
 	// holds tells the held copies waiting for a record (ordering.go).
 	orderKey      string
 	skipAbandoned bool
-	holds         heldWaiters
+	holds         keyorder.Waiters
 	// first is the first handler that received the name, to detect a
 	// second handler of a name without declared consumers; conflicts logs
 	// each conflict once.
@@ -152,7 +155,7 @@ type tracked struct {
 	confirmed []atomic.Int64
 	// firstCopies are the records this process published lately, whose
 	// first copies may skip the check (first_copy.go).
-	firstCopies firstCopies
+	firstCopies firstcopy.Set
 	// completing are the deliveries whose completion runs in the
 	// background (settlement.go): a copy that arrives meanwhile waits for
 	// it before its check.
@@ -205,7 +208,7 @@ type Registry struct {
 	senders []*resender
 	// background counts what the outbox runs off the handlers' paths and
 	// the router plugins' loops (background.go).
-	background backgroundWork
+	background background.Work
 	// failurePolicy is the MaxAttempts and Backoff of the first
 	// middleware built on the registry, which also count the failures
 	// that remote consumers report (confirmation_handler.go).

@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/wmoutbox/outbox/internal/checkretry"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -275,12 +276,12 @@ func NewMiddleware(reg *Registry, cfg MiddlewareConfig, logger watermill.LoggerA
 	reg.heldWait.CompareAndSwap(0, int64(cfg.HeldWait))
 	if !cfg.CheckFirstCopies {
 		for _, t := range reg.entries() {
-			t.firstCopies.on.Store(true)
+			t.firstCopies.On.Store(true)
 		}
 	}
 	m := &middleware{reg: reg, cfg: cfg, logger: logger, leasePrefix: newLeasePrefix(),
-		checks: failedChecks{delay: cfg.CheckRetryDelay, max: cfg.CheckRetryMaxDelay},
-		inbox:  failedChecks{delay: cfg.CheckRetryDelay, max: cfg.CheckRetryMaxDelay}}
+		checks: checkretry.Spacer{Delay: cfg.CheckRetryDelay, Max: cfg.CheckRetryMaxDelay},
+		inbox:  checkretry.Spacer{Delay: cfg.CheckRetryDelay, Max: cfg.CheckRetryMaxDelay}}
 	return m.wrap, nil
 }
 
@@ -294,7 +295,7 @@ type middleware struct {
 	leaseSeq    atomic.Uint64
 	// checks and inbox space the record checks and the inbox checks while
 	// they fail.
-	checks, inbox failedChecks
+	checks, inbox checkretry.Spacer
 	// unconfirmed logs, once per consumer, a message that asks for a
 	// confirmation this middleware cannot publish.
 	unconfirmed sync.Map

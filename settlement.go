@@ -56,7 +56,7 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 		// record is completed only once the router acks; a failed publish
 		// counts as a failed attempt.
 		p := m.markProduced(ctx, msg, a, produced)
-		m.reg.background.spawn(func() { m.completeOnAck(ctx, msg, a, p) })
+		m.reg.background.Spawn(func() { m.completeOnAck(ctx, msg, a, p) })
 		return produced, nil
 	}
 	if !m.cfg.CompleteBeforeAck && (a.t.orderKey == "" || a.unchecked) {
@@ -68,12 +68,12 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 		if a.t.orderKey != "" {
 			wait = 0
 		}
-		if batch, ok := m.reg.background.startCompletion(wait); ok {
+		if batch, ok := m.reg.background.StartCompletion(wait); ok {
 			key := completingKey{id: a.d.ID, consumer: a.d.Consumer}
 			c := &completion{done: make(chan struct{})}
 			a.t.completing.Store(key, c)
 			go func() {
-				defer m.reg.background.doneCompletion()
+				defer m.reg.background.DoneCompletion()
 				<-batch
 				c.ok = m.complete(ctx, a)
 				a.t.completing.CompareAndDelete(key, c)

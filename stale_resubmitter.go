@@ -10,6 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/wmoutbox/outbox/internal/loop"
+	"github.com/wmoutbox/outbox/internal/pages"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -179,15 +181,15 @@ func (r *StaleResubmitter) resubmitTopic(ctx context.Context, t *tracked, claime
 	// that are not being completed.
 	var after int64
 	sent := 0
-	reads := newPageReads(r.cfg.BatchSize, r.cfg.MaxBatchBytes)
+	reads := pages.New(r.cfg.BatchSize, r.cfg.MaxBatchBytes)
 	for {
 		sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 		var recs []recordstore.Record
 		var more bool
 		if spaced != nil {
-			recs, more, err = reads.spaced(sctx, spaced, t.topic, after, r.cfg.ConfirmWithin, r.cfg.OlderThan)
+			recs, more, err = reads.Spaced(sctx, spaced, t.topic, after, r.cfg.ConfirmWithin, r.cfg.OlderThan)
 		} else {
-			recs, more, err = reads.stale(sctx, claimer, t.topic, after, r.cfg.OlderThan)
+			recs, more, err = reads.Stale(sctx, claimer, t.topic, after, r.cfg.OlderThan)
 		}
 		cancel()
 		if err != nil {
@@ -250,7 +252,7 @@ func (r *StaleResubmitter) Run(ctx context.Context) error {
 		tick = min(tick, max(r.cfg.ConfirmWithin/3, time.Millisecond))
 	}
 	lastFull := time.Now()
-	return runEvery(ctx, tick, r.logger, "Stale resubmit round failed; the next round tries again", func(ctx context.Context) error {
+	return loop.Every(ctx, tick, r.logger, "Stale resubmit round failed; the next round tries again", func(ctx context.Context) error {
 		full := time.Since(lastFull) >= r.cfg.Interval-tick/2
 		if full {
 			lastFull = time.Now()

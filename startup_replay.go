@@ -11,8 +11,13 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
+	"github.com/wmoutbox/outbox/internal/pages"
 	"github.com/wmoutbox/outbox/recordstore"
 )
+
+// DefaultMaxPageBytes is the byte budget of one page of replay and of one
+// claim of the stale resubmitter: 16 MiB of payloads and metadata.
+const DefaultMaxPageBytes = 16 << 20
 
 // ReplayConfig configures [Replay] and [ReplayPlugin].
 type ReplayConfig struct {
@@ -312,18 +317,18 @@ func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	pages := make(chan page, 1)
+	read := make(chan page, 1)
 	go func() {
-		defer close(pages)
+		defer close(read)
 		var after int64
-		reads := newPageReads(r.cfg.PageSize, r.cfg.MaxPageBytes)
+		reads := pages.New(r.cfg.PageSize, r.cfg.MaxPageBytes)
 		for {
 			rctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-			recs, more, err := reads.pending(rctx, store, name, after)
+			recs, more, err := reads.Pending(rctx, store, name, after)
 			cancel()
 			if err != nil {
 				select {
-				case pages <- page{err: err}:
+				case read <- page{err: err}:
 				case <-ctx.Done():
 				}
 				return
@@ -332,7 +337,7 @@ func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 				return
 			}
 			select {
-			case pages <- page{records: recs}:
+			case read <- page{records: recs}:
 			case <-ctx.Done():
 				return
 			}
@@ -352,7 +357,7 @@ func (r *replayer) replayName(ctx context.Context, t *tracked) (int, error) {
 			r.stampSent(ctx, name, store, recs)
 		}
 	}()
-	sent, lastID, err := r.sendPages(ctx, t, id, pages, stamps)
+	sent, lastID, err := r.sendPages(ctx, t, id, read, stamps)
 	close(stamps)
 	<-stamped
 	if err != nil {
@@ -420,7 +425,7 @@ func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger
 		if err != nil {
 			return err
 		}
-		reg.background.draining.Store(false)
+		reg.background.Draining.Store(false)
 		router.AddPublisherDecorators(func(pub message.Publisher) (message.Publisher, error) {
 			return &closingPublisher{Publisher: pub, reg: reg}, nil
 		})
@@ -521,7 +526,7 @@ func (s *replayingSubscriber) Subscribe(ctx context.Context, topic string) (<-ch
 		return ch, nil
 	}
 	if err := s.gate.subscribed1(ctx); err != nil {
-		s.r.reg.background.spawn(func() { drain(ctx, ch) })
+		s.r.reg.background.Spawn(func() { drain(ctx, ch) })
 		return nil, fmt.Errorf("startup replay: %w", err)
 	}
 	return ch, nil
@@ -588,10 +593,10 @@ func (r *replayer) countSubscription(topic string) {
 func (r *replayer) replayClaimed(ctx context.Context, t *tracked, claimer recordstore.StaleClaimer, identity string) (int, error) {
 	sent := 0
 	var after int64 // the cursor: each record is claimed once, whatever ClaimGrace
-	reads := newPageReads(r.cfg.PageSize, r.cfg.MaxPageBytes)
+	reads := pages.New(r.cfg.PageSize, r.cfg.MaxPageBytes)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-		recs, more, err := reads.replay(cctx, claimer, t.topic, after, r.cfg.ClaimGrace)
+		recs, more, err := reads.Replay(cctx, claimer, t.topic, after, r.cfg.ClaimGrace)
 		cancel()
 		if err != nil {
 			return sent, &ResendError{Topic: t.topic, Err: fmt.Errorf("claiming pending records: %w", err)}

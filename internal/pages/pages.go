@@ -1,4 +1,10 @@
-package outbox
+// Package pages sizes the reads of records for a byte budget: a store that
+// implements recordstore.ByteBoundedReader ends a page at the budget, and
+// each read asks for about as many records as the last one showed the
+// budget holds, so that the rows a store had to skip stay few. A read under
+// the budget lets the next one ask for twice as many, up to the configured
+// count.
+package pages
 
 import (
 	"context"
@@ -7,28 +13,26 @@ import (
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
-// DefaultMaxPageBytes is the byte budget of one page of replay and of one
-// claim of the stale resubmitter: 16 MiB of payloads and metadata.
-const DefaultMaxPageBytes = 16 << 20
-
-// pageReads sizes the reads of records for a byte budget: a store that
+// Reader sizes the reads of records for a byte budget: a store that
 // implements [recordstore.ByteBoundedReader] ends a page at the budget,
 // and each read asks for about as many records as the last one showed the
 // budget holds, so that the rows a store had to skip stay few. A read under
 // the budget lets the next one ask for twice as many, up to the
 // configured count.
-type pageReads struct {
+type Reader struct {
 	maxRecords, maxBytes int
 	limit                int
 }
 
-func newPageReads(maxRecords, maxBytes int) *pageReads {
-	return &pageReads{maxRecords: maxRecords, maxBytes: maxBytes, limit: maxRecords}
+// New returns a Reader of at most maxRecords records and about maxBytes
+// bytes a read.
+func New(maxRecords, maxBytes int) *Reader {
+	return &Reader{maxRecords: maxRecords, maxBytes: maxBytes, limit: maxRecords}
 }
 
-// pending reads the next page of topic's pending records after after, and
+// Pending reads the next page of topic's pending records after after, and
 // reports whether more may follow.
-func (p *pageReads) pending(ctx context.Context, store recordstore.Store, topic string, after int64) ([]recordstore.Record, bool, error) {
+func (p *Reader) Pending(ctx context.Context, store recordstore.Store, topic string, after int64) ([]recordstore.Record, bool, error) {
 	limit := p.limit
 	var recs []recordstore.Record
 	var err error
@@ -43,9 +47,9 @@ func (p *pageReads) pending(ctx context.Context, store recordstore.Store, topic 
 	return recs, p.adapt(recs, limit), nil
 }
 
-// stale claims the next batch of topic's stale records after after, and
+// Stale claims the next batch of topic's stale records after after, and
 // reports whether more may follow.
-func (p *pageReads) stale(ctx context.Context, claimer recordstore.StaleClaimer, topic string, after int64, olderThan time.Duration) ([]recordstore.Record, bool, error) {
+func (p *Reader) Stale(ctx context.Context, claimer recordstore.StaleClaimer, topic string, after int64, olderThan time.Duration) ([]recordstore.Record, bool, error) {
 	limit := p.limit
 	var recs []recordstore.Record
 	var err error
@@ -60,9 +64,9 @@ func (p *pageReads) stale(ctx context.Context, claimer recordstore.StaleClaimer,
 	return recs, p.adapt(recs, limit), nil
 }
 
-// spaced claims the next batch of topic's records whose resends are
+// Spaced claims the next batch of topic's records whose resends are
 // spaced ([recordstore.SpacedClaimer]), and reports whether more may follow.
-func (p *pageReads) spaced(ctx context.Context, claimer recordstore.SpacedClaimer, topic string, after int64, minAge, maxAge time.Duration) ([]recordstore.Record, bool, error) {
+func (p *Reader) Spaced(ctx context.Context, claimer recordstore.SpacedClaimer, topic string, after int64, minAge, maxAge time.Duration) ([]recordstore.Record, bool, error) {
 	limit := p.limit
 	recs, err := claimer.ClaimSpaced(ctx, topic, after, minAge, maxAge, limit, p.maxBytes)
 	if err != nil {
@@ -71,13 +75,13 @@ func (p *pageReads) spaced(ctx context.Context, claimer recordstore.SpacedClaime
 	return recs, p.adapt(recs, limit), nil
 }
 
-// replay claims the next page of topic's records for a replay by claims:
+// Replay claims the next page of topic's records for a replay by claims:
 // with [recordstore.ReplayClaimer], those never sent again after their
 // publish too; with a bare [recordstore.StaleClaimer], the stale ones.
-func (p *pageReads) replay(ctx context.Context, claimer recordstore.StaleClaimer, topic string, after int64, grace time.Duration) ([]recordstore.Record, bool, error) {
+func (p *Reader) Replay(ctx context.Context, claimer recordstore.StaleClaimer, topic string, after int64, grace time.Duration) ([]recordstore.Record, bool, error) {
 	rc, ok := claimer.(recordstore.ReplayClaimer)
 	if !ok {
-		return p.stale(ctx, claimer, topic, after, grace)
+		return p.Stale(ctx, claimer, topic, after, grace)
 	}
 	limit := p.limit
 	recs, err := rc.ClaimReplay(ctx, topic, after, grace, limit, p.maxBytes)
@@ -89,7 +93,7 @@ func (p *pageReads) replay(ctx context.Context, claimer recordstore.StaleClaimer
 
 // adapt sets the next read's limit from the records of a read that asked
 // for asked, and reports whether more records may follow it.
-func (p *pageReads) adapt(recs []recordstore.Record, asked int) bool {
+func (p *Reader) adapt(recs []recordstore.Record, asked int) bool {
 	bytes, fit := 0, len(recs)
 	for i := range recs {
 		if bytes += recs[i].Size(); bytes >= p.maxBytes {

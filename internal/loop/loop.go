@@ -1,8 +1,9 @@
-package outbox
+// Package loop runs the outbox's background loops: a round every interval,
+// and a router plugin that runs a loop while its router runs.
+package loop
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -10,9 +11,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// runEvery runs round every interval until ctx is done, then returns nil. A
+// Every runs round every interval until ctx is done, then returns nil. A
 // failed round is logged with failure and does not stop the loop.
-func runEvery(ctx context.Context, interval time.Duration, logger watermill.LoggerAdapter, failure string, round func(context.Context) error) error {
+func Every(ctx context.Context, interval time.Duration, logger watermill.LoggerAdapter, failure string, round func(context.Context) error) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -27,21 +28,23 @@ func runEvery(ctx context.Context, interval time.Duration, logger watermill.Logg
 	}
 }
 
-// runWithRouter returns a router plugin that runs run, from the moment the
+// WithRouter returns a router plugin that runs run, from the moment the
 // router is running, on the context the router gives its subscriptions: the
-// router cancels it when it starts closing, which stops run. reg counts the
-// loop, so that [Registry.WaitCompletions] waits for it once the router
-// closes.
-func runWithRouter(reg *Registry, run func(ctx context.Context) error) message.RouterPlugin {
+// router cancels it when it starts closing, which stops run. start counts
+// the loop until the function it returns is called, once run returned;
+// stopping, which it is given, reports whether the router closes or has
+// closed. A router without handlers has no subscription to give a context:
+// the plugin returns noHandlers.
+func WithRouter(start func(stopping func() bool) (end func()), noHandlers error, run func(ctx context.Context) error) message.RouterPlugin {
 	return func(router *message.Router) error {
 		if len(router.Handlers()) == 0 {
-			return fmt.Errorf("%w: a background runner needs a router with at least one handler; call its Run method instead", ErrInvalidConfig)
+			return noHandlers
 		}
 		var once sync.Once
 		router.AddSubscriberDecorators(func(sub message.Subscriber) (message.Subscriber, error) {
 			return &contextTap{Subscriber: sub, tap: func(ctx context.Context) {
 				once.Do(func() {
-					end := reg.background.startLoop(func() bool { return ctx.Err() != nil || router.IsClosed() })
+					end := start(func() bool { return ctx.Err() != nil || router.IsClosed() })
 					go func() {
 						defer end()
 						select {
