@@ -15,6 +15,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
@@ -176,7 +177,7 @@ func TestAttempts(t *testing.T) {
 			decorated, err := outbox.NewPublisher(b.reg, gc)
 			require.NoError(t, err)
 			rows := b.rowCount(t)
-			require.NoError(t, outbox.Requeue(b.ctx(t), b.reg, decorated, b.topic, id))
+			require.NoError(t, outboxops.Requeue(b.ctx(t), b.reg, decorated, b.topic, id))
 			assert.Equal(t, rows, b.rowCount(t), "no second record")
 			require.NoError(t, b.store.CheckPending(b.ctx(t), b.delivery(id)), "pending again")
 			got := <-sub
@@ -186,7 +187,7 @@ func TestAttempts(t *testing.T) {
 			attempts, _ := b.attemptsOf(t, id)
 			assert.Zero(t, attempts, "attempts start over")
 
-			err = outbox.Requeue(b.ctx(t), b.reg, gc, b.topic, id)
+			err = outboxops.Requeue(b.ctx(t), b.reg, gc, b.topic, id)
 			assert.ErrorIs(t, err, recordstore.ErrNotAbandoned, "a pending record is not requeued")
 		})
 	})

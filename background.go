@@ -16,6 +16,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/wmoutbox/outbox/internal/hooks"
 	"github.com/wmoutbox/outbox/internal/loop"
 )
 
@@ -47,6 +48,12 @@ func (p *closingPublisher) Close() error {
 
 // Unwrap returns the decorated publisher.
 func (p *closingPublisher) Unwrap() message.Publisher { return p.Publisher }
+
+func init() {
+	hooks.RunWithRouter = func(reg any, run func(ctx context.Context) error) message.RouterPlugin {
+		return runWithRouter(reg.(*Registry), run)
+	}
+}
 
 // runWithRouter returns a router plugin that runs run while the router
 // runs (loop.WithRouter), counted among the registry's loops, so that

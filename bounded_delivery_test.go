@@ -23,6 +23,7 @@ import (
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/faultproxy"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
@@ -220,7 +221,7 @@ func TestReplayedMessagesOutliveTheReplay(t *testing.T) {
 		}},
 		{name: "Requeue", abandon: true, send: func(ctx context.Context, t *testing.T, b *bundle, pub message.Publisher, ids []int64) {
 			for _, id := range ids {
-				require.NoError(t, outbox.Requeue(ctx, b.reg, pub, b.topic, id))
+				require.NoError(t, outboxops.Requeue(ctx, b.reg, pub, b.topic, id))
 			}
 		}},
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -27,7 +27,7 @@ func TestCleanerPausesBetweenBatches(t *testing.T) {
 		require.NoError(t, err)
 	}
 	b.backdate(t, "processed_at", 0)
-	c, err := outbox.NewCleaner(b.reg, outbox.CleanerConfig{OlderThan: time.Hour, BatchSize: 2, Pause: time.Hour}, b.logger)
+	c, err := outboxops.NewCleaner(b.reg, outboxops.CleanerConfig{OlderThan: time.Hour, BatchSize: 2, Pause: time.Hour}, b.logger)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(b.ctx(t))
 	defer cancel()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -25,7 +26,7 @@ func TestCleaner(t *testing.T) {
 				_, err := mw(m)
 				require.NoError(t, err)
 			}
-			c, err := outbox.NewCleaner(b.reg, outbox.CleanerConfig{OlderThan: time.Hour, BatchSize: 2}, b.logger)
+			c, err := outboxops.NewCleaner(b.reg, outboxops.CleanerConfig{OlderThan: time.Hour, BatchSize: 2}, b.logger)
 			require.NoError(t, err)
 			n, err := c.CleanOnce(b.ctx(t))
 			require.NoError(t, err)
@@ -43,7 +44,7 @@ func TestCleaner(t *testing.T) {
 	t.Run("RunReturnsWhenItsContextEnds", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, testenv.Backends()[0], sqlstore.Mark)
-		c, err := outbox.NewCleaner(b.reg, outbox.CleanerConfig{Interval: time.Millisecond}, nil)
+		c, err := outboxops.NewCleaner(b.reg, outboxops.CleanerConfig{Interval: time.Millisecond}, nil)
 		require.NoError(t, err)
 		assertRunStops(t, b, c.Run)
 	})
@@ -52,9 +53,9 @@ func TestCleaner(t *testing.T) {
 		t.Parallel()
 		reg, err := outbox.NewRegistry()
 		require.NoError(t, err)
-		_, err = outbox.NewCleaner(reg, outbox.CleanerConfig{OlderThan: -time.Second}, nil)
+		_, err = outboxops.NewCleaner(reg, outboxops.CleanerConfig{OlderThan: -time.Second}, nil)
 		assert.ErrorIs(t, err, outbox.ErrInvalidConfig)
-		_, err = outbox.NewCleaner(nil, outbox.CleanerConfig{}, nil)
+		_, err = outboxops.NewCleaner(nil, outboxops.CleanerConfig{}, nil)
 		assert.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	})
 }

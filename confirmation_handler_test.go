@@ -13,6 +13,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
@@ -199,12 +200,12 @@ func TestRetiringARemoteConsumer(t *testing.T) {
 
 		before, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store, RemoteConsumers: []string{"billing", "shipping"}})
 		require.NoError(t, err)
-		_, err = outbox.RetireConsumer(ctx, before, "orders", "shipping")
+		_, err = outboxops.RetireConsumer(ctx, before, "orders", "shipping")
 		assert.ErrorIs(t, err, outbox.ErrInvalidConfig, "a declared remote consumer is not retired")
 
 		after, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store, RemoteConsumers: []string{"billing"}})
 		require.NoError(t, err)
-		n, err := outbox.RetireConsumer(ctx, after, "orders", "shipping")
+		n, err := outboxops.RetireConsumer(ctx, after, "orders", "shipping")
 		require.NoError(t, err)
 		assert.Equal(t, 1, n)
 		left, err := store.PendingAfter(ctx, "orders", 0, 10)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
@@ -104,7 +105,7 @@ func TestStatusShowsTheDeliveriesAwaitingConfirmation(t *testing.T) {
 		msgs := crashBeforeConsumption(t, b, 3)
 		require.Len(t, msgs, 3)
 
-		sts, err := outbox.ReadStatus(b.ctx(t), reg, outbox.StatusOptions{})
+		sts, err := outboxops.ReadStatus(b.ctx(t), reg, outboxops.StatusOptions{})
 		require.NoError(t, err)
 		require.Len(t, sts, 1)
 		require.Len(t, sts[0].Consumers, 2)
@@ -115,7 +116,7 @@ func TestStatusShowsTheDeliveriesAwaitingConfirmation(t *testing.T) {
 		assert.Positive(t, billing.OldestPending)
 		assert.False(t, sts[0].Consumers[1].Remote, "email shares the store")
 
-		h, err := outbox.NewStatusHandler(reg, outbox.StatusHandlerConfig{}, b.logger)
+		h, err := outboxops.NewStatusHandler(reg, outboxops.StatusHandlerConfig{}, b.logger)
 		require.NoError(t, err)
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/status", nil))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
@@ -235,12 +236,12 @@ func TestRemovingAConsumer(t *testing.T) {
 		reports := undeclaredReports(b.logger, "stats")
 		require.Len(t, reports, 1, "the start reports the retired consumer")
 		assert.Contains(t, reports[0], `5 pending deliveries`)
-		assert.Contains(t, reports[0], `outbox.RetireConsumer(ctx, reg, "`+b.topic+`", "stats")`)
+		assert.Contains(t, reports[0], `outboxops.RetireConsumer(ctx, reg, "`+b.topic+`", "stats")`)
 		assert.Equal(t, n, b.pendingCount(t), "stats' deliveries keep the records pending")
 
-		_, err := outbox.RetireConsumer(b.ctx(t), b.reg, b.topic, "email")
+		_, err := outboxops.RetireConsumer(b.ctx(t), b.reg, b.topic, "email")
 		require.ErrorIs(t, err, outbox.ErrInvalidConfig, "a declared consumer is not retired")
-		retired, err := outbox.RetireConsumer(b.ctx(t), b.reg, b.topic, "stats")
+		retired, err := outboxops.RetireConsumer(b.ctx(t), b.reg, b.topic, "stats")
 		require.NoError(t, err)
 		assert.Equal(t, n, retired)
 		assert.Zero(t, b.pendingCount(t), "retiring completes the records")
@@ -272,7 +273,7 @@ func TestRenamingAConsumer(t *testing.T) {
 			assert.NotContains(t, e.Msg, "handling it untracked", "the new name's deliveries are tracked")
 		}
 
-		retired, err := outbox.RetireConsumer(b.ctx(t), b.reg, b.topic, "stats")
+		retired, err := outboxops.RetireConsumer(b.ctx(t), b.reg, b.topic, "stats")
 		require.NoError(t, err)
 		assert.Equal(t, n, retired)
 		assert.Zero(t, b.pendingCount(t))

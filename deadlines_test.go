@@ -15,6 +15,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/outboxops"
 )
 
 // TestSilentDatabaseDeadlines puts the service's store behind a fault proxy
@@ -49,7 +50,7 @@ func TestSilentDatabaseDeadlines(t *testing.T) {
 			return err
 		}},
 		{name: "ReadStatus", wait: outbox.DefaultStatementTimeout, call: func(ctx context.Context, b *bundle) error {
-			_, err := outbox.ReadStatus(ctx, b.reg, outbox.StatusOptions{Full: true})
+			_, err := outboxops.ReadStatus(ctx, b.reg, outboxops.StatusOptions{Full: true})
 			return err
 		}},
 		{name: "Replay", wait: short, call: func(ctx context.Context, b *bundle) error {
@@ -78,7 +79,7 @@ func TestSilentDatabaseDeadlines(t *testing.T) {
 			return err
 		}},
 		{name: "CleanOnce", wait: short, call: func(ctx context.Context, b *bundle) error {
-			c, err := outbox.NewCleaner(b.reg, outbox.CleanerConfig{OlderThan: time.Millisecond, StatementTimeout: short}, nil)
+			c, err := outboxops.NewCleaner(b.reg, outboxops.CleanerConfig{OlderThan: time.Millisecond, StatementTimeout: short}, nil)
 			if err != nil {
 				return err
 			}

@@ -23,12 +23,6 @@ var (
 	// [CompleteTx].
 	ErrNotSupported = recordstore.ErrNotSupported
 
-	// ErrConsumerDeclared is wrapped by the error of a retire that the
-	// store refuses because the latest start of a service on its table
-	// declares the consumer ([RetireConsumer], sqlstore's Store.Retire). It
-	// is the store's sentinel.
-	ErrConsumerDeclared = recordstore.ErrConsumerDeclared
-
 	// ErrInvalidMetadata is wrapped by the error logged for a delivered
 	// message of this service's table whose record id cannot be read (not
 	// a positive decimal integer). Nacking it would bring it back without

@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/outboxops"
 )
 
 // A message whose handler keeps failing is abandoned after three tries and
@@ -42,7 +43,7 @@ func ExampleMiddlewareConfig_maxAttempts() {
 	msg.Ack()
 	_ = router.Close()
 
-	status, _ := outbox.ReadStatus(context.Background(), reg, outbox.StatusOptions{Full: true})
+	status, _ := outboxops.ReadStatus(context.Background(), reg, outboxops.StatusOptions{Full: true})
 	fmt.Println(msg.UUID, "after", tries, "tries:", msg.Metadata.Get(middleware.ReasonForPoisonedKey))
 	fmt.Printf("pending %d, abandoned %d\n", status[0].Pending, status[0].Abandoned)
 	// Output:

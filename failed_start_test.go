@@ -18,6 +18,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
@@ -41,7 +42,7 @@ func TestFailedStartsLeakNoGoroutine(t *testing.T) {
 	require.NoError(t, broken.Close())
 	resubmitter, err := outbox.NewStaleResubmitter(b.reg, broken, outbox.StaleResubmitterConfig{}, nil)
 	require.NoError(t, err)
-	cleaner, err := outbox.NewCleaner(b.reg, outbox.CleanerConfig{}, nil)
+	cleaner, err := outboxops.NewCleaner(b.reg, outboxops.CleanerConfig{}, nil)
 	require.NoError(t, err)
 
 	for _, sc := range []struct {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
@@ -187,7 +188,7 @@ func TestCleanerCleansInboxes(t *testing.T) {
 
 		empty, err := outbox.NewRegistry()
 		require.NoError(t, err)
-		cleaner, err := outbox.NewCleaner(empty, outbox.CleanerConfig{Inboxes: []recordstore.Inbox{inbox}, InboxOlderThan: 24 * time.Hour, BatchSize: 2}, nil)
+		cleaner, err := outboxops.NewCleaner(empty, outboxops.CleanerConfig{Inboxes: []recordstore.Inbox{inbox}, InboxOlderThan: 24 * time.Hour, BatchSize: 2}, nil)
 		require.NoError(t, err)
 		n, err := cleaner.CleanOnce(ctx)
 		require.NoError(t, err)
@@ -201,7 +202,7 @@ func TestCleanerCleansInboxes(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, handled, "a young entry is kept")
 
-		_, err = outbox.NewCleaner(empty, outbox.CleanerConfig{Inboxes: []recordstore.Inbox{nil}}, nil)
+		_, err = outboxops.NewCleaner(empty, outboxops.CleanerConfig{Inboxes: []recordstore.Inbox{nil}}, nil)
 		assert.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	})
 }

@@ -167,6 +167,19 @@ func (p *publisher) savedOrdered(ctx context.Context, t *tracked, records []reco
 	return before
 }
 
+// DefaultStatementTimeout bounds each database statement of the outbox
+// whose context has no deadline and whose configuration sets no timeout of
+// its own: the record insert of a Publish whose message context has no
+// deadline, and the reads of outboxops.ReadStatus on a context without
+// one. It is also the default of the StatementTimeout fields of
+// [ReplayConfig], [StaleResubmitterConfig] and outboxops.CleanerConfig. A
+// database that accepts connections and never answers (a table locked by a
+// migration, a partitioned network) then makes the call fail with the
+// driver's deadline error instead of hanging. To choose another bound,
+// give the context (for Publish, the message's: msg.SetContext) a deadline
+// of its own.
+const DefaultStatementTimeout = 30 * time.Second
+
 // insertTimeout bounds a tracked publish's insert, which runs on the
 // message's context without its cancellation: a caller that gives up while
 // the statement or its commit is on its way would otherwise be left not

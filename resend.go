@@ -8,6 +8,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/wmoutbox/outbox/internal/hooks"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -149,13 +150,16 @@ func replayMessage(ctx context.Context, t *tracked, identity string, rec records
 	return msg
 }
 
-// Requeue makes the abandoned record id of a tracked topic pending again
-// (the attempts of its abandoned deliveries reset; deliveries other
-// consumers completed stay complete) and sends it through pub, decorated or
-// not. The topic's store must implement [recordstore.Requeuer]. If the send
-// fails the record stays pending, and replay or the [StaleResubmitter] sends
-// it later.
-func Requeue(ctx context.Context, reg *Registry, pub message.Publisher, topic string, id int64) error {
+func init() {
+	hooks.Requeue = func(ctx context.Context, reg any, pub message.Publisher, topic string, id int64) error {
+		return requeue(ctx, reg.(*Registry), pub, topic, id)
+	}
+}
+
+// requeue is outboxops.Requeue: it makes the abandoned record id of a
+// tracked topic pending again and sends it through pub, decorated or not;
+// a failed send leaves it pending for replay or the stale resubmitter.
+func requeue(ctx context.Context, reg *Registry, pub message.Publisher, topic string, id int64) error {
 	out, err := newResender(reg, pub, ResendRequeue)
 	if err != nil {
 		return err

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -50,7 +50,7 @@ func TestStatusHandler(t *testing.T) {
 			msgs := b.publishTracked(t, 3)
 			_, err := b.middleware(t)((&recordingHandler{}).handle)(msgs[0])
 			require.NoError(t, err)
-			h, err := outbox.NewStatusHandler(b.reg, outbox.StatusHandlerConfig{MaxPendingAge: time.Hour, Full: true}, b.logger)
+			h, err := outboxops.NewStatusHandler(b.reg, outboxops.StatusHandlerConfig{MaxPendingAge: time.Hour, Full: true}, b.logger)
 			require.NoError(t, err)
 
 			code, body := getStatus(t, h)
@@ -75,7 +75,7 @@ func TestStatusHandler(t *testing.T) {
 		forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 			b := setup(t, backend, sqlstore.Mark)
 			b.store.Attach(closedDB(t, backend))
-			h, err := outbox.NewStatusHandler(b.reg, outbox.StatusHandlerConfig{}, nil)
+			h, err := outboxops.NewStatusHandler(b.reg, outboxops.StatusHandlerConfig{}, nil)
 			require.NoError(t, err)
 			code, body := getStatus(t, h)
 			assert.Equal(t, http.StatusServiceUnavailable, code)
@@ -91,7 +91,7 @@ func TestStatusHandler(t *testing.T) {
 		require.NoError(t, err)
 		defer unreachable.Close()
 		b.store.Attach(unreachable)
-		h, err := outbox.NewStatusHandler(b.reg, outbox.StatusHandlerConfig{}, b.logger)
+		h, err := outboxops.NewStatusHandler(b.reg, outboxops.StatusHandlerConfig{}, b.logger)
 		require.NoError(t, err)
 		code, body := getStatus(t, h)
 		assert.Equal(t, http.StatusServiceUnavailable, code)
@@ -106,7 +106,7 @@ func TestStatusHandler(t *testing.T) {
 	t.Run("NamesWithoutRecordsReportZero", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, testenv.Backends()[0], sqlstore.Mark)
-		h, err := outbox.NewStatusHandler(b.reg, outbox.StatusHandlerConfig{}, nil)
+		h, err := outboxops.NewStatusHandler(b.reg, outboxops.StatusHandlerConfig{}, nil)
 		require.NoError(t, err)
 		code, body := getStatus(t, h)
 		assert.Equal(t, http.StatusOK, code)

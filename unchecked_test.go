@@ -17,6 +17,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/outboxtest"
 	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
@@ -55,9 +56,9 @@ func waitSeen(t *testing.T, ctx context.Context, seen chan string, consumer stri
 }
 
 // topicStatus reads the status of one topic of the peer's registry.
-func (p *peer) topicStatus(t *testing.T, topic string, full bool) outbox.TopicStatus {
+func (p *peer) topicStatus(t *testing.T, topic string, full bool) outboxops.TopicStatus {
 	t.Helper()
-	sts, err := outbox.ReadStatus(testCtx(t), p.reg, outbox.StatusOptions{Full: full})
+	sts, err := outboxops.ReadStatus(testCtx(t), p.reg, outboxops.StatusOptions{Full: full})
 	require.NoError(t, err)
 	for _, st := range sts {
 		if st.Topic == topic {
@@ -65,11 +66,11 @@ func (p *peer) topicStatus(t *testing.T, topic string, full bool) outbox.TopicSt
 		}
 	}
 	t.Fatalf("no status of %q in %v", topic, sts)
-	return outbox.TopicStatus{}
+	return outboxops.TopicStatus{}
 }
 
 // consumerStatus is the consumer's share of st.
-func consumerStatus(t *testing.T, st outbox.TopicStatus, consumer string) outbox.ConsumerStatus {
+func consumerStatus(t *testing.T, st outboxops.TopicStatus, consumer string) outboxops.ConsumerStatus {
 	t.Helper()
 	for _, cs := range st.Consumers {
 		if cs.Consumer == consumer {
@@ -77,14 +78,14 @@ func consumerStatus(t *testing.T, st outbox.TopicStatus, consumer string) outbox
 		}
 	}
 	t.Fatalf("no status of consumer %q in %+v", consumer, st)
-	return outbox.ConsumerStatus{}
+	return outboxops.ConsumerStatus{}
 }
 
 // withoutReceivers is the consumers' status without the receiver fields,
 // for the tests of other things: the receivers' checks are recorded off the
 // handler's path.
-func withoutReceivers(sts []outbox.ConsumerStatus) []outbox.ConsumerStatus {
-	out := make([]outbox.ConsumerStatus, len(sts))
+func withoutReceivers(sts []outboxops.ConsumerStatus) []outboxops.ConsumerStatus {
+	out := make([]outboxops.ConsumerStatus, len(sts))
 	for i, cs := range sts {
 		cs.Unchecked, cs.Seen, cs.SinceSeen = 0, false, 0
 		out[i] = cs
@@ -238,7 +239,7 @@ func TestStatusHandlerServesTheDocumentedJSON(t *testing.T) {
 	require.NoError(t, store.Complete(ctx, recordstore.Delivery{ID: recs[0].ID, Topic: "orders", Consumer: "ship"}))
 	set(now.Add(800 * time.Millisecond))
 
-	h, err := outbox.NewStatusHandler(reg, outbox.StatusHandlerConfig{}, nil)
+	h, err := outboxops.NewStatusHandler(reg, outboxops.StatusHandlerConfig{}, nil)
 	require.NoError(t, err)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/outbox/status", nil))

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/outboxops"
 )
 
 // Config configures [NewCollector].
@@ -60,11 +61,11 @@ type Collector struct {
 	consumerPending *prometheus.Desc
 	consumerOldest  *prometheus.Desc
 	// unchecked and consumerUnchecked are the pending records that wait
-	// for a receiver never seen (outbox.TopicStatus.Unchecked).
+	// for a receiver never seen (outboxops.TopicStatus.Unchecked).
 	unchecked         *prometheus.Desc
 	consumerUnchecked *prometheus.Desc
 	// blockedKeys are the order keys an abandoned record holds
-	// (outbox.TopicStatus.BlockedKeys).
+	// (outboxops.TopicStatus.BlockedKeys).
 	blockedKeys *prometheus.Desc
 	scrapeE     *prometheus.Desc
 }
@@ -146,7 +147,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ScrapeTimeout)
 	defer cancel()
-	sts, err := outbox.ReadStatus(ctx, c.reg, outbox.StatusOptions{})
+	sts, err := outboxops.ReadStatus(ctx, c.reg, outboxops.StatusOptions{})
 	failed := 0.0
 	if err != nil {
 		c.logger.Error("Reading the outbox backlog for metrics failed", err, nil)

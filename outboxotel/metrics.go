@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/outboxops"
 )
 
 // MetricsConfig configures [NewMetrics].
@@ -85,7 +86,7 @@ type Metrics struct {
 	pending, consumerPending, readErrors metric.Int64ObservableGauge
 	oldest, consumerOldest               metric.Float64ObservableGauge
 	// unchecked and consumerUnchecked are the pending records that wait
-	// for a receiver never seen (outbox.TopicStatus.Unchecked).
+	// for a receiver never seen (outboxops.TopicStatus.Unchecked).
 	unchecked, consumerUnchecked metric.Int64ObservableGauge
 	registration                 metric.Registration
 
@@ -178,7 +179,7 @@ func (m *Metrics) Close() error { return m.registration.Unregister() }
 func (m *Metrics) observeBacklog(ctx context.Context, o metric.Observer) error {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.ReadTimeout)
 	defer cancel()
-	sts, err := outbox.ReadStatus(ctx, m.reg, outbox.StatusOptions{})
+	sts, err := outboxops.ReadStatus(ctx, m.reg, outboxops.StatusOptions{})
 	if err != nil {
 		m.logger.Error("Reading the outbox backlog for metrics failed", err, nil)
 		o.ObserveInt64(m.readErrors, 1)

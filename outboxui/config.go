@@ -18,7 +18,7 @@ type Config struct {
 	Actions bool
 
 	// Registry, when set, is the service's: retiring a consumer goes
-	// through outbox.RetireConsumer, which refuses a topic the registry
+	// through outboxops.RetireConsumer, which refuses a topic the registry
 	// does not track and a consumer the topic still declares, and its
 	// remote consumers are shown as such. Defaults to nil: the store
 	// refuses only a consumer that its topic's latest start declared

@@ -37,7 +37,7 @@
 // With [Config.Actions] on, an operator can requeue an abandoned record
 // (pending again, due at once for the service's outbox.StaleResubmitter),
 // make a pending record due for it, and retire a consumer that its topic
-// no longer declares (as outbox.RetireConsumer does). Retire asks first:
+// no longer declares (as outboxops.RetireConsumer does). Retire asks first:
 // its page shows how many pending deliveries it would complete and when
 // the consumer was last seen, and a second POST acts, whose page says how
 // many it completed; a consumer that the latest start of the service

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -51,7 +52,7 @@ func (h *Handler) retire(w http.ResponseWriter, r *http.Request, fields watermil
 	}
 	var err error
 	if h.cfg.Registry != nil {
-		d.Completed, err = outbox.RetireConsumer(ctx, h.cfg.Registry, d.Topic, d.Consumer)
+		d.Completed, err = outboxops.RetireConsumer(ctx, h.cfg.Registry, d.Topic, d.Consumer)
 	} else {
 		d.Completed, err = h.store.Retire(ctx, d.Topic, d.Consumer)
 	}

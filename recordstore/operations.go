@@ -164,7 +164,7 @@ func (r *Record) Size() int {
 }
 
 // Cleaner is implemented by a [Store] that keeps completed records and can
-// delete them, for the outbox.Cleaner.
+// delete them, for the outboxops.Cleaner.
 type Cleaner interface {
 	// Clean deletes up to limit completed, not abandoned records
 	// completed more than olderThan ago by the database clock, and returns
@@ -173,7 +173,7 @@ type Cleaner interface {
 }
 
 // ConsumerRetirer is implemented by a [Store] that can retire a consumer a
-// topic no longer declares, for outbox.RetireConsumer and operators' tools.
+// topic no longer declares, for outboxops.RetireConsumer and operators' tools.
 type ConsumerRetirer interface {
 	// Retire completes every pending delivery of consumer to the records
 	// of topic, as if the consumer had handled them, and rolls each record
@@ -265,7 +265,7 @@ type TopicStatus struct {
 // the latest declaration that listed it says ([ConsumerDeclarer]): its
 // Pending deliveries await its confirmation over the broker, the oldest
 // for OldestPending. False on a store that keeps no declarations, unless
-// outbox.ReadStatus sets it from the registry.
+// outboxops.ReadStatus sets it from the registry.
 type ConsumerStatus struct {
 	Consumer      string
 	Pending       int64

@@ -18,6 +18,7 @@ import (
 	_ "modernc.org/sqlite" // the SQLite driver
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/outboxops"
 )
 
 // Topic is the topic the service publishes its orders to.
@@ -95,7 +96,7 @@ func Run(ctx context.Context, example string, router *message.Router, sub messag
 		return err
 	}
 
-	status, err := outbox.ReadStatus(ctx, reg, outbox.StatusOptions{})
+	status, err := outboxops.ReadStatus(ctx, reg, outboxops.StatusOptions{})
 	if err != nil {
 		return err
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -44,7 +44,7 @@ func (c *cli) status(ctx context.Context, s *sqlstore.Store) error {
 
 // hasRemote reports whether a topic of the status has a remote consumer,
 // which status lists with its deliveries awaiting confirmation.
-func hasRemote(sts []outbox.TopicStatus) bool {
+func hasRemote(sts []outboxops.TopicStatus) bool {
 	for _, st := range sts {
 		for _, cs := range st.Consumers {
 			if cs.Remote {

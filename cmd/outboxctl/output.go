@@ -10,7 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -86,7 +86,7 @@ type consumerJSON struct {
 	LastSeenSecsAgo *float64 `json:"last_seen_seconds_ago"`
 }
 
-func toTopicJSON(st outbox.TopicStatus) topicJSON {
+func toTopicJSON(st outboxops.TopicStatus) topicJSON {
 	j := topicJSON{Topic: st.Topic, Pending: st.Pending, OldestPending: st.OldestPending.Seconds(), Abandoned: st.Abandoned, Completed: st.Completed,
 		Unchecked: st.Unchecked, LastSeenSecsAgo: secondsAgo(st.Seen, st.SinceSeen), BlockedKeys: st.BlockedKeys}
 	for _, cs := range st.Consumers {

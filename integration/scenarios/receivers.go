@@ -15,6 +15,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -114,11 +115,11 @@ func consumerDownIsServedByReplay(t *testing.T, e *env) {
 		waiting[u] = false
 	}
 	e.requireTable(waiting)
-	sts, err := outbox.ReadStatus(e.ctx(), e.reg, outbox.StatusOptions{})
+	sts, err := outboxops.ReadStatus(e.ctx(), e.reg, outboxops.StatusOptions{})
 	require.NoError(t, err)
 	require.Len(t, sts, 1)
 	// stats has never run, so its deliveries are unchecked too.
-	assert.Equal(t, []outbox.ConsumerStatus{{Consumer: "stats", Pending: n, Unchecked: n, OldestPending: sts[0].Consumers[0].OldestPending}}, pendingOnly(sts[0].Consumers),
+	assert.Equal(t, []outboxops.ConsumerStatus{{Consumer: "stats", Pending: n, Unchecked: n, OldestPending: sts[0].Consumers[0].OldestPending}}, pendingOnly(sts[0].Consumers),
 		"only stats has deliveries pending, and no stats has ever checked one")
 
 	both := e.startServiceWith(serviceConfig{reg: e.reg, pub: pub, receivers: e.receiversOf(consumers...), decide: succeed})
@@ -141,8 +142,8 @@ func consumerDownIsServedByReplay(t *testing.T, e *env) {
 }
 
 // pendingOnly returns the consumers with pending deliveries.
-func pendingOnly(cs []outbox.ConsumerStatus) []outbox.ConsumerStatus {
-	var out []outbox.ConsumerStatus
+func pendingOnly(cs []outboxops.ConsumerStatus) []outboxops.ConsumerStatus {
+	var out []outboxops.ConsumerStatus
 	for _, c := range cs {
 		if c.Pending > 0 {
 			out = append(out, c)
@@ -172,13 +173,13 @@ func (e *env) requireDeliveriesComplete(consumers []string, n int) {
 	require.NoError(t, err)
 	assert.Empty(t, pending, "records pending after every consumer handled them")
 
-	sts, err := outbox.ReadStatus(ctx, e.reg, outbox.StatusOptions{Full: true})
+	sts, err := outboxops.ReadStatus(ctx, e.reg, outboxops.StatusOptions{Full: true})
 	require.NoError(t, err)
 	require.Len(t, sts, 1)
 	st := sts[0]
 	assert.Zero(t, st.Pending)
 	assert.EqualValues(t, n, st.Completed)
-	byConsumer := map[string]outbox.ConsumerStatus{}
+	byConsumer := map[string]outboxops.ConsumerStatus{}
 	for _, cs := range st.Consumers {
 		byConsumer[cs.Consumer] = cs
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -159,7 +160,7 @@ func pauseText(p time.Duration) string {
 	return fmt.Sprintf("Pause %v", p)
 }
 
-// defaultCleanerBatch is outbox.CleanerConfig's default BatchSize, which the
+// defaultCleanerBatch is outboxops.CleanerConfig's default BatchSize, which the
 // scale case runs with.
 const defaultCleanerBatch = 1000
 
@@ -178,7 +179,7 @@ func cleanerCase(ctx context.Context, d *database, full *sqlstore.Store, rows in
 	if err != nil {
 		return result{}, result{}, err
 	}
-	c, err := outbox.NewCleaner(reg, outbox.CleanerConfig{OlderThan: fillOlderThan, BatchSize: defaultCleanerBatch, Pause: o.cleanerPause}, nil)
+	c, err := outboxops.NewCleaner(reg, outboxops.CleanerConfig{OlderThan: fillOlderThan, BatchSize: defaultCleanerBatch, Pause: o.cleanerPause}, nil)
 	if err != nil {
 		return result{}, result{}, err
 	}
@@ -243,7 +244,7 @@ const maxCleanFailures = 100
 // cleanAll runs cleanups until one succeeds, which is once nothing old is
 // left, and returns how many records they deleted. A failed cleanup is run
 // again at once, as Cleaner.Run would at its next interval, and counted.
-func cleanAll(ctx context.Context, c *outbox.Cleaner) (deleted, failed int, first, err error) {
+func cleanAll(ctx context.Context, c *outboxops.Cleaner) (deleted, failed int, first, err error) {
 	for stuck := 0; ; {
 		n, err := c.CleanOnce(ctx)
 		deleted += n

@@ -1,4 +1,4 @@
-package outbox
+package outboxops
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/internal/hooks"
 	"github.com/wmoutbox/outbox/internal/loop"
 	"github.com/wmoutbox/outbox/recordstore"
 )
@@ -32,10 +34,10 @@ type CleanerConfig struct {
 	Pause time.Duration
 	// StatementTimeout bounds each DELETE, so that a database that never
 	// answers fails the cleanup (logged by Run; the next one tries again)
-	// instead of hanging it. Defaults to [DefaultStatementTimeout] (30
+	// instead of hanging it. Defaults to [outbox.DefaultStatementTimeout] (30
 	// seconds).
 	StatementTimeout time.Duration
-	// Inboxes are inboxes of this service ([MiddlewareConfig.Inbox]) to
+	// Inboxes are inboxes of this service ([outbox.MiddlewareConfig.Inbox]) to
 	// clean too: their entries older than InboxOlderThan are deleted in the
 	// same rounds and batches. Defaults to none.
 	Inboxes []recordstore.Inbox
@@ -58,7 +60,7 @@ func (c *CleanerConfig) setDefaults() {
 		c.BatchSize = 1000
 	}
 	if c.StatementTimeout == 0 {
-		c.StatementTimeout = DefaultStatementTimeout
+		c.StatementTimeout = outbox.DefaultStatementTimeout
 	}
 	if c.InboxOlderThan == 0 {
 		c.InboxOlderThan = 7 * 24 * time.Hour
@@ -68,17 +70,17 @@ func (c *CleanerConfig) setDefaults() {
 // Validate reports a configuration error, if any.
 func (c CleanerConfig) Validate() error {
 	if c.OlderThan < 0 || c.Interval < 0 || c.BatchSize < 1 {
-		return fmt.Errorf("%w: cleanup needs a non-negative OlderThan and a positive Interval and BatchSize (got %v, %v, %d)", ErrInvalidConfig, c.OlderThan, c.Interval, c.BatchSize)
+		return fmt.Errorf("%w: cleanup needs a non-negative OlderThan and a positive Interval and BatchSize (got %v, %v, %d)", outbox.ErrInvalidConfig, c.OlderThan, c.Interval, c.BatchSize)
 	}
 	if c.StatementTimeout < 0 {
-		return fmt.Errorf("%w: cleanup StatementTimeout %v is negative", ErrInvalidConfig, c.StatementTimeout)
+		return fmt.Errorf("%w: cleanup StatementTimeout %v is negative", outbox.ErrInvalidConfig, c.StatementTimeout)
 	}
 	if c.InboxOlderThan < 0 {
-		return fmt.Errorf("%w: cleanup InboxOlderThan %v is negative", ErrInvalidConfig, c.InboxOlderThan)
+		return fmt.Errorf("%w: cleanup InboxOlderThan %v is negative", outbox.ErrInvalidConfig, c.InboxOlderThan)
 	}
 	for i, in := range c.Inboxes {
 		if in == nil {
-			return fmt.Errorf("%w: cleanup inbox #%d is nil", ErrInvalidConfig, i)
+			return fmt.Errorf("%w: cleanup inbox #%d is nil", outbox.ErrInvalidConfig, i)
 		}
 	}
 	return nil
@@ -91,7 +93,7 @@ func (c CleanerConfig) Validate() error {
 // records are kept. Several instances may run one: each batch is a single
 // short DELETE.
 type Cleaner struct {
-	reg     *Registry
+	reg     *outbox.Registry
 	targets []cleanTarget
 	cfg     CleanerConfig
 	logger  watermill.LoggerAdapter
@@ -105,9 +107,9 @@ type cleanTarget struct {
 }
 
 // NewCleaner returns a cleaner of the registry's stores.
-func NewCleaner(reg *Registry, cfg CleanerConfig, logger watermill.LoggerAdapter) (*Cleaner, error) {
+func NewCleaner(reg *outbox.Registry, cfg CleanerConfig, logger watermill.LoggerAdapter) (*Cleaner, error) {
 	if reg == nil {
-		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: registry is nil", outbox.ErrInvalidConfig)
 	}
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -117,8 +119,8 @@ func NewCleaner(reg *Registry, cfg CleanerConfig, logger watermill.LoggerAdapter
 		logger = watermill.NopLogger{}
 	}
 	c := &Cleaner{reg: reg, cfg: cfg, logger: logger}
-	for _, t := range reg.stores() {
-		if cl, ok := t.store.(recordstore.Cleaner); ok {
+	for _, store := range stores(reg) {
+		if cl, ok := store.(recordstore.Cleaner); ok {
 			c.targets = append(c.targets, cleanTarget{clean: cl.Clean, olderThan: cfg.OlderThan, what: "completed records"})
 		}
 	}
@@ -190,4 +192,4 @@ func (c *Cleaner) Run(ctx context.Context) error {
 // Plugin returns a router plugin that runs the cleaner while the router runs
 // and stops it when the router starts closing. The router needs at least one
 // handler; without one, call Run.
-func (c *Cleaner) Plugin() message.RouterPlugin { return runWithRouter(c.reg, c.Run) }
+func (c *Cleaner) Plugin() message.RouterPlugin { return hooks.RunWithRouter(c.reg, c.Run) }

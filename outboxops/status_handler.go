@@ -1,4 +1,4 @@
-package outbox
+package outboxops
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+
+	"github.com/wmoutbox/outbox"
 )
 
 // StatusHandlerConfig configures [NewStatusHandler].
@@ -34,7 +36,7 @@ func (c *StatusHandlerConfig) setDefaults() {
 // Validate reports a configuration error, if any.
 func (c StatusHandlerConfig) Validate() error {
 	if c.MaxPendingAge < 0 || c.Timeout < 0 {
-		return fmt.Errorf("%w: MaxPendingAge %v and Timeout %v must not be negative", ErrInvalidConfig, c.MaxPendingAge, c.Timeout)
+		return fmt.Errorf("%w: MaxPendingAge %v and Timeout %v must not be negative", outbox.ErrInvalidConfig, c.MaxPendingAge, c.Timeout)
 	}
 	return nil
 }
@@ -63,9 +65,9 @@ const statusReadFailed = "reading the outbox status failed; the cause is in the 
 // their backlog to whoever can reach it, so mount it behind the service's
 // authentication or on an internal port; a failure to read a store is
 // logged with its cause and answered with a generic error.
-func NewStatusHandler(reg *Registry, cfg StatusHandlerConfig, logger watermill.LoggerAdapter) (http.Handler, error) {
+func NewStatusHandler(reg *outbox.Registry, cfg StatusHandlerConfig, logger watermill.LoggerAdapter) (http.Handler, error) {
 	if reg == nil {
-		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: registry is nil", outbox.ErrInvalidConfig)
 	}
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -78,7 +80,7 @@ func NewStatusHandler(reg *Registry, cfg StatusHandlerConfig, logger watermill.L
 }
 
 type statusHandler struct {
-	reg    *Registry
+	reg    *outbox.Registry
 	cfg    StatusHandlerConfig
 	logger watermill.LoggerAdapter
 }

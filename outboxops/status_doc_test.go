@@ -1,4 +1,4 @@
-package outbox_test
+package outboxops_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/outboxtest"
 	"github.com/wmoutbox/outbox/recordstore"
 )
@@ -25,7 +26,7 @@ import (
 // ConsumerStatus fails this test until the doc shows it.
 func TestOperationsDocShowsTheStatusJSON(t *testing.T) {
 	t.Parallel()
-	doc, err := os.ReadFile("docs/operations.md")
+	doc, err := os.ReadFile("../docs/operations.md")
 	require.NoError(t, err)
 	section := between(t, string(doc), "## HTTP status\n", "\n## ")
 	block := between(t, section, "```json\n", "```")
@@ -38,7 +39,7 @@ func TestOperationsDocShowsTheStatusJSON(t *testing.T) {
 	store := fixedStatusStore{Store: outboxtest.NewStore(outboxtest.StoreConfig{}), status: []recordstore.TopicStatus{st}}
 	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: "orders", Store: store})
 	require.NoError(t, err)
-	h, err := outbox.NewStatusHandler(reg, outbox.StatusHandlerConfig{Full: true}, nil)
+	h, err := outboxops.NewStatusHandler(reg, outboxops.StatusHandlerConfig{Full: true}, nil)
 	require.NoError(t, err)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/outbox/status", nil))
@@ -129,4 +130,15 @@ func jsonShape(v any) string {
 		return "number"
 	}
 	return reflect.TypeOf(v).String()
+}
+
+// between is the text of s from after begin to before the next end.
+func between(t *testing.T, s, begin, end string) string {
+	t.Helper()
+	i := strings.Index(s, begin)
+	require.GreaterOrEqual(t, i, 0, "missing %q", begin)
+	rest := s[i+len(begin):]
+	j := strings.Index(rest, end)
+	require.GreaterOrEqual(t, j, 0, "missing %q", end)
+	return rest[:j]
 }
