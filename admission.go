@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -40,7 +41,7 @@ type admission struct {
 
 // admit decides whether the message is this consumer's to handle and
 // tracks, and checks its record.
-func (m *middleware) admit(msg *message.Message, idText string) (*admission, CheckOutcome, error) {
+func (m *middleware) admit(msg *message.Message, idText string) (*admission, observe.CheckOutcome, error) {
 	ctx := msg.Context()
 	name := msg.Metadata[MetadataTopic]
 	topic := message.SubscribeTopicFromCtx(ctx)
@@ -57,7 +58,7 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, Che
 	}
 	if name != topic {
 		m.notOwned(msg, topic, consumer, "the message's record is another topic's")
-		return nil, CheckUntracked, nil
+		return nil, observe.CheckUntracked, nil
 	}
 	id, perr := parseID(idText)
 	// One deadline bounds the whole check: the identity (read once per
@@ -67,7 +68,7 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, Che
 	identity, err := t.store.Identity(checkCtx)
 	if err != nil {
 		m.hold(ctx, m.checks.Failed())
-		return nil, CheckRefused, &CheckError{Topic: topic, ID: id, Err: fmt.Errorf("reading the table identity: %w", err)}
+		return nil, observe.CheckRefused, &CheckError{Topic: topic, ID: id, Err: fmt.Errorf("reading the table identity: %w", err)}
 	}
 	if msg.Metadata[MetadataStore] != identity {
 		// Another service tracks a topic of the same name in its own
@@ -77,7 +78,7 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, Che
 	if t.completedBy == OnSend {
 		// Complete since it was sent: nothing for a receiver to check.
 		m.notOwned(msg, topic, consumer, "the topic completes on send")
-		return nil, CheckUntracked, nil
+		return nil, observe.CheckUntracked, nil
 	}
 	if err := perr; err != nil {
 		// Nacking would bring the same message back without end; it has
@@ -85,11 +86,11 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, Che
 		m.logger.Error("Malformed outbox metadata; handling the message untracked", fmt.Errorf("message %s of %q: %w", msg.UUID, name, err),
 			watermill.LogFields{"message_uuid": msg.UUID, "topic": name, "consumer": consumer})
 		m.reg.observer().NotOwned(topic, consumer)
-		return nil, CheckUntracked, nil
+		return nil, observe.CheckUntracked, nil
 	}
 	if !m.admitsConsumer(t, consumer) {
 		m.reg.observer().NotOwned(topic, consumer)
-		return nil, CheckUntracked, nil
+		return nil, observe.CheckUntracked, nil
 	}
 	a := &admission{t: t, idText: idText, identity: identity,
 		d: recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Declared: t.deliveries, UUID: msg.UUID,
@@ -107,7 +108,7 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, Che
 		case <-checkCtx.Done():
 		}
 	}
-	var o CheckOutcome
+	var o observe.CheckOutcome
 	if tr := m.reg.tracer(); tr != nil {
 		o, err = m.tracedCheck(tr, msg, checkCtx, a)
 	} else {
@@ -122,7 +123,7 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, Che
 // tracedCheck checks the record as admit does, in the delivery's and the
 // check's contexts the tracer gives, under the same deadline. The message
 // carries the delivery's context from then on.
-func (m *middleware) tracedCheck(tr Tracer, msg *message.Message, checkCtx context.Context, a *admission) (CheckOutcome, error) {
+func (m *middleware) tracedCheck(tr observe.Tracer, msg *message.Message, checkCtx context.Context, a *admission) (observe.CheckOutcome, error) {
 	ref := RecordRef{Topic: a.t.topic, ID: a.d.ID, Consumer: a.d.Consumer}
 	ctx := tr.TraceDelivery(msg.Context(), msg, ref)
 	msg.SetContext(ctx)
@@ -141,7 +142,7 @@ func (m *middleware) tracedCheck(tr Tracer, msg *message.Message, checkCtx conte
 
 // check reads the record's state for the delivery's consumer within
 // checkCtx; a copy it holds waits on ctx, the message's own.
-func (m *middleware) check(ctx, checkCtx context.Context, a *admission) (CheckOutcome, error) {
+func (m *middleware) check(ctx, checkCtx context.Context, a *admission) (observe.CheckOutcome, error) {
 	o, err := m.checkRecord(ctx, checkCtx, a)
 	var checkErr *CheckError
 	if errors.As(err, &checkErr) && !errors.Is(err, recordstore.ErrLeased) {
@@ -154,17 +155,17 @@ func (m *middleware) check(ctx, checkCtx context.Context, a *admission) (CheckOu
 }
 
 // checkRecord reads the record's state, as check does.
-func (m *middleware) checkRecord(ctx, checkCtx context.Context, a *admission) (CheckOutcome, error) {
+func (m *middleware) checkRecord(ctx, checkCtx context.Context, a *admission) (observe.CheckOutcome, error) {
 	err := m.checkPending(checkCtx, a)
 	var conflict *recordstore.ConsumerConflictError
 	var notDue *recordstore.NotDueError
 	switch {
 	case err == nil:
-		return CheckPending, nil
+		return observe.CheckPending, nil
 	case errors.Is(err, ErrNotPending):
 		m.logger.Debug("Record already completed, acking copy without handling", a.fields)
 		m.reg.observer().DuplicateSkipped(a.t.topic, a.d.Consumer)
-		return CheckDuplicate, nil
+		return observe.CheckDuplicate, nil
 	case errors.Is(err, recordstore.ErrMessageMismatch):
 		// The metadata names a record of this table, but the record was
 		// saved for another message: running the handler would complete
@@ -173,14 +174,14 @@ func (m *middleware) checkRecord(ctx, checkCtx context.Context, a *admission) (C
 		// message, and no redelivery makes it one.
 		m.logger.Error("Message names a record saved for another message; acking it without handling", err, a.fields)
 		m.reg.observer().Mismatched(a.t.topic, a.d.Consumer)
-		return CheckMismatch, nil
+		return observe.CheckMismatch, nil
 	case errors.Is(err, recordstore.ErrInvalidValue):
 		// The store cannot keep a value of the delivery (the handler's
 		// name, say), so it cannot track it, and no redelivery changes
 		// that: acked unrun, as a mismatch, the record left pending.
 		m.logger.Error("The store cannot keep a value of the delivery; acking the message without handling", err, a.fields)
 		m.reg.observer().Mismatched(a.t.topic, a.d.Consumer)
-		return CheckMismatch, nil
+		return observe.CheckMismatch, nil
 	case errors.As(err, &conflict) && len(a.t.consumers) > 0:
 		// A store that does not adopt records saved before the topic
 		// declared its consumers (see recordstore.Delivery.Declared).
@@ -188,33 +189,33 @@ func (m *middleware) checkRecord(ctx, checkCtx context.Context, a *admission) (C
 			"%q handles it untracked so that it skips nothing. The store %T does not adopt such records (recordstore.Delivery.Declared)",
 			a.d.ID, a.t.topic, conflict.CompletedBy, a.d.Consumer, a.t.store))
 		m.reg.observer().NotOwned(a.t.topic, a.d.Consumer)
-		return CheckUntracked, nil
+		return observe.CheckUntracked, nil
 	case errors.As(err, &conflict):
 		m.conflict(a.t, a.d.Consumer, conflict.CompletedBy)
 		m.reg.observer().NotOwned(a.t.topic, a.d.Consumer)
-		return CheckUntracked, nil
+		return observe.CheckUntracked, nil
 	case errors.Is(err, recordstore.ErrUnknownRecord):
 		warn(m.logger, "No record with this id in the topic's table (never saved, or cleaned up); acking without handling", a.fields)
 		m.reg.observer().UnknownRecord(a.t.topic, a.d.Consumer)
-		return CheckUnknown, nil
+		return observe.CheckUnknown, nil
 	case errors.Is(err, recordstore.ErrNoDelivery):
 		m.logger.Error("Record was saved before this consumer was declared; handling it untracked", err, a.fields)
 		m.reg.observer().NotOwned(a.t.topic, a.d.Consumer)
-		return CheckUntracked, nil
+		return observe.CheckUntracked, nil
 	case errors.Is(err, recordstore.ErrHeld):
 		// The middleware waits for the earlier record, then puts the
 		// copy back (ordering.go).
-		return CheckRefused, err
+		return observe.CheckRefused, err
 	case errors.As(err, &notDue):
 		m.logger.Debug("Record not due for its next attempt, holding and nacking the copy", a.fields.Add(watermill.LogFields{"wait": notDue.Wait}))
 		m.hold(ctx, notDue.Wait)
-		return CheckRefused, err
+		return observe.CheckRefused, err
 	case errors.Is(err, recordstore.ErrLeased):
 		m.logger.Debug("Record leased by another delivery, nacking copy without handling", a.fields)
 		m.hold(ctx, m.cfg.LeasedNackDelay)
-		return CheckRefused, &CheckError{Topic: a.t.topic, ID: a.d.ID, Err: err}
+		return observe.CheckRefused, &CheckError{Topic: a.t.topic, ID: a.d.ID, Err: err}
 	}
-	return CheckRefused, &CheckError{Topic: a.t.topic, ID: a.d.ID, Err: err}
+	return observe.CheckRefused, &CheckError{Topic: a.t.topic, ID: a.d.ID, Err: err}
 }
 
 // checkPending is the store's check of the delivery. A message without a

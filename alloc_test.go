@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -42,7 +43,7 @@ func TestUntrackedAllocatesNothing(t *testing.T) {
 	// the decorator's, and a raw publisher call costs it too.
 	msgs := []*message.Message{msg}
 	tr := &recordingTracer{}
-	for _, tracer := range []outbox.Tracer{nil, tr} {
+	for _, tracer := range []observe.Tracer{nil, tr} {
 		reg.SetTracer(tracer)
 		if n := testing.AllocsPerRun(1000, func() { _ = pub.Publish("audit", msgs...) }); n != 0 {
 			t.Errorf("untracked publish allocates %v times per call (tracer %T)", n, tracer)

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -18,29 +19,6 @@ import (
 // [AddConfirmationHandler] adds, one per confirmation topic:
 // "outbox_confirmations:<topic>".
 const ConfirmationHandlerName = "outbox_confirmations"
-
-// ConfirmationObserver is implemented by an [Observer] that also counts
-// confirmations, found by type assertion: the outboxmetrics package's
-// collector does.
-type ConfirmationObserver interface {
-	// ConfirmationRejected counts confirmations that completed nothing
-	// because they match no delivery of this service: malformed, of
-	// another table, of an undeclared remote consumer, or naming another
-	// message than the record's.
-	ConfirmationRejected(topic, consumer string)
-}
-
-// InboxObserver is implemented by an [Observer] that also counts what a
-// receiving service's inbox skips, found by type assertion: the
-// outboxmetrics package's collector does.
-type InboxObserver interface {
-	// BusinessKeyDuplicate counts messages of other services acknowledged
-	// without running the handler because the consumer had handled
-	// another message with the same business key
-	// ([MiddlewareConfig.BusinessKey]). They are counted as
-	// DuplicateSkipped too.
-	BusinessKeyDuplicate(topic, consumer string)
-}
 
 // ConfirmationHandlerConfig configures [NewConfirmationHandler].
 type ConfirmationHandlerConfig struct {
@@ -173,7 +151,7 @@ func (c *confirmer) handle(msg *message.Message) error {
 	}
 	switch {
 	case err == nil:
-		c.reg.observer().Handled(t.topic, conf.Consumer)
+		c.reg.observer().Completed(t.topic, conf.Consumer)
 		c.logger.Trace("Remote consumer confirmed its delivery", fields)
 		c.sawConsumer(t, conf)
 		return nil
@@ -250,7 +228,7 @@ func (c *confirmer) fields(msg *message.Message, conf confirmation) watermill.Lo
 
 // reject counts and logs a confirmation that completes nothing.
 func (c *confirmer) reject(msg *message.Message, conf confirmation, why string) {
-	if o, ok := c.reg.observer().(ConfirmationObserver); ok {
+	if o, ok := c.reg.observer().(observe.ConfirmationObserver); ok {
 		o.ConfirmationRejected(conf.Topic, conf.Consumer)
 	}
 	warn(c.logger, "Confirmation matches no pending delivery of this service; it completes nothing", c.fields(msg, conf).Add(watermill.LogFields{"reason": truncate(why, 256)}))
@@ -261,7 +239,7 @@ func (c *confirmer) reject(msg *message.Message, conf confirmation, why string) 
 // default one, say) each receive the others' confirmations, which is
 // normal and must not page anyone. A forged one is counted all the same.
 func (c *confirmer) rejectOthers(msg *message.Message, conf confirmation, why string) {
-	if o, ok := c.reg.observer().(ConfirmationObserver); ok {
+	if o, ok := c.reg.observer().(observe.ConfirmationObserver); ok {
 		o.ConfirmationRejected(conf.Topic, conf.Consumer)
 	}
 	c.logger.Debug("Confirmation of another service's record; it completes nothing here", c.fields(msg, conf).Add(watermill.LogFields{"reason": why}))

@@ -14,6 +14,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/outboxops"
 	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
@@ -93,12 +94,12 @@ func (c *copies) runs(consumer string) map[string]int {
 }
 
 func (c *copies) Published(string, int)                   {}
-func (c *copies) Handled(string, string)                  {}
+func (c *copies) Completed(string, string)                {}
 func (c *copies) DuplicateSkipped(_, consumer string)     { c.settle(consumer) }
 func (c *copies) Failed(string, string)                   {}
 func (c *copies) Abandoned(string, string)                {}
 func (c *copies) Mismatched(string, string)               {}
-func (c *copies) Resent(string, outbox.ResendKind, int)   {}
+func (c *copies) Resent(string, observe.ResendKind, int)  {}
 func (c *copies) NotOwned(string, string)                 {}
 func (c *copies) UnknownRecord(_ string, consumer string) { c.settle(consumer) }
 

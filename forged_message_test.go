@@ -115,8 +115,8 @@ func newSignals() *signals {
 	return &signals{tally: newTally(), mismatched: make(chan struct{}, 16), handled: make(chan struct{}, 16)}
 }
 
-func (s *signals) Handled(name, consumer string) {
-	s.tally.Handled(name, consumer)
+func (s *signals) Completed(name, consumer string) {
+	s.tally.Completed(name, consumer)
 	s.handled <- struct{}{}
 }
 

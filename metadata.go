@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -77,11 +78,7 @@ type recordKey struct{}
 
 // RecordRef identifies the record of a message being handled, and the
 // consumer handling it.
-type RecordRef struct {
-	Topic    string
-	ID       int64
-	Consumer string
-}
+type RecordRef = observe.RecordRef
 
 // delivery is what the middleware puts into the context of a tracked
 // message while its handler runs.

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -32,15 +32,15 @@ func (c *tally) get(kind string) int {
 	return c.n[kind]
 }
 
-func (c *tally) Published(_ string, n int)                   { c.add("published", n) }
-func (c *tally) Handled(string, string)                      { c.add("handled", 1) }
-func (c *tally) DuplicateSkipped(string, string)             { c.add("duplicate", 1) }
-func (c *tally) Failed(string, string)                       { c.add("failed", 1) }
-func (c *tally) Abandoned(string, string)                    { c.add("abandoned", 1) }
-func (c *tally) Resent(_ string, _ outbox.ResendKind, n int) { c.add("replayed", n) }
-func (c *tally) NotOwned(string, string)                     { c.add("not owned", 1) }
-func (c *tally) UnknownRecord(string, string)                { c.add("unknown", 1) }
-func (c *tally) Mismatched(string, string)                   { c.add("mismatched", 1) }
+func (c *tally) Published(_ string, n int)                    { c.add("published", n) }
+func (c *tally) Completed(string, string)                     { c.add("handled", 1) }
+func (c *tally) DuplicateSkipped(string, string)              { c.add("duplicate", 1) }
+func (c *tally) Failed(string, string)                        { c.add("failed", 1) }
+func (c *tally) Abandoned(string, string)                     { c.add("abandoned", 1) }
+func (c *tally) Resent(_ string, _ observe.ResendKind, n int) { c.add("replayed", n) }
+func (c *tally) NotOwned(string, string)                      { c.add("not owned", 1) }
+func (c *tally) UnknownRecord(string, string)                 { c.add("unknown", 1) }
+func (c *tally) Mismatched(string, string)                    { c.add("mismatched", 1) }
 
 // TestObserversReportToEach: one registry observed by two observers (say
 // Prometheus and OpenTelemetry) gets every report to both.
@@ -49,7 +49,7 @@ func TestObserversReportToEach(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 		b := setup(t, backend, sqlstore.Mark)
 		first, second := newTally(), newTally()
-		b.reg.SetObserver(outbox.Observers(first, nil, second))
+		b.reg.SetObserver(observe.Observers(first, nil, second))
 
 		msgs := b.publishTracked(t, 3)
 		dup := msgs[0].Copy()
@@ -74,18 +74,18 @@ func TestObserversReportToEach(t *testing.T) {
 func TestObserversFlattensAndDropsNil(t *testing.T) {
 	t.Parallel()
 	one := newTally()
-	assert.Nil(t, outbox.Observers())
-	assert.Nil(t, outbox.Observers(nil, nil))
-	assert.Same(t, one, outbox.Observers(nil, one), "a single observer is returned as it is")
+	assert.Nil(t, observe.Observers())
+	assert.Nil(t, observe.Observers(nil, nil))
+	assert.Same(t, one, observe.Observers(nil, one), "a single observer is returned as it is")
 
 	two, three := newTally(), newTally()
-	nested := outbox.Observers(outbox.Observers(one, two), three)
+	nested := observe.Observers(observe.Observers(one, two), three)
 	nested.Published("orders", 5)
-	nested.Handled("orders", "h")
+	nested.Completed("orders", "h")
 	nested.DuplicateSkipped("orders", "h")
 	nested.Failed("orders", "h")
 	nested.Abandoned("orders", "h")
-	nested.Resent("orders", outbox.ResendReplay, 2)
+	nested.Resent("orders", observe.ResendReplay, 2)
 	nested.NotOwned("orders", "h")
 	nested.UnknownRecord("orders", "h")
 	nested.Mismatched("orders", "h")

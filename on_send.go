@@ -28,7 +28,7 @@ func completeSent(ctx context.Context, reg *Registry, t *tracked, records []reco
 		err := t.store.Complete(ctx, recordstore.Delivery{ID: rec.ID, Topic: t.topic, UUID: rec.UUID})
 		switch {
 		case err == nil:
-			reg.observer().Handled(t.topic, "")
+			reg.observer().Completed(t.topic, "")
 		case errors.Is(err, recordstore.ErrNotPending):
 			// Sent twice (a replay beside the first send): complete already.
 		default:

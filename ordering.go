@@ -49,6 +49,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/wmoutbox/outbox/internal/keyorder"
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -143,7 +144,7 @@ func (m *middleware) onHeld(h message.HandlerFunc, msg *message.Message, idText 
 		// wait is over, maybe elsewhere), or another holds the key now.
 		before := held.Before
 		next, o, err := m.admit(msg, idText)
-		if o == CheckPending {
+		if o == observe.CheckPending {
 			return m.run(h, msg, next)
 		}
 		if !errors.As(err, &held) {
@@ -179,7 +180,7 @@ func (m *middleware) putBack(h message.HandlerFunc, msg *message.Message, a *adm
 	}
 	// The record that held it may have completed since the check, before
 	// its completion could see the record put back: checked once more.
-	if next, o, err := m.admit(msg, a.idText); o == CheckPending {
+	if next, o, err := m.admit(msg, a.idText); o == observe.CheckPending {
 		return m.run(h, msg, next)
 	} else if !errors.Is(err, recordstore.ErrHeld) {
 		return m.after(h, msg, next, o, err)

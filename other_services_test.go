@@ -50,8 +50,8 @@ type confirmTally struct {
 	handled  chan struct{}
 }
 
-func (c *confirmTally) Handled(topic, consumer string) {
-	c.tally.Handled(topic, consumer)
+func (c *confirmTally) Completed(topic, consumer string) {
+	c.tally.Completed(topic, consumer)
 	select {
 	case c.handled <- struct{}{}:
 	default:

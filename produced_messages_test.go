@@ -146,8 +146,8 @@ type completionSignal struct {
 	done            chan struct{}
 }
 
-func (c *completionSignal) Handled(topic, consumer string) {
-	c.tally.Handled(topic, consumer)
+func (c *completionSignal) Completed(topic, consumer string) {
+	c.tally.Completed(topic, consumer)
 	if topic == c.topic && consumer == c.consumer {
 		c.once.Do(func() { close(c.done) })
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -104,7 +105,7 @@ func (m *middleware) skipHandled(topic, consumer string, e, handled recordstore.
 	}
 	m.logger.Info("Another message with a business key this consumer already handled; acking it without handling", fields.Add(watermill.LogFields{
 		"business_key": truncate(e.BusinessKey, 128), "handled_message_uuid": truncate(handled.MessageUUID, 128)}))
-	if o, ok := m.reg.observer().(InboxObserver); ok {
+	if o, ok := m.reg.observer().(observe.InboxObserver); ok {
 		o.BusinessKeyDuplicate(topic, consumer)
 	}
 }

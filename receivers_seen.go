@@ -14,6 +14,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -43,11 +44,11 @@ func (t *tracked) seenSlot(consumer string) *atomic.Int64 {
 // foundRecord reports whether a check answered for the delivery's record,
 // whatever the answer: the receiver is deployed and checks this store. A
 // check that failed, or a consumer let through untracked, tells nothing.
-func foundRecord(o CheckOutcome, err error) bool {
+func foundRecord(o observe.CheckOutcome, err error) bool {
 	switch o {
-	case CheckUntracked:
+	case observe.CheckUntracked:
 		return false
-	case CheckRefused:
+	case observe.CheckRefused:
 		return errors.Is(err, recordstore.ErrNotDue) || errors.Is(err, recordstore.ErrLeased)
 	}
 	return true

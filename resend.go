@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/wmoutbox/outbox/internal/hooks"
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -18,11 +19,11 @@ import (
 type resender struct {
 	reg  *Registry
 	pub  message.Publisher
-	kind ResendKind
+	kind observe.ResendKind
 }
 
 // newResender accepts the decorated publisher too: it unwraps it.
-func newResender(reg *Registry, pub message.Publisher, kind ResendKind) (*resender, error) {
+func newResender(reg *Registry, pub message.Publisher, kind observe.ResendKind) (*resender, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
 	}
@@ -160,7 +161,7 @@ func init() {
 // tracked topic pending again and sends it through pub, decorated or not;
 // a failed send leaves it pending for replay or the stale resubmitter.
 func requeue(ctx context.Context, reg *Registry, pub message.Publisher, topic string, id int64) error {
-	out, err := newResender(reg, pub, ResendRequeue)
+	out, err := newResender(reg, pub, observe.ResendRequeue)
 	if err != nil {
 		return err
 	}

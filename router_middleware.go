@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/wmoutbox/outbox/internal/checkretry"
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -324,11 +325,11 @@ func (m *middleware) wrap(h message.HandlerFunc) message.HandlerFunc {
 
 // checkForeign is admission's outcome for another service's tracked
 // message: its receiver side (inbox, confirmation) handles it.
-const checkForeign CheckOutcome = "foreign"
+const checkForeign observe.CheckOutcome = "foreign"
 
 func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, idText string) ([]*message.Message, error) {
 	a, o, err := m.admit(msg, idText)
-	if o == CheckRefused {
+	if o == observe.CheckRefused {
 		var here *heldHere
 		var held *recordstore.HeldError
 		switch {
@@ -342,20 +343,20 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 }
 
 // after acts on admission's outcome.
-func (m *middleware) after(h message.HandlerFunc, msg *message.Message, a *admission, o CheckOutcome, err error) ([]*message.Message, error) {
+func (m *middleware) after(h message.HandlerFunc, msg *message.Message, a *admission, o observe.CheckOutcome, err error) ([]*message.Message, error) {
 	switch o {
-	case CheckPending:
+	case observe.CheckPending:
 		return m.run(h, msg, a)
-	case CheckUntracked:
+	case observe.CheckUntracked:
 		if m.cfg.OnUntracked != nil {
 			m.cfg.OnUntracked(msg)
 		}
 		return h(msg)
-	case CheckDuplicate, CheckUnknown, CheckMismatch:
+	case observe.CheckDuplicate, observe.CheckUnknown, observe.CheckMismatch:
 		return nil, nil
 	case checkForeign:
 		return m.receive(h, msg)
-	default: // CheckRefused
+	default: // observe.CheckRefused
 		if errors.Is(err, recordstore.ErrNotDue) || errors.Is(err, recordstore.ErrHeld) {
 			// A hold is routine: the middleware nacks the copy itself and
 			// returns nil, so that the router, which logs every handler

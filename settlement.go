@@ -158,7 +158,7 @@ func (m *middleware) complete(ctx context.Context, a *admission) bool {
 	defer m.settled(ctx, a, err == nil || errors.Is(err, ErrNotPending))
 	switch {
 	case err == nil:
-		m.reg.observer().Handled(a.t.topic, a.d.Consumer)
+		m.reg.observer().Completed(a.t.topic, a.d.Consumer)
 	case errors.Is(err, ErrNotPending):
 		m.logger.Debug("Record was completed by another delivery", a.fields)
 	default:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/wmoutbox/outbox/internal/loop"
 	"github.com/wmoutbox/outbox/internal/pages"
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -113,7 +114,7 @@ type StaleResubmitter struct {
 // NewStaleResubmitter returns a resubmitter that sends through pub, decorated
 // or not: records are never saved again.
 func NewStaleResubmitter(reg *Registry, pub message.Publisher, cfg StaleResubmitterConfig, logger watermill.LoggerAdapter) (*StaleResubmitter, error) {
-	out, err := newResender(reg, pub, ResendResubmit)
+	out, err := newResender(reg, pub, observe.ResendResubmit)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/wmoutbox/outbox/internal/pages"
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
@@ -233,7 +234,7 @@ type replayer struct {
 }
 
 func newReplayer(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger watermill.LoggerAdapter) (*replayer, error) {
-	out, err := newResender(reg, pub, ResendReplay)
+	out, err := newResender(reg, pub, observe.ResendReplay)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -56,7 +57,7 @@ func (r *recordingTracer) TracePublish(topic string, msgs []*message.Message, in
 	}
 }
 
-func (r *recordingTracer) TraceResend(kind outbox.ResendKind, _ string, msgs []*message.Message) func(error) {
+func (r *recordingTracer) TraceResend(kind observe.ResendKind, _ string, msgs []*message.Message) func(error) {
 	r.add("resend %s saved=%s", kind, msgs[0].Metadata.Get("x-trace"))
 	for _, msg := range msgs {
 		msg.Metadata.Set("x-trace", "resend")
@@ -69,9 +70,9 @@ func (r *recordingTracer) TraceDelivery(ctx context.Context, msg *message.Messag
 	return context.WithValue(ctx, stepKey{}, "delivery")
 }
 
-func (r *recordingTracer) TraceCheck(ctx context.Context, _ outbox.RecordRef) (context.Context, func(outbox.CheckOutcome, error)) {
+func (r *recordingTracer) TraceCheck(ctx context.Context, _ outbox.RecordRef) (context.Context, func(observe.CheckOutcome, error)) {
 	r.add("check in=%v", ctx.Value(stepKey{}))
-	return ctx, func(o outbox.CheckOutcome, err error) { r.add("check end %s err=%v", o, err) }
+	return ctx, func(o observe.CheckOutcome, err error) { r.add("check end %s err=%v", o, err) }
 }
 
 func (r *recordingTracer) TraceComplete(ctx context.Context, _ outbox.RecordRef) (context.Context, func(error)) {

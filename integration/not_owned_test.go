@@ -15,6 +15,7 @@ import (
 
 	"github.com/wmoutbox/outbox"
 	"github.com/wmoutbox/outbox/internal/testenv"
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -131,11 +132,11 @@ func (c *notOwnedCounter) NotOwned(_, consumer string) {
 	c.mu.Unlock()
 }
 
-func (c *notOwnedCounter) Published(string, int)                 {}
-func (c *notOwnedCounter) Handled(string, string)                {}
-func (c *notOwnedCounter) DuplicateSkipped(string, string)       {}
-func (c *notOwnedCounter) Failed(string, string)                 {}
-func (c *notOwnedCounter) Abandoned(string, string)              {}
-func (c *notOwnedCounter) Resent(string, outbox.ResendKind, int) {}
-func (c *notOwnedCounter) UnknownRecord(string, string)          {}
-func (c *notOwnedCounter) Mismatched(string, string)             {}
+func (c *notOwnedCounter) Published(string, int)                  {}
+func (c *notOwnedCounter) Completed(string, string)               {}
+func (c *notOwnedCounter) DuplicateSkipped(string, string)        {}
+func (c *notOwnedCounter) Failed(string, string)                  {}
+func (c *notOwnedCounter) Abandoned(string, string)               {}
+func (c *notOwnedCounter) Resent(string, observe.ResendKind, int) {}
+func (c *notOwnedCounter) UnknownRecord(string, string)           {}
+func (c *notOwnedCounter) Mismatched(string, string)              {}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/outboxops"
 )
 
@@ -71,10 +72,10 @@ type Collector struct {
 }
 
 var (
-	_ prometheus.Collector        = (*Collector)(nil)
-	_ outbox.Observer             = (*Collector)(nil)
-	_ outbox.ConfirmationObserver = (*Collector)(nil)
-	_ outbox.InboxObserver        = (*Collector)(nil)
+	_ prometheus.Collector         = (*Collector)(nil)
+	_ observe.Observer             = (*Collector)(nil)
+	_ observe.ConfirmationObserver = (*Collector)(nil)
+	_ observe.InboxObserver        = (*Collector)(nil)
 )
 
 // NewCollector returns a collector of the registry's names. It does not
@@ -97,7 +98,7 @@ func NewCollector(reg *outbox.Registry, cfg Config, logger watermill.LoggerAdapt
 		labels []string
 	}{
 		"records_published_total":             {"Tracked messages saved and sent by the publisher.", perName},
-		"records_handled_total":               {"Deliveries completed after their handler succeeded or dropped the message.", perConsumer},
+		"records_completed_total":             {"Deliveries completed after their handler succeeded or dropped the message.", perConsumer},
 		"duplicates_skipped_total":            {"Deliveries acknowledged without handling because the consumer had already completed the record.", perConsumer},
 		"handler_failures_total":              {"Handler failures of tracked messages.", perConsumer},
 		"records_abandoned_total":             {"Deliveries abandoned after their last allowed attempt.", perConsumer},
@@ -171,49 +172,51 @@ func (c *Collector) add(metric string, n int, labels ...string) {
 	c.counts[metric].WithLabelValues(labels...).Add(float64(n))
 }
 
-// Published implements [outbox.Observer].
+// Published implements [observe.Observer].
 func (c *Collector) Published(name string, n int) { c.add("records_published_total", n, name) }
 
-// Handled implements [outbox.Observer].
-func (c *Collector) Handled(name, consumer string) { c.add("records_handled_total", 1, name, consumer) }
+// Handled implements [observe.Observer].
+func (c *Collector) Completed(name, consumer string) {
+	c.add("records_completed_total", 1, name, consumer)
+}
 
-// DuplicateSkipped implements [outbox.Observer].
+// DuplicateSkipped implements [observe.Observer].
 func (c *Collector) DuplicateSkipped(name, consumer string) {
 	c.add("duplicates_skipped_total", 1, name, consumer)
 }
 
-// Failed implements [outbox.Observer].
+// Failed implements [observe.Observer].
 func (c *Collector) Failed(name, consumer string) { c.add("handler_failures_total", 1, name, consumer) }
 
-// Abandoned implements [outbox.Observer].
+// Abandoned implements [observe.Observer].
 func (c *Collector) Abandoned(name, consumer string) {
 	c.add("records_abandoned_total", 1, name, consumer)
 }
 
-// Resent implements [outbox.Observer].
-func (c *Collector) Resent(topic string, kind outbox.ResendKind, n int) {
+// Resent implements [observe.Observer].
+func (c *Collector) Resent(topic string, kind observe.ResendKind, n int) {
 	c.add("records_resent_total", n, topic, string(kind))
 }
 
-// NotOwned implements [outbox.Observer].
+// NotOwned implements [observe.Observer].
 func (c *Collector) NotOwned(topic, consumer string) { c.add("not_owned_total", 1, topic, consumer) }
 
-// UnknownRecord implements [outbox.Observer].
+// UnknownRecord implements [observe.Observer].
 func (c *Collector) UnknownRecord(name, consumer string) {
 	c.add("unknown_records_total", 1, name, consumer)
 }
 
-// Mismatched implements [outbox.Observer].
+// Mismatched implements [observe.Observer].
 func (c *Collector) Mismatched(topic, consumer string) {
 	c.add("mismatched_messages_total", 1, topic, consumer)
 }
 
-// ConfirmationRejected implements [outbox.ConfirmationObserver].
+// ConfirmationRejected implements [observe.ConfirmationObserver].
 func (c *Collector) ConfirmationRejected(topic, consumer string) {
 	c.add("confirmations_rejected_total", 1, topic, consumer)
 }
 
-// BusinessKeyDuplicate implements [outbox.InboxObserver].
+// BusinessKeyDuplicate implements [observe.InboxObserver].
 func (c *Collector) BusinessKeyDuplicate(topic, consumer string) {
 	c.add("inbox_business_key_duplicates_total", 1, topic, consumer)
 }

@@ -103,7 +103,7 @@ func TestCollectorCountsTheFlowAndReadsTheBacklog(t *testing.T) {
 			got := gather(t, c)
 			assert.Equal(t, map[string]float64{
 				"app_outbox_records_published_total{orders}":      3,
-				"app_outbox_records_handled_total{}{orders}":      1,
+				"app_outbox_records_completed_total{}{orders}":    1,
 				"app_outbox_duplicates_skipped_total{}{orders}":   1,
 				"app_outbox_handler_failures_total{}{orders}":     1,
 				"app_outbox_records_abandoned_total{}{orders}":    1,

@@ -1,15 +1,15 @@
 // Package outboxmetrics exposes the outbox as Prometheus metrics.
 //
-// [Collector] is a prometheus.Collector and an [outbox.Observer]: register
+// [Collector] is a prometheus.Collector and an [observe.Observer]: register
 // it with a Prometheus registry and give it to the outbox registry with
-// [outbox.Registry.SetObserver] (with [outbox.Observers] to report to
+// [outbox.Registry.SetObserver] (with [observe.Observers] to report to
 // another observer as well). Per tracked topic (label "topic"),
 // and per consumer (label "consumer", the handler name) where a delivery is
 // counted, it counts what the outbox did and, at each scrape, reads the
 // backlog from the pending records of each store:
 //
 //	outbox_records_published_total               tracked messages saved and sent
-//	outbox_records_handled_total                 deliveries completed after their handler (per consumer)
+//	outbox_records_completed_total                 deliveries completed after their handler (per consumer)
 //	outbox_duplicates_skipped_total              copies acknowledged without handling (per consumer)
 //	outbox_handler_failures_total                handler failures (per consumer)
 //	outbox_records_abandoned_total               deliveries abandoned after MaxAttempts (per consumer)

@@ -7,7 +7,7 @@
 //	tracer, err := outboxotel.NewTracer(outboxotel.TracerConfig{}) // the global TracerProvider and propagator
 //	reg.SetTracer(tracer)
 //	metrics, err := outboxotel.NewMetrics(reg, outboxotel.MetricsConfig{}, logger) // the global MeterProvider
-//	reg.SetObserver(metrics) // beside outboxmetrics' collector: reg.SetObserver(outbox.Observers(collector, metrics))
+//	reg.SetObserver(metrics) // beside outboxmetrics' collector: reg.SetObserver(observe.Observers(collector, metrics))
 //
 // Nothing else changes: the publisher, the middleware and the senders the
 // service already has report to the registry's tracer and observer. Messages
@@ -66,7 +66,7 @@
 //
 // # Metrics
 //
-// [Metrics] is an [outbox.Observer] with the names and labels of the
+// [Metrics] is an [observe.Observer] with the names and labels of the
 // outboxmetrics package's Prometheus collector: per tracked topic (attribute
 // "topic") and, for what happens to a delivery, per consumer ("consumer").
 // Instrument names are dot-joined ([MetricsConfig.Namespace],
@@ -75,7 +75,7 @@
 // "_seconds" from the unit "s"):
 //
 //	outbox.records_published              counter  tracked messages saved and sent
-//	outbox.records_handled                counter  deliveries completed after their handler (per consumer)
+//	outbox.records_completed               counter  deliveries completed after their handler (per consumer)
 //	outbox.duplicates_skipped             counter  copies acknowledged without handling (per consumer)
 //	outbox.handler_failures               counter  handler failures (per consumer)
 //	outbox.records_abandoned              counter  deliveries abandoned after MaxAttempts (per consumer)

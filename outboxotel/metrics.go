@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/outboxops"
 )
 
@@ -68,11 +69,11 @@ const (
 	// measurement; "" outside a router.
 	AttrMetricConsumer = attribute.Key("consumer")
 	// AttrResendKind is the kind of a resend measurement: replay,
-	// resubmit or requeue ([outbox.ResendKind]).
+	// resubmit or requeue ([observe.ResendKind]).
 	AttrResendKind = attribute.Key("kind")
 )
 
-// Metrics is an [outbox.Observer] that counts the outbox's flow with
+// Metrics is an [observe.Observer] that counts the outbox's flow with
 // OpenTelemetry counters and reads the backlog into gauges at each
 // collection; see the package documentation for the instruments. Give it to
 // the registry with [outbox.Registry.SetObserver]. Safe for concurrent use.
@@ -81,7 +82,7 @@ type Metrics struct {
 	cfg    MetricsConfig
 	logger watermill.LoggerAdapter
 
-	published, handled, duplicates, failures, abandoned, resent, notOwned, unknown, mismatched metric.Int64Counter
+	published, completed, duplicates, failures, abandoned, resent, notOwned, unknown, mismatched metric.Int64Counter
 
 	pending, consumerPending, readErrors metric.Int64ObservableGauge
 	oldest, consumerOldest               metric.Float64ObservableGauge
@@ -95,7 +96,7 @@ type Metrics struct {
 	opts sync.Map // string -> metric.MeasurementOption
 }
 
-var _ outbox.Observer = (*Metrics)(nil)
+var _ observe.Observer = (*Metrics)(nil)
 
 // NewMetrics creates the instruments of the registry's flow and backlog. It
 // does not attach itself: call reg.SetObserver(m). [Metrics.Close] stops
@@ -120,7 +121,7 @@ func NewMetrics(reg *outbox.Registry, cfg MetricsConfig, logger watermill.Logger
 		return c
 	}
 	m.published = counter("records_published", "{record}", "Tracked messages saved and sent by the publisher.")
-	m.handled = counter("records_handled", "{delivery}", "Deliveries completed after their handler succeeded or dropped the message.")
+	m.completed = counter("records_completed", "{delivery}", "Deliveries completed after their handler succeeded or dropped the message.")
 	m.duplicates = counter("duplicates_skipped", "{delivery}", "Deliveries acknowledged without handling because the consumer had already completed the record.")
 	m.failures = counter("handler_failures", "{delivery}", "Handler failures of tracked messages.")
 	m.abandoned = counter("records_abandoned", "{delivery}", "Deliveries abandoned after their last allowed attempt.")
@@ -221,47 +222,47 @@ func (m *Metrics) opt(topic, consumer string, perConsumer bool) metric.Measureme
 
 // The Observer methods have no context; the counts carry none.
 
-// Published implements [outbox.Observer].
+// Published implements [observe.Observer].
 func (m *Metrics) Published(name string, n int) {
 	m.published.Add(context.Background(), int64(n), m.opt(name, "", false))
 }
 
-// Handled implements [outbox.Observer].
-func (m *Metrics) Handled(name, consumer string) {
-	m.handled.Add(context.Background(), 1, m.opt(name, consumer, true))
+// Handled implements [observe.Observer].
+func (m *Metrics) Completed(name, consumer string) {
+	m.completed.Add(context.Background(), 1, m.opt(name, consumer, true))
 }
 
-// DuplicateSkipped implements [outbox.Observer].
+// DuplicateSkipped implements [observe.Observer].
 func (m *Metrics) DuplicateSkipped(name, consumer string) {
 	m.duplicates.Add(context.Background(), 1, m.opt(name, consumer, true))
 }
 
-// Failed implements [outbox.Observer].
+// Failed implements [observe.Observer].
 func (m *Metrics) Failed(name, consumer string) {
 	m.failures.Add(context.Background(), 1, m.opt(name, consumer, true))
 }
 
-// Abandoned implements [outbox.Observer].
+// Abandoned implements [observe.Observer].
 func (m *Metrics) Abandoned(name, consumer string) {
 	m.abandoned.Add(context.Background(), 1, m.opt(name, consumer, true))
 }
 
-// Resent implements [outbox.Observer].
-func (m *Metrics) Resent(topic string, kind outbox.ResendKind, n int) {
+// Resent implements [observe.Observer].
+func (m *Metrics) Resent(topic string, kind observe.ResendKind, n int) {
 	m.resent.Add(context.Background(), int64(n), metric.WithAttributes(AttrTopic.String(topic), AttrResendKind.String(string(kind))))
 }
 
-// NotOwned implements [outbox.Observer].
+// NotOwned implements [observe.Observer].
 func (m *Metrics) NotOwned(topic, consumer string) {
 	m.notOwned.Add(context.Background(), 1, m.opt(topic, consumer, true))
 }
 
-// UnknownRecord implements [outbox.Observer].
+// UnknownRecord implements [observe.Observer].
 func (m *Metrics) UnknownRecord(name, consumer string) {
 	m.unknown.Add(context.Background(), 1, m.opt(name, consumer, true))
 }
 
-// Mismatched implements [outbox.Observer].
+// Mismatched implements [observe.Observer].
 func (m *Metrics) Mismatched(topic, consumer string) {
 	m.mismatched.Add(context.Background(), 1, m.opt(topic, consumer, true))
 }

@@ -116,7 +116,7 @@ func TestMetricsCountTheFlowAndReadTheBacklog(t *testing.T) {
 	assert.True(t, age >= 0 && age < time.Hour.Seconds(), "oldest pending age %v s by the database clock", age)
 	assert.Equal(t, map[string]float64{
 		"app.outbox.records_published{orders}":      3,
-		"app.outbox.records_handled{}{orders}":      1,
+		"app.outbox.records_completed{}{orders}":    1,
 		"app.outbox.duplicates_skipped{}{orders}":   1,
 		"app.outbox.handler_failures{}{orders}":     1,
 		"app.outbox.records_abandoned{}{orders}":    1,

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/observe"
 )
 
 // ScopeName is the instrumentation scope of the tracer and the meter.
@@ -28,14 +29,14 @@ const (
 	// metadata key.
 	AttrRecordID = attribute.Key("outbox.id")
 	// AttrResend says which sender sent a saved record again:
-	// replay, resubmit or requeue ([outbox.ResendKind]).
+	// replay, resubmit or requeue ([observe.ResendKind]).
 	AttrResend = attribute.Key("outbox.resend")
 	// AttrTx is true on the publish span of a [outbox.TxPublisher].
 	AttrTx = attribute.Key("outbox.tx")
 	// AttrConsumer is the consumer (the handler name) of a delivery.
 	AttrConsumer = attribute.Key("outbox.consumer")
 	// AttrCheck is the outcome of the middleware's check
-	// ([outbox.CheckOutcome]).
+	// ([observe.CheckOutcome]).
 	AttrCheck = attribute.Key("outbox.check")
 )
 
@@ -79,7 +80,7 @@ func (c TracerConfig) Validate() error {
 	return nil
 }
 
-// Tracer is an [outbox.Tracer] that records the outbox's steps as
+// Tracer is an [observe.Tracer] that records the outbox's steps as
 // OpenTelemetry spans and carries the trace context with each record; see
 // the package documentation. Give it to the registry with
 // [outbox.Registry.SetTracer]. Safe for concurrent use.
@@ -88,7 +89,7 @@ type Tracer struct {
 	prop   propagation.TextMapPropagator
 }
 
-var _ outbox.Tracer = (*Tracer)(nil)
+var _ observe.Tracer = (*Tracer)(nil)
 
 // NewTracer returns a tracer. It does not attach itself: call
 // reg.SetTracer(t).
@@ -109,7 +110,7 @@ func carrier(msg *message.Message) propagation.MapCarrier {
 	return propagation.MapCarrier(msg.Metadata)
 }
 
-// TracePublish implements [outbox.Tracer]: it starts a producer span per
+// TracePublish implements [observe.Tracer]: it starts a producer span per
 // message, a child of the message context's span, or of the trace context
 // already in its metadata (a tracing decorator outside the outbox one put it
 // there), and injects the span's context into the metadata before the
@@ -150,13 +151,13 @@ func (t *Tracer) TracePublish(topic string, msgs []*message.Message, inTx bool) 
 	}
 }
 
-// TraceResend implements [outbox.Tracer]: it starts a producer span per
+// TraceResend implements [observe.Tracer]: it starts a producer span per
 // message that continues the trace saved with the record (a child of the
 // publish span), linked to the sender's own span when its context has one,
 // and injects it into the message sent, so that the receiver continues
 // from the resend. A record saved without a trace context gets a span in
 // the sender's context.
-func (t *Tracer) TraceResend(kind outbox.ResendKind, topic string, msgs []*message.Message) func(error) {
+func (t *Tracer) TraceResend(kind observe.ResendKind, topic string, msgs []*message.Message) func(error) {
 	spans := make([]trace.Span, len(msgs))
 	for i, msg := range msgs {
 		sender := msg.Context()
@@ -187,7 +188,7 @@ func (t *Tracer) TraceResend(kind outbox.ResendKind, topic string, msgs []*messa
 	}
 }
 
-// TraceDelivery implements [outbox.Tracer]: the delivery continues the
+// TraceDelivery implements [observe.Tracer]: the delivery continues the
 // span of the message's context when a tracing middleware outside the
 // outbox one started it, and otherwise the trace context the message
 // carries (of the publish, or of the resend).
@@ -198,18 +199,18 @@ func (t *Tracer) TraceDelivery(ctx context.Context, msg *message.Message, _ outb
 	return t.prop.Extract(ctx, propagation.MapCarrier(msg.Metadata))
 }
 
-// TraceCheck implements [outbox.Tracer] with a span for the check, whose
+// TraceCheck implements [observe.Tracer] with a span for the check, whose
 // [AttrCheck] attribute is its outcome; a refusal with an error (the
 // database failed or timed out) is an error.
-func (t *Tracer) TraceCheck(ctx context.Context, ref outbox.RecordRef) (context.Context, func(outbox.CheckOutcome, error)) {
+func (t *Tracer) TraceCheck(ctx context.Context, ref outbox.RecordRef) (context.Context, func(observe.CheckOutcome, error)) {
 	ctx, span := t.tracer.Start(ctx, "outbox check "+ref.Topic, deliveryAttrs(ref))
-	return ctx, func(o outbox.CheckOutcome, err error) {
+	return ctx, func(o observe.CheckOutcome, err error) {
 		span.SetAttributes(AttrCheck.String(string(o)))
 		endSpan(span, err)
 	}
 }
 
-// TraceComplete implements [outbox.Tracer] with a span for the completion.
+// TraceComplete implements [observe.Tracer] with a span for the completion.
 // A record another copy completed first gets [EventAlreadyCompleted]; a
 // failed completion is an error (the record stays pending).
 func (t *Tracer) TraceComplete(ctx context.Context, ref outbox.RecordRef) (context.Context, func(error)) {

@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/observe"
 )
 
-// counts is an [outbox.Observer] that counts what the outbox reports per
+// counts is an [observe.Observer] that counts what the outbox reports per
 // event and consumer, so that a scenario can tell a handler that ran
 // tracked from one that ran untracked, and a skipped copy from a lost one.
 type counts struct {
@@ -20,7 +20,7 @@ type counts struct {
 
 type event struct{ what, consumer string }
 
-var _ outbox.Observer = (*counts)(nil)
+var _ observe.Observer = (*counts)(nil)
 
 func newCounts() *counts { return &counts{n: map[event]int{}, changed: make(chan struct{}, 1)} }
 
@@ -55,12 +55,12 @@ func (c *counts) get(what, consumer string) int {
 	return c.n[event{what, consumer}]
 }
 
-func (c *counts) Published(string, int)                 {}
-func (c *counts) Resent(string, outbox.ResendKind, int) {}
-func (c *counts) Handled(_, consumer string)            { c.add("handled", consumer, 1) }
-func (c *counts) DuplicateSkipped(_, consumer string)   { c.add("duplicate", consumer, 1) }
-func (c *counts) Failed(_, consumer string)             { c.add("failed", consumer, 1) }
-func (c *counts) Abandoned(_, consumer string)          { c.add("abandoned", consumer, 1) }
-func (c *counts) NotOwned(_, consumer string)           { c.add("not-owned", consumer, 1) }
-func (c *counts) UnknownRecord(_, consumer string)      { c.add("unknown", consumer, 1) }
-func (c *counts) Mismatched(_, consumer string)         { c.add("mismatched", consumer, 1) }
+func (c *counts) Published(string, int)                  {}
+func (c *counts) Resent(string, observe.ResendKind, int) {}
+func (c *counts) Completed(_, consumer string)           { c.add("handled", consumer, 1) }
+func (c *counts) DuplicateSkipped(_, consumer string)    { c.add("duplicate", consumer, 1) }
+func (c *counts) Failed(_, consumer string)              { c.add("failed", consumer, 1) }
+func (c *counts) Abandoned(_, consumer string)           { c.add("abandoned", consumer, 1) }
+func (c *counts) NotOwned(_, consumer string)            { c.add("not-owned", consumer, 1) }
+func (c *counts) UnknownRecord(_, consumer string)       { c.add("unknown", consumer, 1) }
+func (c *counts) Mismatched(_, consumer string)          { c.add("mismatched", consumer, 1) }

@@ -1,4 +1,4 @@
-package outbox
+package observe
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 // Tracer follows tracked messages through the outbox with their contexts,
 // for distributed tracing: the outboxotel package implements it with
 // OpenTelemetry, without the outbox depending on it. Set it with
-// [Registry.SetTracer].
+// [outbox.Registry.SetTracer].
 //
 // Its methods are called on the tracked paths only (never for messages
 // without outbox metadata, nor for those this service does not own), from
@@ -18,8 +18,8 @@ import (
 // nil.
 type Tracer interface {
 	// TracePublish is called when tracked messages are published through
-	// the publisher ([NewPublisher], [PublisherDecorator]) or a
-	// [TxPublisher] (inTx), before their records are saved: metadata it
+	// the publisher ([outbox.NewPublisher], [outbox.PublisherDecorator]) or a
+	// [outbox.TxPublisher] (inTx), before their records are saved: metadata it
 	// adds to a message, such as a trace context, is saved with the record
 	// and sent with the message and with every resend. It may set the
 	// messages' contexts for the save and the send, and restore them when
@@ -28,14 +28,14 @@ type Tracer interface {
 	// The step ends once the messages were sent or the publish failed; in
 	// a transaction, once the records were saved in it (the send, after
 	// the commit, is not part of it). From the save on, each message
-	// carries its record id ([MetadataID]); the error is an [*InsertError]
+	// carries its record id ([outbox.MetadataID]); the error is an [*outbox.InsertError]
 	// when nothing was saved.
 	TracePublish(topic string, msgs []*message.Message, inTx bool) (end func(error))
 
 	// TraceResend is called before saved records are sent again, with the
 	// messages built from them: their saved metadata, the outbox keys and
 	// a context that keeps the sender's values (the context given to
-	// [Replay], [StaleResubmitter.ResubmitOnce] or [Requeue]). It may
+	// [outbox.Replay], [outbox.StaleResubmitter.ResubmitOnce] or [outboxops.Requeue]). It may
 	// change their metadata and contexts before the send. The step ends
 	// once the messages were sent, or the send failed.
 	TraceResend(kind ResendKind, topic string, msgs []*message.Message) (end func(error))
@@ -49,7 +49,7 @@ type Tracer interface {
 
 	// TraceCheck is called before the middleware checks the record of a
 	// delivery, with the delivery's context. The check runs in the context
-	// it returns, under [MiddlewareConfig.CheckTimeout]; the step ends
+	// it returns, under [outbox.MiddlewareConfig.CheckTimeout]; the step ends
 	// with the check's outcome, and the error that made it refuse the
 	// delivery, if any.
 	TraceCheck(ctx context.Context, ref RecordRef) (context.Context, func(CheckOutcome, error))
@@ -57,8 +57,8 @@ type Tracer interface {
 	// TraceComplete is called before the middleware completes a delivery
 	// whose handler succeeded or dropped the message, with the delivery's
 	// context. The completion runs in the context it returns, without its
-	// cancellation and under [MiddlewareConfig.CompleteTimeout]; the step
-	// ends with the completion's error: nil, [ErrNotPending] when another
+	// cancellation and under [outbox.MiddlewareConfig.CompleteTimeout]; the step
+	// ends with the completion's error: nil, [outbox.ErrNotPending] when another
 	// copy completed it first, or the store's failure (the record then
 	// stays pending).
 	TraceComplete(ctx context.Context, ref RecordRef) (context.Context, func(error))
@@ -69,11 +69,11 @@ type ResendKind string
 
 // The senders of saved records.
 const (
-	// ResendReplay is the startup replay ([Replay], [ReplayPlugin]).
+	// ResendReplay is the startup replay ([outbox.Replay], [outbox.ReplayPlugin]).
 	ResendReplay ResendKind = "replay"
-	// ResendResubmit is the [StaleResubmitter].
+	// ResendResubmit is the [outbox.StaleResubmitter].
 	ResendResubmit ResendKind = "resubmit"
-	// ResendRequeue is [Requeue], of an abandoned record.
+	// ResendRequeue is [outboxops.Requeue], of an abandoned record.
 	ResendRequeue ResendKind = "requeue"
 )
 
@@ -107,32 +107,10 @@ const (
 	CheckRefused CheckOutcome = "refused"
 )
 
-// tracerBox lets an interface value live in an atomic.Pointer.
-type tracerBox struct{ t Tracer }
-
-// SetTracer makes the registry's publishers, middlewares and senders report
-// their steps to t; nil stops the reports. It may be called at any time;
-// reading it costs one atomic load on the tracked paths, and nothing on the
-// untracked ones.
-func (r *Registry) SetTracer(t Tracer) {
-	if t == nil {
-		r.trc.Store(nil)
-		return
-	}
-	r.trc.Store(&tracerBox{t: t})
-}
-
-// tracer returns the tracer, or nil.
-func (r *Registry) tracer() Tracer {
-	if b := r.trc.Load(); b != nil {
-		return b.t
-	}
-	return nil
-}
-
-// endStep calls a step's end function when the tracer returned one.
-func endStep(end func(error), err error) {
-	if end != nil {
-		end(err)
-	}
+// RecordRef identifies the record of a message being handled, and the
+// consumer handling it.
+type RecordRef struct {
+	Topic    string
+	ID       int64
+	Consumer string
 }
