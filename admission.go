@@ -63,7 +63,7 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, obs
 	id, perr := parseID(idText)
 	// One deadline bounds the whole check: the identity (read once per
 	// pool, then cached) and the record.
-	checkCtx, cancel := context.WithTimeout(ctx, m.cfg.CheckTimeout)
+	checkCtx, cancel := context.WithTimeout(ctx, m.cfg.Check.Timeout)
 	defer cancel()
 	identity, err := t.store.Identity(checkCtx)
 	if err != nil {
@@ -212,7 +212,7 @@ func (m *middleware) checkRecord(ctx, checkCtx context.Context, a *admission) (o
 		return observe.CheckRefused, err
 	case errors.Is(err, recordstore.ErrLeased):
 		m.logger.Debug("Record leased by another delivery, nacking copy without handling", a.fields)
-		m.hold(ctx, m.cfg.LeasedNackDelay)
+		m.hold(ctx, m.cfg.Check.LeasedNackDelay)
 		return observe.CheckRefused, &CheckError{Topic: a.t.topic, ID: a.d.ID, Err: err}
 	}
 	return observe.CheckRefused, &CheckError{Topic: a.t.topic, ID: a.d.ID, Err: err}

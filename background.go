@@ -2,7 +2,7 @@ package outbox
 
 // Work in the background: what the outbox runs off a handler's path (the
 // completions that follow an acknowledgement, unless
-// MiddlewareConfig.CompleteBeforeAck; a completion on the router's
+// MiddlewareConfig.Complete.BeforeAck; a completion on the router's
 // acknowledgement, the resend of the next record of an order key,
 // a receiver seen, the drain of a failed start) and the loops its router
 // plugins run. The registry counts all of it, bounds the completions, and
@@ -63,19 +63,11 @@ func runWithRouter(reg *Registry, run func(ctx context.Context) error) message.R
 		fmt.Errorf("%w: a background runner needs a router with at least one handler; call its Run method instead", ErrInvalidConfig), run)
 }
 
-// WaitCompletions waits until nothing of the outbox runs in the
-// background, or ctx ends, whose error it returns. In the background run
-// the completions of successful handlers (unless
-// [MiddlewareConfig.CompleteBeforeAck]) and those that follow the router's
-// acknowledgement of a handler that produced messages (with the inbox
-// entries and confirmations of another service's messages), the resends of
-// the next record of an order key, the records of receivers seen, the
-// inserts of publishes that returned before their answer ([NewPublisher]),
-// and the loops of the outbox's router plugins once their router closes.
-// Router.Close waits for the handlers, and with [ReplayPlugin] for the
-// completions (up to 10 s): call WaitCompletions after it returned nil,
-// before the service exits, and the outbox calls no store or publisher for
-// that router again. With nothing in the background it returns at once.
+// WaitCompletions waits until nothing of the outbox runs in the background
+// (the completions that follow acknowledgements, resends of an order key's
+// next record, inserts of publishes that returned early, the loops of
+// closed routers' plugins), or ctx ends, whose error it returns. Call it
+// after Router.Close returned, before the service exits.
 func (r *Registry) WaitCompletions(ctx context.Context) error {
 	for {
 		busy := r.background.Busy()

@@ -63,7 +63,7 @@ func newGatedTopic(t *testing.T, b *bundle, orderKey string, cfg outbox.Middlewa
 // TestCompleteInBackground, one handler of one topic: by default a message
 // goes as soon as its handler succeeded, while its completion waits;
 // WaitCompletions waits for the completions, and then no record is
-// pending. With CompleteBeforeAck the middleware returns only once the
+// pending. With Complete.BeforeAck the middleware returns only once the
 // completion is done. TestOrderedFirstCopyWaitsForTheEarlierCompletion
 // has a topic with an order key.
 func TestCompleteInBackground(t *testing.T) {
@@ -79,7 +79,7 @@ func TestCompleteInBackground(t *testing.T) {
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				b := setup(t, backend, sqlstore.Mark)
-				g := newGatedTopic(t, b, "", outbox.MiddlewareConfig{CompleteBeforeAck: !c.background})
+				g := newGatedTopic(t, b, "", outbox.MiddlewareConfig{Complete: outbox.CompleteConfig{BeforeAck: !c.background}})
 				store, reg, ctx := g.store, g.reg, b.ctx(t)
 				handled := 0
 				h := g.mw(func(*message.Message) ([]*message.Message, error) { handled++; return nil, nil })

@@ -7,12 +7,9 @@ import (
 	"time"
 )
 
-// Backoff spaces the attempts of a failing delivery. After the nth failed
-// attempt the delivery is due again after Initial × Multiplier^(n-1),
-// capped at Max, give or take Jitter. The due time is kept with the record,
-// by the database clock, so it survives restarts: a copy that arrives
-// earlier (a broker that redelivers at once, a replay, another instance) is
-// held until it is due and then nacked without running the handler.
+// Backoff spaces the attempts of a failing delivery: after the nth failed
+// attempt it is due again after Initial × Multiplier^(n-1), capped at Max,
+// give or take Jitter, by the database clock, so it survives restarts.
 type Backoff struct {
 	// Initial is the delay after the first failure. Defaults to 500
 	// milliseconds.
@@ -21,13 +18,11 @@ type Backoff struct {
 	Max time.Duration
 	// Multiplier grows the delay after each further failure. Defaults to 2.
 	Multiplier float64
-	// Jitter varies each delay at random by up to this fraction of it,
-	// either way, so that deliveries that failed together do not come back
-	// together. Defaults to 0.2.
+	// Jitter varies each delay at random by up to this fraction of it.
+	// Defaults to 0.2.
 	Jitter float64
-	// Disabled makes a failed delivery due again at once, as before the
-	// backoff existed: the broker's own redelivery pace is all there is.
-	// Defaults to false.
+	// Disabled makes a failed delivery due again at once. Defaults to
+	// false.
 	Disabled bool
 }
 

@@ -366,7 +366,7 @@ func proxied(t *testing.T, backend testenv.Backend) (direct, viaProxy *sqlx.DB, 
 
 // TestCheckTimeout puts the store's pool behind a proxy that accepts
 // connections and never answers: the check before the handler gives up
-// after CheckTimeout with a CheckError (nack), and the handler does not
+// after Check.Timeout with a CheckError (nack), and the handler does not
 // run. Once the database answers again, the message is handled.
 func TestCheckTimeout(t *testing.T) {
 	t.Parallel()
@@ -398,7 +398,7 @@ func TestCheckTimeout(t *testing.T) {
 					}
 					reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store})
 					require.NoError(t, err)
-					mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CheckTimeout: 300 * time.Millisecond}, b.logger)
+					mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{Timeout: 300 * time.Millisecond}}, b.logger)
 					require.NoError(t, err)
 
 					proxy.Silence()
@@ -629,7 +629,7 @@ func TestBackoff(t *testing.T) {
 			_, err = outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Backoff: bad}, nil)
 			assert.ErrorIs(t, err, outbox.ErrInvalidConfig, "%+v", bad)
 		}
-		_, err = outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CheckTimeout: -time.Second}, nil)
+		_, err = outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{Timeout: -time.Second}}, nil)
 		assert.ErrorIs(t, err, outbox.ErrInvalidConfig)
 	})
 }

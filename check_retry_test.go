@@ -19,7 +19,7 @@ import (
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-// checksPerSecondBound is the bound MiddlewareConfig.CheckRetryDelay states
+// checksPerSecondBound is the bound MiddlewareConfig.Check.RetryDelay states
 // with its default: a message is checked at most once per 50 ms while its
 // checks fail.
 const checksPerSecondBound = 20
@@ -140,12 +140,12 @@ func TestCheckRetryConfigurationIsChecked(t *testing.T) {
 	reg, err := outbox.NewRegistry()
 	require.NoError(t, err)
 	for _, bad := range []outbox.MiddlewareConfig{
-		{CheckRetryDelay: -time.Millisecond},
-		{CheckRetryDelay: time.Second, CheckRetryMaxDelay: time.Millisecond},
+		{Check: outbox.CheckConfig{RetryDelay: -time.Millisecond}},
+		{Check: outbox.CheckConfig{RetryDelay: time.Second, RetryMaxDelay: time.Millisecond}},
 	} {
 		_, err = outbox.NewMiddleware(reg, bad, nil)
 		assert.ErrorIs(t, err, outbox.ErrInvalidConfig, "%+v", bad)
 	}
-	_, err = outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CheckRetryDelay: 10 * time.Second}, nil)
+	_, err = outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{RetryDelay: 10 * time.Second}}, nil)
 	assert.NoError(t, err, "the cap defaults to at least the delay")
 }

@@ -2,11 +2,13 @@ package outbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -15,16 +17,10 @@ import (
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
-// ConfirmationHandlerName is the prefix of the handler names that
-// [AddConfirmationHandler] adds, one per confirmation topic:
-// "outbox_confirmations:<topic>".
-const ConfirmationHandlerName = "outbox_confirmations"
-
 // ConfirmationHandlerConfig configures [NewConfirmationHandler].
 type ConfirmationHandlerConfig struct {
-	// Timeout bounds the database work of one confirmation; when it runs
-	// out the confirmation is nacked and comes back. Defaults to 10
-	// seconds.
+	// Timeout bounds the database work of one confirmation, nacked when it
+	// runs out. Defaults to 10 seconds.
 	Timeout time.Duration
 }
 
@@ -43,22 +39,11 @@ func (c ConfirmationHandlerConfig) Validate() error {
 }
 
 // NewConfirmationHandler returns the handler that completes the deliveries
-// of remote consumers ([Tracked.RemoteConsumers]) from their confirmations.
-// A confirmation completes a delivery only when its table identity, topic,
-// record id, message UUID and consumer all match a pending delivery of a
-// declared remote consumer; anything else (malformed, another table, an
-// undeclared consumer, another message's UUID or one the store cannot keep, a forged or replayed
-// confirmation) completes nothing, is counted ([ConfirmationObserver]) and
-// logged, and is acknowledged: at warning level when it names this table,
-// at Debug when it names another table or topic, as the confirmations of
-// other sending services on a shared confirmation topic do. A confirmation of a delivery already
-// complete is a duplicate and is acknowledged. A database error nacks it,
-// so that it comes back. A confirmation that matched a delivery (completed
-// it, or a duplicate) records its remote consumer as seen, as the
-// middleware records a local one ([recordstore.ReceiverRecorder]).
-//
-// [AddConfirmationHandler] adds it to a router; use this one to add it
-// yourself (with the subscriber's own middleware, say).
+// of remote consumers ([Tracked.RemoteConsumers]) from their confirmations:
+// only when the table identity, topic, record id, message UUID and a
+// declared remote consumer all match a pending delivery. Anything else is
+// acknowledged, counted and logged; a database error nacks it.
+// [AddConfirmationHandler] adds it to a router.
 func NewConfirmationHandler(reg *Registry, cfg ConfirmationHandlerConfig, logger watermill.LoggerAdapter) (message.NoPublishHandlerFunc, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
@@ -243,4 +228,79 @@ func (c *confirmer) rejectOthers(msg *message.Message, conf confirmation, why st
 		o.ConfirmationRejected(conf.Topic, conf.Consumer)
 	}
 	c.logger.Debug("Confirmation of another service's record; it completes nothing here", c.fields(msg, conf).Add(watermill.LogFields{"reason": why}))
+}
+
+// A confirmation is the message a receiver in another service publishes to
+// complete its delivery of a tracked message: its payload is this JSON
+// object, and it names the record (the sender's table identity, topic and
+// id), the message the receiver handled (its UUID) and the receiver (the
+// consumer's handler name). The sender completes the consumer's delivery
+// only when all of them match a pending delivery.
+//
+// A receiver whose handler failed publishes the same object with Failed,
+// its error: the sender counts the failure toward its MaxAttempts and
+// sends the message again. Receiver names the receiving service (its
+// inbox's table identity, "" without one), so that the sender sees two
+// services that confirm under one consumer name.
+type confirmation struct {
+	Store    string `json:"store"`
+	Topic    string `json:"topic"`
+	ID       int64  `json:"id"`
+	UUID     string `json:"uuid"`
+	Consumer string `json:"consumer"`
+	Failed   string `json:"failed,omitempty"`
+	Receiver string `json:"receiver,omitempty"`
+	// to is the topic the confirmation goes to; unexported, so not part
+	// of the payload.
+	to string
+}
+
+// maxFailureText bounds the error text a failure report carries, so that
+// the report stays within maxConfirmation.
+const maxFailureText = 1024
+
+// maxConfirmation bounds a confirmation's payload: every field is a name
+// or an id, and a larger payload is not one.
+const maxConfirmation = 4096
+
+// errBadConfirmation is wrapped by the error of a confirmation that cannot
+// be read.
+var errBadConfirmation = errors.New("outbox: malformed confirmation")
+
+func (c confirmation) marshal() []byte {
+	b, _ := json.Marshal(c) // strings and an int64 always marshal
+	return b
+}
+
+// parseConfirmation reads a confirmation's payload, refusing anything that
+// is not one: too large, not the JSON object, a field missing or empty, an
+// id that is not positive, text that is not UTF-8.
+func parseConfirmation(payload []byte) (confirmation, error) {
+	var c confirmation
+	if len(payload) > maxConfirmation {
+		return c, fmt.Errorf("%w: %d bytes", errBadConfirmation, len(payload))
+	}
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return confirmation{}, fmt.Errorf("%w: %v", errBadConfirmation, err)
+	}
+	switch {
+	case c.Store == "", c.Topic == "", c.UUID == "", c.Consumer == "":
+		return confirmation{}, fmt.Errorf("%w: store, topic, uuid and consumer are required", errBadConfirmation)
+	case c.ID <= 0:
+		return confirmation{}, fmt.Errorf("%w: id %d is not positive", errBadConfirmation, c.ID)
+	case !utf8.ValidString(c.Store + c.Topic + c.UUID + c.Consumer + c.Failed + c.Receiver):
+		return confirmation{}, fmt.Errorf("%w: text is not UTF-8", errBadConfirmation)
+	}
+	return c, nil
+}
+
+// truncateUTF8 cuts s to at most n bytes without splitting a character.
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }

@@ -20,7 +20,7 @@ package outbox
 // The publisher holds messages only after this process saw the reordering:
 // a first copy parked here, and the first copy of the earlier record it
 // waited for arrived here after it (sawReorder). A held message whose
-// earlier record did not complete here within HeldWait (another instance
+// earlier record did not complete here within Check.HeldWait (another instance
 // took its copy, or its handler fails) is sent all the same, and then
 // nothing is held for reorderQuiet: its receiver side checks and holds it
 // as any copy. The records are saved before anything is held, so a crash

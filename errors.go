@@ -9,13 +9,11 @@ import (
 
 var (
 	// ErrNotPending is returned by [CompleteTx] when another copy of the
-	// message completed the record first. It is the store's sentinel.
+	// message completed the record first.
 	ErrNotPending = recordstore.ErrNotPending
 
 	// ErrAlreadyHandled is returned by [InboxTx] when the consumer has
-	// already handled the message (another copy, or an operation with the
-	// same business key): the handler must ack and do nothing. It is the
-	// inbox's sentinel.
+	// already handled the message: ack and do nothing.
 	ErrAlreadyHandled = recordstore.ErrAlreadyHandled
 
 	// ErrNotSupported is wrapped when a store lacks an optional operation a
@@ -23,12 +21,9 @@ var (
 	// [CompleteTx].
 	ErrNotSupported = recordstore.ErrNotSupported
 
-	// ErrInvalidMetadata is wrapped by the error logged for a delivered
-	// message of this service's table whose record id cannot be read (not
-	// a positive decimal integer). Nacking it would bring it back without
-	// end, and it has no record to complete, so the middleware logs the
-	// error and runs the handler once, untracked, in every middleware
-	// order.
+	// ErrInvalidMetadata is wrapped by the error logged for a message of
+	// this service's table whose record id cannot be read; its handler
+	// runs once, untracked.
 	ErrInvalidMetadata = errors.New("outbox: invalid outbox metadata")
 
 	// ErrInvalidConfig is wrapped by every configuration error, of the
@@ -40,16 +35,12 @@ var (
 	ErrDropped = errors.New("outbox: message dropped")
 
 	// ErrOutcomeUnknown is matched by an [*InsertError] whose records may
-	// have been saved: the connection was lost, or the insert's deadline
-	// passed, after the statement or its commit was sent. It is the store's
-	// sentinel.
+	// have been saved (the answer to the statement or its commit was lost).
 	ErrOutcomeUnknown = recordstore.ErrOutcomeUnknown
 
-	// ErrInboxTxNotCommitted is wrapped by the error of a handler of
-	// another service's message that saved its inbox entry with [InboxTx]
-	// and returned nil, while the entry did not commit (its transaction
-	// rolled back, or was never committed): the message counts as not
-	// handled, its delivery as a failed attempt.
+	// ErrInboxTxNotCommitted is wrapped by the error of a handler that
+	// saved its inbox entry with [InboxTx] and returned nil while the entry
+	// did not commit: a failed attempt.
 	ErrInboxTxNotCommitted = errors.New("outbox: the InboxTx transaction did not commit")
 
 	// ErrTxDone is returned by a [PublishingTx] that was already committed
@@ -100,13 +91,9 @@ func (e *SendError) Error() string {
 // Unwrap returns the cause, for errors.Is and errors.As.
 func (e *SendError) Unwrap() error { return e.Err }
 
-// CheckError is returned by the middleware when the record of a delivered
-// message could not be checked: the check failed or ran out of
-// [MiddlewareConfig.CheckTimeout], or another delivery holds the record's
-// lease (Err wraps [recordstore.ErrLeased]). The handler was not run and the
-// message is nacked so that the broker redelivers it. A copy whose next
-// attempt is not due yet is no error: the middleware holds it, nacks it
-// itself and returns nil.
+// CheckError is returned by the middleware (a nack, the handler not run)
+// when the record of a delivered message could not be checked, or another
+// delivery holds its lease (Err wraps [recordstore.ErrLeased]).
 type CheckError struct {
 	Topic string
 	ID    int64
@@ -161,11 +148,9 @@ func (e *ResendError) Error() string {
 // Unwrap returns the cause, for errors.Is and errors.As.
 func (e *ResendError) Unwrap() error { return e.Err }
 
-// VerifyError is returned by [Replay], and aborts the router started with
-// [ReplayPlugin], when a store that implements [recordstore.Verifier]
-// reports that it is not ready (its table is missing, or at another schema
-// version). Nothing was replayed. Topic is the first tracked topic, in
-// sorted order, that uses the store.
+// VerifyError is returned by [Replay] (aborting [ReplayPlugin]'s start)
+// when a store reports that it is not ready ([recordstore.Verifier]);
+// nothing was replayed. Topic is the store's first tracked topic.
 type VerifyError struct {
 	Topic string
 	Err   error
@@ -179,12 +164,11 @@ func (e *VerifyError) Error() string {
 // Unwrap returns the cause, for errors.Is and errors.As.
 func (e *VerifyError) Unwrap() error { return e.Err }
 
-// AbandonedError is returned by the middleware when a handler failed for the
-// last allowed time ([MiddlewareConfig.MaxAttempts]) and the record was
-// abandoned: it is kept, visible and no longer pending, so it is never
-// replayed and a redelivered copy is acknowledged without handling. Err is
-// the handler's error. Put Watermill's PoisonQueueWithFilter(pub, topic,
-// outbox.IsAbandoned) outside the outbox middleware to divert the message.
+// AbandonedError is returned by the middleware when a handler failed for
+// the last allowed time ([MiddlewareConfig.MaxAttempts]): the record is
+// kept, no longer pending, and Err is the handler's error. A
+// PoisonQueueWithFilter(pub, topic, [IsAbandoned]) outside the middleware
+// diverts the message.
 type AbandonedError struct {
 	Topic    string
 	ID       int64
@@ -205,3 +189,25 @@ func IsAbandoned(err error) bool {
 	var a *AbandonedError
 	return errors.As(err, &a)
 }
+
+type dropError struct{ err error }
+
+func (d dropError) Error() string {
+	if d.err == nil {
+		return ErrDropped.Error()
+	}
+	return ErrDropped.Error() + ": " + d.err.Error()
+}
+
+func (d dropError) Unwrap() []error { return []error{ErrDropped, d.err} }
+
+// Drop wraps a handler error to say the message is to be discarded: the
+// middleware completes its record (it is never delivered again) and
+// acknowledges the message. errors.Is(Drop(err), err) and
+// errors.Is(Drop(err), ErrDropped) both hold; err may be nil.
+// A PoisonQueueWithFilter(pub, topic, [IsDrop]) inside the outbox
+// middleware diverts dropped messages instead.
+func Drop(err error) error { return dropError{err: err} }
+
+// IsDrop reports whether err was built with [Drop].
+func IsDrop(err error) bool { return errors.Is(err, ErrDropped) }

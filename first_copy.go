@@ -1,6 +1,6 @@
 package outbox
 
-// First copies (MiddlewareConfig.CheckFirstCopies off): the publisher remembers
+// First copies (MiddlewareConfig.Check.FirstCopies off): the publisher remembers
 // the records it has just saved, and the first copy of each, per
 // consumer, runs without the check.
 //
@@ -24,11 +24,11 @@ import (
 )
 
 // skipsCheck reports whether the delivery of a may run without the check
-// (MiddlewareConfig.CheckFirstCopies). On a topic with an order key it
+// (MiddlewareConfig.Check.FirstCopies). On a topic with an order key it
 // returns instead, as before, the earlier record of the key that is on its
 // way here and that the copy is to wait for off the handler's path (park).
 func (m *middleware) skipsCheck(ctx context.Context, a *admission) (skip bool, before int64) {
-	if m.cfg.CheckFirstCopies || a.d.UUID == "" || leases(a.t.store) {
+	if m.cfg.Check.FirstCopies || a.d.UUID == "" || leases(a.t.store) {
 		return false, 0
 	}
 	consumers := max(len(a.t.consumers), 1)

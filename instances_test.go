@@ -59,7 +59,7 @@ func instances(t *testing.T, backend testenv.Backend, n int, lease time.Duration
 	table := testenv.Table(t)
 	topic := "orders_" + table
 	// The router runs every replayed delivery at once; on a small pool a
-	// mark can queue for longer than the default CompleteTimeout.
+	// mark can queue for longer than the default Complete.Timeout.
 	logger := &testenv.CaptureLogger{}
 	out := make([]*instance, n)
 	for i := range out {
@@ -71,7 +71,7 @@ func instances(t *testing.T, backend testenv.Backend, n int, lease time.Duration
 		cancel()
 		reg, err := outbox.NewRegistry(outbox.Tracked{Topic: topic, Store: store})
 		require.NoError(t, err)
-		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{CompleteTimeout: 2 * time.Minute, Backoff: redeliverAtOnce}, logger)
+		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Complete: outbox.CompleteConfig{Timeout: 2 * time.Minute}, Backoff: redeliverAtOnce}, logger)
 		require.NoError(t, err)
 		out[i] = &instance{db: db, store: store, reg: reg, mw: settledMiddleware(t, context.Background(), reg, mw)}
 	}

@@ -91,10 +91,8 @@ type delivery struct {
 }
 
 // RecordFromContext returns the record of the tracked message being handled,
-// read from the message's context (msg.Context()) inside a handler wrapped by
-// the outbox middleware. The middleware removes the outbox keys from the
-// message metadata before the handler runs, so that a handler which forwards
-// the message does not forward a stale record id.
+// from msg.Context() inside a handler wrapped by the outbox middleware,
+// which removes the outbox keys from the metadata while the handler runs.
 func RecordFromContext(ctx context.Context) (RecordRef, bool) {
 	d, ok := ctx.Value(recordKey{}).(*delivery)
 	if !ok {

@@ -289,8 +289,8 @@ func TestMiddlewareOrders(t *testing.T) {
 							Backoff:     outbox.Backoff{Initial: 10 * time.Millisecond, Max: 40 * time.Millisecond},
 							// The defaults: completions in the background,
 							// first copies unchecked; or the checked path.
-							CompleteBeforeAck: !path.fast,
-							CheckFirstCopies:  !path.fast,
+							Check:    outbox.CheckConfig{FirstCopies: !path.fast},
+							Complete: outbox.CompleteConfig{BeforeAck: !path.fast},
 						}, b.logger)
 						require.NoError(t, err)
 						k := orderKit{t: t, outbox: mw, poisoned: &poisonSink{}}

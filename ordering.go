@@ -7,12 +7,12 @@ package outbox
 // A first copy whose earlier record is on its way in this process (not yet
 // delivered here, or running) is parked (park): acknowledged unrun and
 // sent again through the registry's sender once that record completed
-// here, or as a checked copy after HeldWait. Every other held copy is
+// here, or as a checked copy after Check.HeldWait. Every other held copy is
 // checked, and is held as follows.
 //
 // A held copy first waits, in the handler, for the earlier record to
 // complete in this process (a completion wakes it at once), up to
-// MiddlewareConfig.HeldWait, and is checked again. If the key is still held
+// MiddlewareConfig.Check.HeldWait, and is checked again. If the key is still held
 // it is put back: acknowledged without running the handler, its record
 // left pending. Nacking instead would spin, or stall the key for good, on
 // brokers that redeliver a nacked message in place (GoChannel, Kafka, the
@@ -20,7 +20,7 @@ package outbox
 // copy. A record put back is marked so in the store
 // (recordstore.KeyClaimer.PutBack); each completion of a record of the key,
 // in any instance, claims the next one put back (or last sent more than
-// HeldWait ago) and sends it again at once, and the stale resubmitter finds
+// Check.HeldWait ago) and sends it again at once, and the stale resubmitter finds
 // it stale at its next round. The copy is checked once more after it was
 // marked, so that a completion between its check and the mark is not
 // missed. A first copy that runs without the check (first_copy.go)
@@ -28,13 +28,13 @@ package outbox
 // completes on the handler's path, since held copies wait for it. The
 // completion of a checked copy, or of a record of a key this process put
 // back, claims the key's next record at once; those of unchecked copies
-// are gathered for CompleteBatchWait, and one statement
+// are gathered for Complete.BatchWait, and one statement
 // (recordstore.KeyWaiters) names the keys whose next record waits to be
 // sent. Meanwhile the record that holds the
 // key is sent again at once when its last send is older than
-// MiddlewareConfig.HeldResendAfter (its copy may be lost), claimed the
+// MiddlewareConfig.Check.HeldResendAfter (its copy may be lost), claimed the
 // same way, so that all the held copies of every instance send it at most
-// once per HeldResendAfter. The stale resubmitter and the next replay send
+// once per Check.HeldResendAfter. The stale resubmitter and the next replay send
 // whatever a crash left behind.
 
 import (
@@ -72,7 +72,7 @@ func (e *heldHere) Unwrap() error { return recordstore.ErrHeld }
 // handler, so that the subscription delivers the next message meanwhile
 // (before's own copy, often). Once before completed here the copy is sent
 // again through the registry's sender, as its consumer's first copy still,
-// and runs unchecked; if before did not complete here within HeldWait, the
+// and runs unchecked; if before did not complete here within Check.HeldWait, the
 // copy is sent again as a copy already delivered, which is checked and
 // held as any other. Its record stays pending all along: a crash, or a
 // failed send, leaves it to the stale resubmitter and the next replay.
@@ -88,7 +88,7 @@ func (m *middleware) park(msg *message.Message, a *admission, before int64) ([]*
 	parked.SetContext(context.WithoutCancel(msg.Context()))
 	m.logger.Debug("Record held by an earlier record of its key on its way here; sending the copy again once it completes", a.fields.Add(watermill.LogFields{"held_by": before}))
 	m.reg.background.Spawn(func() {
-		budget := time.NewTimer(m.cfg.HeldWait)
+		budget := time.NewTimer(m.cfg.Check.HeldWait)
 		defer budget.Stop()
 		select {
 		case <-wake:
@@ -106,11 +106,11 @@ func (m *middleware) park(msg *message.Message, a *admission, before int64) ([]*
 
 // onHeld handles a copy whose record is held by an earlier record of its
 // key: while that record's handler runs here, it waits for it to complete,
-// up to HeldWait, checking again each time one does; otherwise, or then,
+// up to Check.HeldWait, checking again each time one does; otherwise, or then,
 // it puts the copy back.
 func (m *middleware) onHeld(h message.HandlerFunc, msg *message.Message, idText string, a *admission, held *recordstore.HeldError) ([]*message.Message, error) {
 	ctx := msg.Context()
-	budget := time.NewTimer(m.cfg.HeldWait)
+	budget := time.NewTimer(m.cfg.Check.HeldWait)
 	defer budget.Stop()
 	m.logger.Debug("Record held by an earlier record of its key, waiting for it", a.fields.Add(watermill.LogFields{"held_by": held.Before}))
 	over, woken := false, false
@@ -171,7 +171,7 @@ func (m *middleware) putBack(h message.HandlerFunc, msg *message.Message, a *adm
 		msg.Nack()
 		return nil, nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), m.cfg.CompleteTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(msg.Context()), m.cfg.Complete.Timeout)
 	defer cancel()
 	if err := claimer.PutBack(ctx, a.t.topic, a.d.ID); err != nil {
 		m.logger.Error("Putting a held record back failed; nacking the copy", err, fields)
@@ -193,7 +193,7 @@ func (m *middleware) putBack(h message.HandlerFunc, msg *message.Message, a *adm
 }
 
 // run runs an admitted delivery; an ordered one unless a copy of its record
-// runs here already, which is nacked after LeasedNackDelay, as a copy of a
+// runs here already, which is nacked after Check.LeasedNackDelay, as a copy of a
 // leased record is.
 func (m *middleware) run(h message.HandlerFunc, msg *message.Message, a *admission) ([]*message.Message, error) {
 	if a.t.orderKey == "" {
@@ -204,7 +204,7 @@ func (m *middleware) run(h message.HandlerFunc, msg *message.Message, a *admissi
 		m.logger.Debug("A copy of the record runs already, nacking this one", a.fields)
 		// A lease this check may have taken must not outlive the copy.
 		m.release(msg.Context(), a)
-		m.hold(msg.Context(), m.cfg.LeasedNackDelay)
+		m.hold(msg.Context(), m.cfg.Check.LeasedNackDelay)
 		msg.Nack()
 		return nil, nil
 	}
@@ -214,7 +214,7 @@ func (m *middleware) run(h message.HandlerFunc, msg *message.Message, a *admissi
 
 // settled ends an ordered delivery's run: after its completion (ok) the
 // copies waiting for it here are woken, and the next record of its key
-// that was put back (or last sent more than HeldWait ago) is sent again.
+// that was put back (or last sent more than Check.HeldWait ago) is sent again.
 func (m *middleware) settled(ctx context.Context, a *admission, ok bool) {
 	if a.t.orderKey == "" || a.ordered == (heldKey{}) {
 		return
@@ -233,14 +233,14 @@ func (m *middleware) settled(ctx context.Context, a *admission, ok bool) {
 		return
 	}
 	if _, ok := a.t.holds.PutBack.LoadAndDelete(a.key); ok || !a.unchecked {
-		m.reg.background.Spawn(func() { m.claimAndSend(context.WithoutCancel(ctx), a, a.d.ID, m.cfg.HeldWait) })
+		m.reg.background.Spawn(func() { m.claimAndSend(context.WithoutCancel(ctx), a, a.d.ID, m.cfg.Check.HeldWait) })
 		return
 	}
 	a.t.claims.add(m, a)
 }
 
 // keyClaims gathers the keys whose records completed within
-// CompleteBatchWait, so that one statement (recordstore.KeyWaiters) finds
+// Complete.BatchWait, so that one statement (recordstore.KeyWaiters) finds
 // those whose next record waits to be sent again, and only theirs are
 // claimed.
 type keyClaims struct {
@@ -267,10 +267,10 @@ func (c *keyClaims) add(m *middleware, a *admission) {
 	}
 }
 
-// claimBatch waits CompleteBatchWait for the completions of t's batch,
+// claimBatch waits Complete.BatchWait for the completions of t's batch,
 // then claims and sends the next record of each key that has one waiting.
 func (m *middleware) claimBatch(t *tracked) {
-	<-time.After(m.cfg.CompleteBatchWait)
+	<-time.After(m.cfg.Complete.BatchWait)
 	c := &t.claims
 	c.mu.Lock()
 	batch := c.last
@@ -284,8 +284,8 @@ func (m *middleware) claimBatch(t *tracked) {
 		return
 	}
 	if kw, ok := t.store.(recordstore.KeyWaiters); ok {
-		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.CompleteTimeout)
-		waiting, err := kw.WaitingKeys(ctx, t.topic, keys, m.cfg.HeldWait)
+		ctx, cancel := context.WithTimeout(context.Background(), m.cfg.Complete.Timeout)
+		waiting, err := kw.WaitingKeys(ctx, t.topic, keys, m.cfg.Check.HeldWait)
 		cancel()
 		if err != nil {
 			m.logger.Error("Reading which order keys wait for a send failed; claiming the next record of each", err, watermill.LogFields{"topic": t.topic, "keys": len(keys)})
@@ -295,13 +295,13 @@ func (m *middleware) claimBatch(t *tracked) {
 	}
 	for _, k := range keys {
 		if a := batch[k]; a != nil {
-			m.claimAndSend(context.Background(), a, a.d.ID, m.cfg.HeldWait)
+			m.claimAndSend(context.Background(), a, a.d.ID, m.cfg.Check.HeldWait)
 		}
 	}
 }
 
 // askResend sends the record before, which holds a's key, again when its
-// last send is older than HeldResendAfter, at most once per HeldResendAfter
+// last send is older than Check.HeldResendAfter, at most once per Check.HeldResendAfter
 // per record and process (and, through the store's claim, across
 // processes).
 func (m *middleware) askResend(a *admission, before int64) {
@@ -312,10 +312,10 @@ func (m *middleware) askResend(a *admission, before int64) {
 	v, _ := a.t.holds.Asked.LoadOrStore(before, new(atomic.Int64))
 	last := v.(*atomic.Int64)
 	prev := last.Load()
-	if prev != 0 && now-prev < int64(m.cfg.HeldResendAfter) || !last.CompareAndSwap(prev, now) {
+	if prev != 0 && now-prev < int64(m.cfg.Check.HeldResendAfter) || !last.CompareAndSwap(prev, now) {
 		return
 	}
-	m.reg.background.Spawn(func() { m.claimAndSend(context.Background(), a, before-1, m.cfg.HeldResendAfter) })
+	m.reg.background.Spawn(func() { m.claimAndSend(context.Background(), a, before-1, m.cfg.Check.HeldResendAfter) })
 }
 
 // claimAndSend claims the first record of a's key after afterID whose last
@@ -327,7 +327,7 @@ func (m *middleware) claimAndSend(ctx context.Context, a *admission, afterID int
 	if res == nil || !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, m.cfg.CompleteTimeout)
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Complete.Timeout)
 	defer cancel()
 	recs, err := claimer.ClaimKey(ctx, a.t.topic, a.key, afterID, max(olderThan, time.Microsecond))
 	if err == nil && len(recs) > 0 {

@@ -137,7 +137,7 @@ func (o *orderedHandler) handle(msg *message.Message) ([]*message.Message, error
 // the first is put back and sent again once the earlier record completes,
 // the second waits in its handler and runs when the earlier one completes.
 // Without the hold both would run at once, out of order. Every copy is
-// checked here (CheckFirstCopies); TestOrderedFirstCopiesWaitOffTheHandlersPath
+// checked here (Check.FirstCopies); TestOrderedFirstCopiesWaitOffTheHandlersPath
 // has the first copies of the defaults.
 func TestOrderKeyHoldsLaterRecords(t *testing.T) {
 	t.Parallel()
@@ -153,7 +153,7 @@ func TestOrderKeyHoldsLaterRecords(t *testing.T) {
 		deliver := func(held time.Duration, msg *message.Message) <-chan error {
 			// Record 1's copies are not lost: its resend is never asked
 			// for (TestHeldCopyAsksForTheEarlierRecordAgain asks).
-			mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{HeldWait: held, HeldResendAfter: time.Hour, CheckFirstCopies: true}, logger)
+			mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: held, HeldResendAfter: time.Hour, FirstCopies: true}}, logger)
 			require.NoError(t, err)
 			msg.SetContext(context.Background())
 			done := make(chan error, 1)
@@ -221,10 +221,10 @@ func TestOrderKeyHoldsLaterRecords(t *testing.T) {
 
 // TestHeldCopyAsksForTheEarlierRecordAgain loses the copy of a key's first
 // record: the copy of the second, held by it, asks for the first to be
-// sent again at once (its last send is older than HeldResendAfter), the
+// sent again at once (its last send is older than Check.HeldResendAfter), the
 // first runs, and its completion sends the second, which runs after it.
 // Without the ask, nothing would send the first before the stale
-// resubmitter's OlderThan. Every copy is checked (CheckFirstCopies);
+// resubmitter's OlderThan. Every copy is checked (Check.FirstCopies);
 // TestOrderedFirstCopiesWaitOffTheHandlersPath loses a first copy with the
 // defaults.
 func TestHeldCopyAsksForTheEarlierRecordAgain(t *testing.T) {
@@ -236,7 +236,7 @@ func TestHeldCopyAsksForTheEarlierRecordAgain(t *testing.T) {
 		two := c.publish("1", "2")["2"] // record 1's copy is lost here
 
 		h := &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8), gates: map[string]chan struct{}{}}
-		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{HeldWait: time.Millisecond, HeldResendAfter: time.Nanosecond, CheckFirstCopies: true}, watermill.NopLogger{})
+		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: time.Millisecond, HeldResendAfter: time.Nanosecond, FirstCopies: true}}, watermill.NopLogger{})
 		require.NoError(t, err)
 		deliver := func(msg *message.Message) error {
 			msg.SetContext(context.Background())
@@ -283,7 +283,7 @@ func TestHeldCopyAsksForTheEarlierRecordAgain(t *testing.T) {
 // 1; record 2 is sent again once record 1's completion committed, and
 // record 3 once record 2's did, and both run unchecked, in the order
 // saved. Then record 5's first copy arrives and record 4's is lost: after
-// HeldWait the copy of 5 is sent again as a delivered copy, checked, held
+// Check.HeldWait the copy of 5 is sent again as a delivered copy, checked, held
 // by 4, which it asks to be sent again, and runs after it.
 func TestOrderedFirstCopiesWaitOffTheHandlersPath(t *testing.T) {
 	t.Parallel()
@@ -293,7 +293,7 @@ func TestOrderedFirstCopiesWaitOffTheHandlersPath(t *testing.T) {
 		c := newOrderedCaseOn(t, b, store, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
 		reg, again := c.reg, c.again
 		h := &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8), gates: map[string]chan struct{}{}}
-		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{HeldWait: 50 * time.Millisecond, HeldResendAfter: time.Nanosecond}, watermill.NopLogger{})
+		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: 50 * time.Millisecond, HeldResendAfter: time.Nanosecond}}, watermill.NopLogger{})
 		require.NoError(t, err)
 		deliver := func(msg *message.Message) {
 			t.Helper()
@@ -339,7 +339,7 @@ func TestOrderedFirstCopiesWaitOffTheHandlersPath(t *testing.T) {
 		assert.Equal(t, []string{"1", "2", "3"}, h.handled["k"], "handled in the order saved")
 		assert.Zero(t, store.checks.Load(), "every copy ran unchecked")
 
-		// Record 4's copy is lost; record 5's waits HeldWait, is sent
+		// Record 4's copy is lost; record 5's waits Check.HeldWait, is sent
 		// again and checked.
 		five := c.publish("4", "5")["5"]
 		deliver(five)
@@ -359,7 +359,7 @@ func TestOrderedFirstCopiesWaitOffTheHandlersPath(t *testing.T) {
 // GoChannel reorders the messages of one Publish), the publisher sends a
 // later message of a key only once the earlier record completed here, so
 // that it arrives once, and runs unchecked; a held message whose earlier
-// record does not complete here within HeldWait is sent all the same, and
+// record does not complete here within Check.HeldWait is sent all the same, and
 // then nothing is held for a while.
 func TestOrderedMessagesHeldInThePublisherWhileTheBrokerReorders(t *testing.T) {
 	t.Parallel()
@@ -369,7 +369,7 @@ func TestOrderedMessagesHeldInThePublisherWhileTheBrokerReorders(t *testing.T) {
 		c := newOrderedCaseOn(t, b, store, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
 		reg, again := c.reg, c.again
 		h := &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8), gates: map[string]chan struct{}{}}
-		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{HeldWait: 200 * time.Millisecond}, watermill.NopLogger{})
+		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: 200 * time.Millisecond}}, watermill.NopLogger{})
 		require.NoError(t, err)
 		deliver := func(msg *message.Message) {
 			t.Helper()
@@ -429,7 +429,7 @@ func TestOrderedMessagesHeldInThePublisherWhileTheBrokerReorders(t *testing.T) {
 		assert.Equal(t, []string{"1", "2", "3", "4"}, h.handled["k"], "handled in the order saved")
 		assert.Zero(t, store.checks.Load(), "every copy ran unchecked")
 
-		// Record 5's copy is lost: 6, held for it, is sent after HeldWait,
+		// Record 5's copy is lost: 6, held for it, is sent after Check.HeldWait,
 		// and then 7 and 8 are both sent at once.
 		publish("5", "6")
 		receive(c.sent, "record 5") // lost

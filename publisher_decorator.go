@@ -15,34 +15,17 @@ import (
 )
 
 // NewPublisher wraps pub so that messages published to a tracked topic are
-// saved as records before they are sent. Messages to other topics go straight
-// to pub.
-//
-// For a tracked topic, Publish inserts one record per message in one round
-// trip on the store's own connection, stamps [MetadataID] and [MetadataTopic]
-// into each message, then calls pub. If the insert fails it returns an
-// [*InsertError] and sends nothing; no record was saved unless the error
-// matches [ErrOutcomeUnknown] (the connection was lost while the statement
-// or its commit was on its way, and no database can tell then whether it
-// committed). If pub fails it returns a [*SendError] wrapping pub's error;
-// the records stay pending for the next replay. The message UUID, payload
-// and other metadata are not changed.
-//
-// The insert runs on the first message's context without its
-// cancellation, bounded by 30 seconds. Publish returns by that context's
-// deadline (or cancellation) plus 100 milliseconds: when the insert
-// finished by then but the context has ended, it returns a [*SendError]
-// wrapping the context's error, without sending, and the records are
-// pending for the stale resubmitter or the next replay; when it has not,
-// it returns an [*InsertError] matching [ErrOutcomeUnknown], and the
-// insert goes on to its own end ([Registry.WaitCompletions] waits for it).
-//
-// The messages a router handler of a tracked message returns (published by
-// the router through [PublisherDecorator]) are saved keyed by that delivery
-// and their position: when the handler runs again after a failed publish,
-// Publish saves nothing new and sends the records saved by the first run,
-// with their UUID, payload and metadata, and a failed Publish counts as a
-// failed attempt of the delivery (see [NewMiddleware]).
+// saved as records, in one round trip on the store's own connection, before
+// they are sent with their record id in [MetadataID]; messages to other
+// topics go straight to pub. If the insert fails it returns an
+// [*InsertError] and sends nothing (nothing was saved unless the error
+// matches [ErrOutcomeUnknown]); if pub fails, a [*SendError], and the
+// records stay pending for the next replay. The insert runs on the first
+// message's context without its cancellation, bounded by
+// [DefaultStatementTimeout], and Publish returns by that context's deadline
+// plus 100 milliseconds. Messages a handler of a tracked message returns
+// are saved keyed by that delivery and position, so a rerun sends the
+// records of the first run.
 func NewPublisher(reg *Registry, pub message.Publisher) (message.Publisher, error) {
 	if pub == nil {
 		return nil, fmt.Errorf("%w: publisher is nil", ErrInvalidConfig)
@@ -166,19 +149,6 @@ func (p *publisher) savedOrdered(ctx context.Context, t *tracked, records []reco
 	t.firstCopies.Saved(records, before)
 	return before
 }
-
-// DefaultStatementTimeout bounds each database statement of the outbox
-// whose context has no deadline and whose configuration sets no timeout of
-// its own: the record insert of a Publish whose message context has no
-// deadline, and the reads of outboxops.ReadStatus on a context without
-// one. It is also the default of the StatementTimeout fields of
-// [ReplayConfig], [StaleResubmitterConfig] and outboxops.CleanerConfig. A
-// database that accepts connections and never answers (a table locked by a
-// migration, a partitioned network) then makes the call fail with the
-// driver's deadline error instead of hanging. To choose another bound,
-// give the context (for Publish, the message's: msg.SetContext) a deadline
-// of its own.
-const DefaultStatementTimeout = 30 * time.Second
 
 // insertTimeout bounds a tracked publish's insert, which runs on the
 // message's context without its cancellation: a caller that gives up while

@@ -50,7 +50,7 @@ func (m *middleware) receive(h message.HandlerFunc, msg *message.Message) ([]*me
 		if m.cfg.BusinessKey != nil {
 			e.BusinessKey = m.cfg.BusinessKey(msg)
 		}
-		checkCtx, cancel := context.WithTimeout(ctx, m.cfg.CheckTimeout)
+		checkCtx, cancel := context.WithTimeout(ctx, m.cfg.Check.Timeout)
 		handledAs, err := handledAs(checkCtx, m.cfg.Inbox, e)
 		cancel()
 		if errors.Is(err, recordstore.ErrInvalidEntry) {
@@ -157,7 +157,7 @@ func (m *middleware) checkInboxTx(ctx context.Context, r *receipt, herr error, f
 	if r == nil || !r.marked.Load() {
 		return herr
 	}
-	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CheckTimeout)
+	checkCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.Check.Timeout)
 	defer cancel()
 	found, err := handledAs(checkCtx, r.inbox, r.entry)
 	switch {
@@ -258,7 +258,7 @@ func (m *middleware) receiverIdentity(ctx context.Context) string {
 		m.receiver.Store(&none)
 		return none
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CheckTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.Check.Timeout)
 	defer cancel()
 	id, err := in.Identity(ctx)
 	if err != nil {
@@ -292,7 +292,7 @@ func (m *middleware) markReceived(ctx context.Context, r *receipt, fields waterm
 	if r == nil || r.marked.Load() {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.Complete.Timeout)
 	defer cancel()
 	err := r.inbox.MarkHandled(ctx, r.entry)
 	switch {
@@ -322,17 +322,10 @@ func (m *middleware) markReceived(ctx context.Context, r *receipt, fields waterm
 //	// ... business writes through tx ...
 //	return nil, tx.Commit()
 //
-// A second copy handled at the same moment waits for tx; when tx commits it
-// gets [ErrAlreadyHandled], and when tx rolls back it records the message
-// itself. When the handler returns, the middleware reads the entry back on
-// the inbox's own connection: a handler that returned nil though tx did not
-// commit has a failed attempt (wrapping [ErrInboxTxNotCommitted]), neither
-// confirmed nor recorded. The confirmation to the sender, if the message
-// asks for one, is published after that, as without InboxTx.
-//
-// It returns nil, doing nothing, for a message the middleware does not keep
-// in an inbox (no [MiddlewareConfig.Inbox], a message of this service's own
-// table, or tracking off in a test binary).
+// A second copy handled at the same moment waits for tx and then gets
+// ErrAlreadyHandled. A handler that returned nil though tx did not commit
+// has a failed attempt ([ErrInboxTxNotCommitted]). It returns nil for a
+// message the middleware keeps in no inbox.
 func InboxTx(ctx context.Context, tx Tx, msg *message.Message) error {
 	r, ok := msg.Context().Value(receiptKey{}).(*receipt)
 	if !ok {

@@ -3,10 +3,12 @@ package outbox
 import (
 	"cmp"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -19,91 +21,70 @@ import (
 
 // Tracked names one tracked topic and the store its records are saved into.
 type Tracked struct {
-	// Topic is the topic messages are published to. It is also stamped
-	// into the metadata ([MetadataTopic]) so that the receiver finds the
-	// store.
+	// Topic is the topic messages are published to, stamped into the
+	// metadata ([MetadataTopic]).
 	Topic string
-	// Store saves the records of this topic. Several topics may share a store.
+	// Store saves the records of this topic; topics may share one.
 	Store recordstore.Store
 	// Consumers are the names of the Watermill handlers that receive this
-	// topic, in every service that shares the store: the handler names
-	// given to Router.AddHandler or AddConsumerHandler. Each consumer
-	// checks and completes its own delivery, so one consumer's completion
-	// never makes another skip a message, and the record is complete when
-	// every consumer has completed it. A handler of the topic that is not
-	// listed runs untracked and is logged as an error.
-	//
-	// Leave it empty for a topic with one receiver (instances of one
-	// service are one receiver: they share the handler name). A second
-	// handler receiving such a topic is detected and logged, and runs
-	// untracked. Defaults to none.
+	// topic in every service that shares the store. Each checks and
+	// completes its own delivery; the record is complete when all have. A
+	// handler not listed runs untracked and is logged. Defaults to none:
+	// one receiver (instances of one service share its handler name).
 	Consumers []string
-	// RemoteConsumers are the names of the Watermill handlers that receive
-	// this topic in other services, with databases of their own: they
-	// cannot see this store, so each confirms its delivery over the broker
-	// (the receiving service's middleware publishes a confirmation to
-	// ConfirmTopic once its handler has succeeded), and this service
-	// completes the delivery with [AddConfirmationHandler]. The record is
-	// complete once every consumer, local and remote, has completed it, and
-	// it is resent until then. A topic with remote consumers declares its
-	// local receivers in Consumers too. Names are unique across Consumers
-	// and RemoteConsumers. Defaults to none.
+	// RemoteConsumers are the handler names of the receivers in other
+	// services, with databases of their own, which confirm their
+	// deliveries over the broker ([AddConfirmationHandler]). Names are
+	// unique across Consumers and RemoteConsumers. Defaults to none.
 	RemoteConsumers []string
-	// ConfirmTopic is the topic the remote consumers publish their
-	// confirmations to; it is stamped into each message
-	// ([MetadataConfirmTo]). It must not be a tracked topic. Used only with
-	// RemoteConsumers. Sending services may share one: each completes only
-	// its own table's deliveries and counts the others' confirmations as
-	// rejected (logged at Debug); a topic of its own spares it reading
-	// them. Defaults to [DefaultConfirmTopic].
+	// ConfirmTopic is where the remote consumers confirm; not a tracked
+	// topic. Defaults to [DefaultConfirmTopic].
 	ConfirmTopic string
-	// CompletedBy says who completes the records of the topic. Defaults to
-	// [ByReceivers].
+	// CompletedBy says who completes the records. Defaults to [ByReceivers].
 	CompletedBy CompletedBy
 	// OrderKey names the metadata key whose value orders the topic's
-	// messages: for each consumer, records of one key (one value) are
-	// handled one at a time, in the order they were saved. A later record
-	// whose earlier one is not complete for the consumer is held: not
-	// run, but put back (acknowledged, and sent again once the earlier
-	// record completes), and the earlier record is sent again at once when
-	// its copy may have been lost ([MiddlewareConfig.HeldResendAfter]). An
-	// abandoned record holds its key until it is requeued, unless
-	// OrderSkipsAbandoned is set. Records across keys are not ordered, nor
-	// are messages without the key. Watermill's Kafka marshalers and most
-	// brokers take a partition key from such a metadata key too. The value
-	// is saved with the record, at most [recordstore.MaxOrderKeyLen] bytes.
-	// Not for a topic completed OnSend. Defaults to "": not ordered, at no
-	// cost.
+	// messages: for each consumer, records of one key are handled one at a
+	// time, in the order they were saved (docs/guarantees.md, "Order by
+	// key"). Defaults to "": not ordered, at no cost.
 	OrderKey string
 	// OrderSkipsAbandoned lets an abandoned record stop holding the later
-	// records of its key, which then run without it. Used only with
-	// OrderKey. Defaults to false: the key waits for a requeue.
+	// records of its key. Defaults to false: the key waits for a requeue.
 	OrderSkipsAbandoned bool
 }
 
-// DefaultConfirmTopic is the topic remote consumers confirm to when
-// [Tracked.ConfirmTopic] is empty.
-const DefaultConfirmTopic = "outbox_confirmations"
+// Confirmations' names.
+const (
+	// DefaultConfirmTopic is the topic remote consumers confirm to when
+	// [Tracked.ConfirmTopic] is empty.
+	DefaultConfirmTopic = "outbox_confirmations"
+	// ConfirmationHandlerName prefixes the handler names that
+	// [AddConfirmationHandler] adds: "outbox_confirmations:<topic>".
+	ConfirmationHandlerName = "outbox_confirmations"
+)
+
+// Defaults of the configurations.
+const (
+	// DefaultStatementTimeout bounds each database statement whose context
+	// has no deadline and whose configuration sets none, so that a
+	// database that never answers fails the call instead of hanging it.
+	DefaultStatementTimeout = 30 * time.Second
+	// DefaultMaxPageBytes bounds a page of replay and a claim of the stale
+	// resubmitter: 16 MiB of payloads and metadata.
+	DefaultMaxPageBytes = 16 << 20
+)
 
 // CompletedBy says who completes the records of a tracked topic.
 type CompletedBy int
 
 const (
 	// ByReceivers: each receiver completes its own delivery once its
-	// handler has succeeded: the one receiver, or each declared consumer
-	// ([Tracked.Consumers]) through the shared store, and each remote
-	// consumer ([Tracked.RemoteConsumers]) by a confirmation over the
-	// broker. A record stays pending, and is resent, until every receiver
-	// has completed it. The default.
+	// handler has succeeded (a remote consumer by a confirmation); the
+	// record is resent until all have. The default.
 	ByReceivers CompletedBy = iota
-	// OnSend: the record is complete as soon as the wrapped publisher
-	// returns nil for it, as in the classic outbox; for receivers that do
-	// not run this plugin (another language, a third party). A failed send
-	// leaves the record pending, and it is resent. The guarantee becomes
-	// "handed to the broker at least once": what happens after the broker
-	// accepted the message (a receiver that fails, a queue that drops it)
-	// is no longer the outbox's to see. Receivers in this service handle
-	// its messages untracked. It takes no Consumers or RemoteConsumers.
+	// OnSend: the record is complete once the wrapped publisher returned
+	// nil for it, as in the classic outbox, for receivers that do not run
+	// this plugin: "handed to the broker at least once". It takes no
+	// Consumers or RemoteConsumers.
 	OnSend
 )
 
@@ -213,7 +194,7 @@ type Registry struct {
 	// middleware built on the registry, which also count the failures
 	// that remote consumers report (confirmation_handler.go).
 	failurePolicy atomic.Pointer[failurePolicy]
-	// heldWait is the HeldWait of the first middleware built on the
+	// heldWait is the Check.HeldWait of the first middleware built on the
 	// registry, how long its publishers hold a message for the earlier
 	// record of its key (deferred_sends.go); 0 until one is built.
 	heldWait atomic.Int64
@@ -240,22 +221,15 @@ func (r *Registry) failures() failurePolicy {
 	return p
 }
 
-// NewRegistry builds a registry of the tracked topics. Topics must be
-// non-empty and unique, each must have a store, and consumer names must be
-// non-empty and unique within their topic.
-//
-// Inside a Go test binary the registry tracks nothing unless the environment
-// variable named by [EnvToggle] is "on" at this call; see the package
-// documentation.
+// NewRegistry builds a registry of the tracked topics: non-empty and
+// unique, each with a store, consumer names non-empty and unique within
+// their topic. Inside a test binary it tracks only with [EnvToggle] on.
 func NewRegistry(tracked ...Tracked) (*Registry, error) {
 	return newRegistry(trackingEnabled(), tracked)
 }
 
-// NewTrackingRegistry is [NewRegistry] for test kits and tests: the
-// registry tracks in every binary, a test binary included, without reading
-// [EnvToggle]. Since no environment variable changes, tests that build
-// their registries with it may run in parallel (the outboxtest package
-// uses it). A service builds its registry with NewRegistry.
+// NewTrackingRegistry is [NewRegistry] for test kits: it tracks in a test
+// binary too, without reading [EnvToggle], so tests may run in parallel.
 func NewTrackingRegistry(tracked ...Tracked) (*Registry, error) {
 	return newRegistry(true, tracked)
 }
@@ -441,4 +415,31 @@ func (r *Registry) stores() []*tracked {
 		}
 	}
 	return out
+}
+
+// EnvToggle is the environment variable ("on") that turns tracking on in a
+// test binary, read when a registry is built.
+const EnvToggle = "WATERMILL_OUTBOX"
+
+// trackingEnabled reports whether registries built now track messages. A
+// normal binary always does and never looks at the environment.
+func trackingEnabled() bool {
+	if !testing.Testing() {
+		return true
+	}
+	return os.Getenv(EnvToggle) == "on"
+}
+
+// reportDisabled tells, once per registry, that a test binary without the
+// toggle tracks nothing: a program that checks for "0 pending" would
+// otherwise pass without any record ever being written.
+func (r *Registry) reportDisabled(logger watermill.LoggerAdapter) {
+	r.useLogger(logger)
+	if r.enabled {
+		return
+	}
+	r.offOnce.Do(func() {
+		logger.Info("Outbox tracking is off in this test binary: messages pass through untracked and no record is written. "+
+			"Set "+EnvToggle+"=on to track them", watermill.LogFields{"env": EnvToggle})
+	})
 }

@@ -17,221 +17,134 @@ import (
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
-// MiddlewareConfig configures [NewMiddleware].
+// MiddlewareConfig configures [NewMiddleware]. Every field has a default;
+// docs/operations.md says when to change one.
 type MiddlewareConfig struct {
-	// CheckTimeout bounds the check before the handler (reading, or
-	// claiming, the record). When it runs out the middleware returns a
-	// [*CheckError] (nack) without running the handler, so that a database
-	// that accepts connections but never answers cannot hold a delivery.
-	// Defaults to 10 seconds.
-	CheckTimeout time.Duration
-	// CompleteTimeout bounds the mark (or delete) after the handler. It runs
-	// on a context that keeps the message context's values but not its
-	// cancellation, so that a router shutting down still completes the
-	// records of handlers that finished. Defaults to 10 seconds.
-	CompleteTimeout time.Duration
-	// CompleteBeforeAck completes each delivery on the handler's path,
-	// before the message is acknowledged. Defaults to false: the message
-	// goes as soon as its handler succeeds, and its completion follows off
-	// the handler's path, gathered with the completions of the deliveries
-	// that finish meanwhile into one statement (for CompleteBatchWait), so
-	// that the next message need not wait for a commit and a busy store
-	// commits once for many messages. The price of the default: a crash
-	// (or a failed completion, which is logged) between the
-	// acknowledgement and the completion's commit leaves the record
-	// pending, so that it is sent again and handled twice, never lost.
-	// [Registry.WaitCompletions] waits for the completions in the
-	// background, for a clean stop. A topic with an [Tracked.OrderKey],
-	// whose next record waits for the completion, a handler that produced
-	// messages (completed on the router's acknowledgement) and
-	// [CompleteTx] complete on the handler's path whatever this says, and
-	// so does a delivery beyond 4096 completions in the background.
-	CompleteBeforeAck bool
-	// CompleteBatchWait is how long a completion in the background waits
-	// for others to go with it: the first one to finish starts the wait,
-	// and every completion that arrives meanwhile goes in the same
-	// statement, so that even one message at a time commits once per
-	// CompleteBatchWait rather than once per message. It is also how much
-	// longer a crash may leave records pending. A negative value sends
-	// each at once. Defaults to 5 milliseconds.
-	CompleteBatchWait time.Duration
-	// CheckFirstCopies checks the record before the handler runs for every
-	// copy. Defaults to false: the first copy, per local consumer, of a
-	// record this process published (among its last 16,384 of the topic)
-	// runs without the check, since the publish has just saved the record,
-	// pending, due and the message's own; every later copy, and every copy
-	// of a record published elsewhere, is checked. The price of the
-	// default: a copy of the record sent again elsewhere (a replay at
-	// another instance's start) and completed there before the first copy
-	// arrives here runs again, as two copies checked at the same moment
-	// do; and where several instances take turns on one queue, a copy
-	// another instance handled and failed may come back here as this
-	// process's first copy and run before its backoff is due (MaxAttempts
-	// still counts it). A topic with an [Tracked.OrderKey] (the check
-	// tells whether the record is held) and a store with a delivery lease
-	// (the check takes it) check every copy whatever this says.
-	CheckFirstCopies bool
-	// CheckRetryDelay is how long the middleware holds a message whose
-	// check failed (the database refused the connection, or gave an error)
-	// before it nacks it; each further consecutive failed check of the
-	// middleware, whichever message it was for, doubles the delay up to
-	// CheckRetryMaxDelay, and the first check that the database answers
-	// resets it. A refused connection fails in microseconds: without the
-	// hold, a broker that redelivers at once would make every message in
-	// flight spin against the database and the router's error log. So,
-	// while the database is unreachable, each message in flight is checked,
-	// and its nack logged, at most once per CheckRetryDelay (20 times a
-	// second with the default), and after the first failures at most once
-	// per CheckRetryMaxDelay. The inbox check of other services' messages
-	// ([MiddlewareConfig.Inbox]) is spaced the same way, with a count of its
-	// own. Defaults to 50 milliseconds.
-	CheckRetryDelay time.Duration
-	// CheckRetryMaxDelay caps the delay of CheckRetryDelay. Defaults to 5
-	// seconds.
-	CheckRetryMaxDelay time.Duration
+	// Check configures the check of a record before its handler runs.
+	Check CheckConfig
+	// Complete configures the completion after the handler.
+	Complete CompleteConfig
 
-	// LeasedNackDelay is how long the middleware holds a copy whose record
-	// another delivery has leased (a store with a delivery lease, see
-	// [recordstore.Releaser]) before it nacks it, so that a broker that redelivers at
-	// once (GoChannel, an AMQP requeue) does not spin against the database
-	// while the first delivery runs. Defaults to 50 milliseconds.
-	LeasedNackDelay time.Duration
-	// HeldWait is how long a copy of a topic with an ordering key
-	// ([Tracked.OrderKey]) that an earlier record of its key holds waits
-	// for that record to complete in this process. A checked copy waits in
-	// the handler, checked again each time, and is then put back:
-	// acknowledged without running the handler, its record left pending,
-	// and sent again once the earlier record completes, or by the stale
-	// resubmitter or the next replay. A first copy whose earlier record has
-	// yet to arrive here waits off the handler's path, and a message the
-	// publisher holds for its earlier record (once the broker was seen to
-	// reorder) waits in the publisher; either is sent again after
-	// HeldWait. Without a replay or stale resubmitter built on the
-	// registry, whose publisher sends it, the copy is nacked instead.
-	// Defaults to 250 milliseconds.
-	HeldWait time.Duration
-	// HeldResendAfter is how old the last send of the earlier record that
-	// holds a copy must be for the held copy to have it sent again at once
-	// (its copy may be lost), through the store's stale claim, so that it
-	// is sent at most once per HeldResendAfter whatever the number of held
-	// copies and instances. Defaults to 2 seconds.
-	HeldResendAfter time.Duration
-
-	// MaxAttempts abandons a record after this many failed handlings, on a
-	// store that implements [recordstore.FailureRecorder]: the record is kept, no longer
-	// pending, and the middleware returns an [*AbandonedError]. Each failure
-	// is counted, with its error text, whatever MaxAttempts is; a
-	// successful handling costs nothing extra. The failures that remote
-	// consumers report ([Tracked.RemoteConsumers]) count the same way, with
-	// the MaxAttempts and Backoff of the first middleware built on the
-	// registry. Defaults to 0, which never abandons.
+	// MaxAttempts abandons a record after this many failed handlings
+	// (local or remote): kept, no longer pending, with an
+	// [*AbandonedError]. Defaults to 0, which never abandons.
 	MaxAttempts int
-	// Backoff spaces the attempts of a failing delivery, on a store that
-	// implements [recordstore.FailureRecorder]: the delivery is due again only after a
-	// growing delay, kept in the database, and a copy that arrives earlier
-	// is held until then and nacked without running the handler. Defaults
-	// to [Backoff]'s defaults (500 ms doubling up to 1 minute, 20%
-	// jitter).
+	// Backoff spaces the attempts of a failing delivery, in the database:
+	// a copy that arrives earlier is held until then and nacked unrun.
+	// Defaults to [Backoff]'s defaults.
 	Backoff Backoff
-	// OnAbandon, when set, is called with the message and the
-	// [*AbandonedError] after a record is abandoned, before the middleware
-	// returns; for example to publish the message somewhere else. When the
-	// last attempt failed publishing what the handler produced, the
-	// middleware has returned already: OnAbandon is called from the
-	// router's publish (or after its nack), and a PoisonQueue outside the
-	// middleware sees nothing. Defaults to nil.
+	// OnAbandon, when set, is called when a record is abandoned. Defaults
+	// to nil.
 	OnAbandon func(msg *message.Message, err *AbandonedError)
-
-	// OnUntracked, when set, is called with each message of a tracked
-	// topic of this service's table that the middleware lets through to
-	// its handler untracked, touching no record: a handler that is not a
-	// declared consumer of the topic, a second handler of a topic that
-	// declares none, malformed outbox metadata, a topic completed on
-	// send. The record stays pending for its consumers. The outbox logs
-	// the cause (once per handler at Error); outboxtest.Deliver uses it to
-	// fail the test. Defaults to nil.
+	// OnUntracked, when set, is called with each message of this service's
+	// table that runs untracked (an undeclared handler, malformed
+	// metadata). Defaults to nil.
 	OnUntracked func(msg *message.Message)
 
-	// Inbox, when set, deduplicates the tracked messages of other services
-	// (messages whose records live in another service's table) per
-	// consumer: a copy that the consumer has already handled is
-	// acknowledged without running the handler, and a handled one is
-	// recorded once its handler has succeeded (or dropped it), or in the
-	// handler's own transaction with [InboxTx]. Two copies handled at the
-	// same moment (the router runs messages concurrently) may both run the
-	// handler unless it records the message with InboxTx first, which
-	// makes the second wait and then skip. The sqlstore package's NewInbox
-	// and the outboxtest package's NewInbox provide one. Defaults to nil:
-	// other services' messages run the handler on every copy.
+	// Inbox, when set, deduplicates other services' tracked messages per
+	// consumer (sqlstore.NewInbox, outboxtest.NewInbox); see [InboxTx].
+	// Defaults to nil: every copy runs.
 	Inbox recordstore.Inbox
-	// BusinessKey, when set with Inbox, names the operation a message of
-	// another service asks for (an order number, say): a message with
-	// another UUID and the same non-empty key is a duplicate for the
-	// consumer. Defaults to nil: only copies of one message are
-	// duplicates.
+	// BusinessKey, with Inbox, names the operation a message asks for:
+	// another message with the same key is a duplicate. Defaults to nil.
 	BusinessKey func(msg *message.Message) string
-	// Confirmations is the publisher that confirms the deliveries of other
-	// services' messages that ask for it ([MetadataConfirmTo]: their topic
-	// declares this handler in [Tracked.RemoteConsumers]): once the
-	// handler has succeeded, or dropped the message, the middleware
-	// publishes a confirmation to the topic the message names, and the
-	// sending service completes the delivery. If that publish fails the
-	// message is nacked, and the next copy confirms again. When the
-	// handler fails (or panics, or its [InboxTx] transaction did not
-	// commit), the failure is reported the same way and the message is
-	// acknowledged: the sender counts it toward its MaxAttempts and sends
-	// the message again after its confirmation window
-	// ([StaleResubmitterConfig.ConfirmWithin]). Use the service's plain
-	// publisher, not one decorated by the outbox. Defaults to nil: a
-	// message that asks for a confirmation is handled (a failure nacked),
-	// and the missing publisher is logged as an error once.
+	// Confirmations is the plain (undecorated) publisher that confirms the
+	// deliveries of other services' messages that ask for it
+	// ([Tracked.RemoteConsumers]), and reports their failures. Defaults to
+	// nil: such a message is handled unconfirmed, logged once.
 	Confirmations message.Publisher
 }
 
+// CheckConfig configures the check before the handler
+// ([MiddlewareConfig.Check]).
+type CheckConfig struct {
+	// Timeout bounds the check, which then fails with a [*CheckError].
+	// Defaults to 10 seconds.
+	Timeout time.Duration
+	// FirstCopies checks every copy, also the first copy of a record this
+	// process has just published, which by default runs unchecked.
+	// Defaults to false.
+	FirstCopies bool
+	// RetryDelay is how long a message whose check failed (the database
+	// refused, or erred) is held before its nack, doubling with each
+	// consecutive failure up to RetryMaxDelay. Defaults to 50 ms and 5 s.
+	RetryDelay    time.Duration
+	RetryMaxDelay time.Duration
+	// LeasedNackDelay is how long a copy of a record another delivery has
+	// leased ([recordstore.Releaser]) is held before its nack. Defaults to
+	// 50 milliseconds.
+	LeasedNackDelay time.Duration
+	// HeldWait is how long a copy held by an earlier record of its key
+	// ([Tracked.OrderKey]) waits for it to complete here before it is put
+	// back. Defaults to 250 milliseconds.
+	HeldWait time.Duration
+	// HeldResendAfter is how old the last send of the record that holds a
+	// copy must be for the held copy to have it sent again (its copy may
+	// be lost). Defaults to 2 seconds.
+	HeldResendAfter time.Duration
+}
+
+// CompleteConfig configures the completion after the handler
+// ([MiddlewareConfig.Complete]).
+type CompleteConfig struct {
+	// Timeout bounds the completion, on a context that keeps the message
+	// context's values but not its cancellation. Defaults to 10 seconds.
+	Timeout time.Duration
+	// BeforeAck completes each delivery before the message is
+	// acknowledged. By default the completion follows the acknowledgement,
+	// off the handler's path and combined with others, and a crash in
+	// between makes the handler run again. Defaults to false.
+	BeforeAck bool
+	// BatchWait is how long a completion in the background waits for
+	// others to go in the same statement; negative sends each at once.
+	// Defaults to 5 milliseconds.
+	BatchWait time.Duration
+}
+
 func (c *MiddlewareConfig) setDefaults() {
-	if c.CheckTimeout == 0 {
-		c.CheckTimeout = 10 * time.Second
+	if c.Check.Timeout == 0 {
+		c.Check.Timeout = 10 * time.Second
 	}
-	if c.CompleteTimeout == 0 {
-		c.CompleteTimeout = 10 * time.Second
+	if c.Complete.Timeout == 0 {
+		c.Complete.Timeout = 10 * time.Second
 	}
-	if c.CompleteBatchWait == 0 {
-		c.CompleteBatchWait = 5 * time.Millisecond
+	if c.Complete.BatchWait == 0 {
+		c.Complete.BatchWait = 5 * time.Millisecond
 	}
-	if c.LeasedNackDelay == 0 {
-		c.LeasedNackDelay = 50 * time.Millisecond
+	if c.Check.LeasedNackDelay == 0 {
+		c.Check.LeasedNackDelay = 50 * time.Millisecond
 	}
-	if c.CheckRetryDelay == 0 {
-		c.CheckRetryDelay = 50 * time.Millisecond
+	if c.Check.RetryDelay == 0 {
+		c.Check.RetryDelay = 50 * time.Millisecond
 	}
-	if c.HeldWait == 0 {
-		c.HeldWait = 250 * time.Millisecond
+	if c.Check.HeldWait == 0 {
+		c.Check.HeldWait = 250 * time.Millisecond
 	}
-	if c.HeldResendAfter == 0 {
-		c.HeldResendAfter = 2 * time.Second
+	if c.Check.HeldResendAfter == 0 {
+		c.Check.HeldResendAfter = 2 * time.Second
 	}
-	if c.CheckRetryMaxDelay == 0 {
-		c.CheckRetryMaxDelay = max(5*time.Second, c.CheckRetryDelay)
+	if c.Check.RetryMaxDelay == 0 {
+		c.Check.RetryMaxDelay = max(5*time.Second, c.Check.RetryDelay)
 	}
 	c.Backoff.setDefaults()
 }
 
 // Validate reports a configuration error, if any.
 func (c MiddlewareConfig) Validate() error {
-	if c.CheckTimeout < 0 {
-		return fmt.Errorf("%w: CheckTimeout %v is negative", ErrInvalidConfig, c.CheckTimeout)
+	if c.Check.Timeout < 0 {
+		return fmt.Errorf("%w: Check.Timeout %v is negative", ErrInvalidConfig, c.Check.Timeout)
 	}
-	if c.CompleteTimeout < 0 {
-		return fmt.Errorf("%w: CompleteTimeout %v is negative", ErrInvalidConfig, c.CompleteTimeout)
+	if c.Complete.Timeout < 0 {
+		return fmt.Errorf("%w: Complete.Timeout %v is negative", ErrInvalidConfig, c.Complete.Timeout)
 	}
-	if c.LeasedNackDelay < 0 {
-		return fmt.Errorf("%w: LeasedNackDelay %v is negative", ErrInvalidConfig, c.LeasedNackDelay)
+	if c.Check.LeasedNackDelay < 0 {
+		return fmt.Errorf("%w: Check.LeasedNackDelay %v is negative", ErrInvalidConfig, c.Check.LeasedNackDelay)
 	}
-	if c.CheckRetryDelay < 0 || c.CheckRetryMaxDelay < c.CheckRetryDelay {
-		return fmt.Errorf("%w: CheckRetryDelay %v must not be negative nor above CheckRetryMaxDelay %v", ErrInvalidConfig, c.CheckRetryDelay, c.CheckRetryMaxDelay)
+	if c.Check.RetryDelay < 0 || c.Check.RetryMaxDelay < c.Check.RetryDelay {
+		return fmt.Errorf("%w: Check.RetryDelay %v must not be negative nor above Check.RetryMaxDelay %v", ErrInvalidConfig, c.Check.RetryDelay, c.Check.RetryMaxDelay)
 	}
-	if c.HeldWait < 0 || c.HeldResendAfter < 0 {
-		return fmt.Errorf("%w: HeldWait %v and HeldResendAfter %v must not be negative", ErrInvalidConfig, c.HeldWait, c.HeldResendAfter)
+	if c.Check.HeldWait < 0 || c.Check.HeldResendAfter < 0 {
+		return fmt.Errorf("%w: Check.HeldWait %v and Check.HeldResendAfter %v must not be negative", ErrInvalidConfig, c.Check.HeldWait, c.Check.HeldResendAfter)
 	}
 	if c.MaxAttempts < 0 {
 		return fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalidConfig, c.MaxAttempts)
@@ -243,21 +156,14 @@ func (c MiddlewareConfig) Validate() error {
 }
 
 // NewMiddleware returns the router middleware that checks the record of
-// each tracked message before the handler ([CheckOutcome] lists what the
-// check decides) and completes the consumer's delivery once the handler
-// succeeded or returned a [Drop] error (step 2 of [How it works]); any
-// other error leaves the delivery pending, due again after
-// [MiddlewareConfig.Backoff]. Messages that are not this service's run the
-// handler untracked. While the handler runs the outbox keys are removed from
-// the metadata and the record is available from [RecordFromContext]. Add it
-// outside Retry ([Middleware order]). Failures are bounded as
-// [Bounded delivery] says; other services' messages are received as
-// [Receivers in other services] says. A nil logger logs nothing.
+// each tracked message before the handler and completes the consumer's
+// delivery once the handler succeeded or returned a [Drop] error; any other
+// error leaves it pending, due again after [MiddlewareConfig.Backoff].
+// Other messages run the handler untracked. While the handler runs the
+// record is available from [RecordFromContext]. Add it outside Retry
+// ([Middleware order]). A nil logger logs nothing.
 //
-// [How it works]: https://pkg.go.dev/github.com/wmoutbox/outbox#hdr-How_it_works
 // [Middleware order]: https://pkg.go.dev/github.com/wmoutbox/outbox#hdr-Middleware_order
-// [Bounded delivery]: https://pkg.go.dev/github.com/wmoutbox/outbox#hdr-Bounded_delivery
-// [Receivers in other services]: https://pkg.go.dev/github.com/wmoutbox/outbox#hdr-Receivers_in_other_services
 func NewMiddleware(reg *Registry, cfg MiddlewareConfig, logger watermill.LoggerAdapter) (message.HandlerMiddleware, error) {
 	if reg == nil {
 		return nil, fmt.Errorf("%w: registry is nil", ErrInvalidConfig)
@@ -274,15 +180,15 @@ func NewMiddleware(reg *Registry, cfg MiddlewareConfig, logger watermill.LoggerA
 		cfg.Confirmations = undecorated(cfg.Confirmations)
 	}
 	reg.failurePolicy.CompareAndSwap(nil, &failurePolicy{maxAttempts: cfg.MaxAttempts, backoff: cfg.Backoff})
-	reg.heldWait.CompareAndSwap(0, int64(cfg.HeldWait))
-	if !cfg.CheckFirstCopies {
+	reg.heldWait.CompareAndSwap(0, int64(cfg.Check.HeldWait))
+	if !cfg.Check.FirstCopies {
 		for _, t := range reg.entries() {
 			t.firstCopies.On.Store(true)
 		}
 	}
 	m := &middleware{reg: reg, cfg: cfg, logger: logger, leasePrefix: newLeasePrefix(),
-		checks: checkretry.Spacer{Delay: cfg.CheckRetryDelay, Max: cfg.CheckRetryMaxDelay},
-		inbox:  checkretry.Spacer{Delay: cfg.CheckRetryDelay, Max: cfg.CheckRetryMaxDelay}}
+		checks: checkretry.Spacer{Delay: cfg.Check.RetryDelay, Max: cfg.Check.RetryMaxDelay},
+		inbox:  checkretry.Spacer{Delay: cfg.Check.RetryDelay, Max: cfg.Check.RetryMaxDelay}}
 	return m.wrap, nil
 }
 

@@ -59,12 +59,12 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 		m.reg.background.Spawn(func() { m.completeOnAck(ctx, msg, a, p) })
 		return produced, nil
 	}
-	if !m.cfg.CompleteBeforeAck && (a.t.orderKey == "" || a.unchecked) {
+	if !m.cfg.Complete.BeforeAck && (a.t.orderKey == "" || a.unchecked) {
 		// A checked copy of an ordered topic completes on the handler's
 		// path, as the copies held behind it wait for its completion; an
 		// unchecked one goes at once, without a batch window, since the
 		// next record of its key waits for it to commit.
-		wait := m.cfg.CompleteBatchWait
+		wait := m.cfg.Complete.BatchWait
 		if a.t.orderKey != "" {
 			wait = 0
 		}
@@ -151,7 +151,7 @@ func (m *middleware) complete(ctx context.Context, a *admission) bool {
 	if tr := m.reg.tracer(); tr != nil {
 		ctx, end = tr.TraceComplete(ctx, RecordRef{Topic: a.t.topic, ID: a.d.ID, Consumer: a.d.Consumer})
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.Complete.Timeout)
 	defer cancel()
 	err := a.t.store.Complete(ctx, a.d)
 	endStep(end, err)
@@ -177,7 +177,7 @@ func (m *middleware) release(ctx context.Context, a *admission) {
 	if !ok {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.Complete.Timeout)
 	defer cancel()
 	if err := r.Release(ctx, a.d); err != nil {
 		m.logger.Error("Releasing the lease of a failed delivery failed; it runs out on its own", err, a.fields)
@@ -204,7 +204,7 @@ func (m *middleware) recordFailure(ctx context.Context, a *admission, herr error
 	if !ok {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.CompleteTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.Complete.Timeout)
 	defer cancel()
 	attempts, abandoned, err := fr.RecordFailure(ctx, a.d, herr.Error(), m.cfg.MaxAttempts, m.cfg.Backoff.Delay)
 	switch {

@@ -25,30 +25,20 @@ type StaleResubmitterConfig struct {
 	// Interval is the time between two scans. Defaults to 1 minute.
 	Interval time.Duration
 	// ConfirmWithin is how long a record of a topic with remote consumers
-	// ([Tracked.RemoteConsumers]) waits after a send for the confirmations
-	// that complete it before it is sent again, so that a copy the broker
-	// lost (sent before the receiver's queue existed, say) or a lost
-	// confirmation costs seconds, not OlderThan. Each resend doubles the
-	// wait, up to OlderThan, so that a receiver that is down is not
-	// flooded. Such topics are scanned every ConfirmWithin/3 (at most every
-	// Interval). Used on a store that implements
-	// [recordstore.SpacedClaimer]; with another, the records wait
-	// OlderThan. Defaults to 30 seconds, or OlderThan when that is
+	// waits after a send for their confirmations before it is sent again,
+	// doubling with each resend up to OlderThan; such topics are scanned
+	// every ConfirmWithin/3. Defaults to 30 seconds, or OlderThan when
 	// shorter.
 	ConfirmWithin time.Duration
 	// BatchSize is how many records one claim takes and one Publish sends.
 	// Defaults to 100.
 	BatchSize int
-	// MaxBatchBytes bounds a claim by the bytes of its payloads and
-	// metadata, as [ReplayConfig.MaxPageBytes] bounds a page of replay: a
-	// claim ends with the record that reaches it. Defaults to
-	// [DefaultMaxPageBytes] (16 MiB).
+	// MaxBatchBytes ends a claim with the record whose payload and
+	// metadata reach it. Defaults to [DefaultMaxPageBytes] (16 MiB).
 	MaxBatchBytes int
-	// StatementTimeout bounds each database statement of a round (the
-	// table identity read, each claim), so that a database that never
-	// answers fails the round (logged by Run; the next round tries again)
-	// instead of hanging it. Defaults to [DefaultStatementTimeout] (30
-	// seconds).
+	// StatementTimeout bounds each database statement of a round; one that
+	// runs out fails the round, which is logged. Defaults to
+	// [DefaultStatementTimeout] (30 seconds).
 	StatementTimeout time.Duration
 }
 
@@ -240,11 +230,9 @@ func (r *StaleResubmitter) unconfirmed(t *tracked, resent int) {
 	}
 }
 
-// Run resubmits every Interval until ctx is done, then returns nil. A failed
-// round is logged and the next round tries again. While it runs, the
-// middleware sends the records of topics with an order key
-// ([Tracked.OrderKey]) again through its publisher, when a record of the
-// key completes or a held record asks for the one that holds it.
+// Run resubmits every Interval until ctx is done, then returns nil; a
+// failed round is logged. While it runs, the middleware sends the next
+// records of order keys again through its publisher.
 func (r *StaleResubmitter) Run(ctx context.Context) error {
 	defer r.reg.running(r.out)()
 	r.logger.Debug("Stale resubmitter running", watermill.LogFields{"interval": r.cfg.Interval, "older_than": r.cfg.OlderThan})

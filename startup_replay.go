@@ -16,81 +16,41 @@ import (
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
-// DefaultMaxPageBytes is the byte budget of one page of replay and of one
-// claim of the stale resubmitter: 16 MiB of payloads and metadata.
-const DefaultMaxPageBytes = 16 << 20
-
 // ReplayConfig configures [Replay] and [ReplayPlugin].
 type ReplayConfig struct {
 	// PageSize is the most pending records read per query; replay holds
-	// at most five pages in memory (the one being read, the next one, the
-	// one being sent, and up to two sent and being recorded as sent),
-	// whatever the backlog. Defaults to 500.
+	// at most five pages in memory. Defaults to 500.
 	PageSize int
-
-	// MaxPageBytes bounds a page by the bytes of its payloads and
-	// metadata: a page ends with the record that reaches it, so replay
-	// holds at most five times MaxPageBytes plus five records, whatever
-	// the backlog and its payloads. The bound is exact on a store that
-	// implements [recordstore.ByteBoundedReader] (sqlstore does); with
-	// another store the first page may exceed it, and the following ones
-	// ask for as many records as fitted. Defaults to [DefaultMaxPageBytes]
-	// (16 MiB).
+	// MaxPageBytes ends a page with the record whose payload and metadata
+	// reach it (exactly on a [recordstore.ByteBoundedReader]). Defaults to
+	// [DefaultMaxPageBytes] (16 MiB).
 	MaxPageBytes int
-
-	// AfterRunning makes [ReplayPlugin] replay in the background once the
-	// router is running, instead of inside the last handler's Subscribe
-	// call. Use it when a subscriber holds locks or waits while subscribing,
-	// so that a replayed message cannot be accepted before its handler
-	// consumes: watermill-sql on MySQL/MariaDB (the subscriber locks the end
-	// of the topic table), or a GoChannel with BlockPublishUntilSubscriberAck.
-	// A failed replay then closes the router and is passed to OnError; Run
-	// returns nil. Defaults to false: replay is part of the start and its
-	// failure is returned by Run.
+	// AfterRunning makes [ReplayPlugin] replay once the router runs,
+	// instead of inside the last handler's Subscribe, for subscribers that
+	// hold locks while subscribing (watermill-sql on MySQL/MariaDB, a
+	// GoChannel with BlockPublishUntilSubscriberAck). A failed replay then
+	// closes the router and goes to OnError. Defaults to false.
 	AfterRunning bool
-
-	// OnError receives the error of a failed replay in AfterRunning mode,
-	// after the router was closed. Defaults to nothing beyond the log line.
+	// OnError receives the error of a failed replay with AfterRunning.
+	// Defaults to nothing beyond the log line.
 	OnError func(error)
-
 	// Mode chooses what a start replays. Defaults to [ReplayAuto]: every
-	// pending record on a GoChannel, which loses what it holds at a crash,
-	// and by claims ([ReplayClaimed]) on every other broker, so that a
-	// crash loop does not multiply the copies in durable queues.
+	// pending record on a GoChannel, by claims on every other broker.
 	Mode ReplayMode
-
-	// ClaimGrace is the grace of a replay by claims ([ReplayClaimed]), on
-	// a store that implements [recordstore.StaleClaimer]: the replay skips
-	// records sent less than ClaimGrace ago by the database clock (by an
-	// earlier start, the stale resubmitter or another running instance),
-	// which are still in the broker or being delivered, and claims what it
-	// sends, so that instances starting together send each record about
-	// once and a service restarting in a loop resends each record at most
-	// once per ClaimGrace. A record never sent again after its publish is
-	// sent whatever its age (see [recordstore.ReplayClaimer]), and a record
-	// it skips is resent by the stale resubmitter once it is older than
-	// its OlderThan. Choose it longer than a delivery normally takes.
-	// Defaults to Resubmit.OlderThan (5 minutes).
+	// ClaimGrace is how recent a send must be for a replay by claims to
+	// skip its record (it is still in the broker); choose it longer than a
+	// delivery normally takes. Defaults to Resubmit.OlderThan (5 minutes).
 	ClaimGrace time.Duration
-
 	// Resubmit configures the [StaleResubmitter] that [ReplayPlugin] runs
-	// while the router runs, which resends the records whose send was lost
-	// or that were requeued (outboxctl requeue) without waiting for the
-	// next start. Defaults to [StaleResubmitterConfig]'s defaults.
+	// while the router runs. Defaults to [StaleResubmitterConfig]'s
+	// defaults.
 	Resubmit StaleResubmitterConfig
-
 	// NoResubmit stops [ReplayPlugin] from running a stale resubmitter,
-	// for a service that runs its own [StaleResubmitter] (with another
-	// publisher, say) or none. Records skipped by a replay by claims then
-	// wait for a resubmitter or a later start. Defaults to false.
+	// for a service that runs its own or none. Defaults to false.
 	NoResubmit bool
-
-	// StatementTimeout bounds each database statement of the replay (the
-	// store checks, the table identity read, each page read or claim, each
-	// send-time stamp), so that a database that accepts connections and
-	// never answers makes the replay fail with a [*ResendError] (or a
-	// [*VerifyError]), aborting the start, instead of hanging it. Defaults
-	// to [DefaultStatementTimeout] (30 seconds).
+	// StatementTimeout bounds each database statement of the replay; one
+	// that runs out aborts the start with a [*ResendError] or a
+	// [*VerifyError]. Defaults to [DefaultStatementTimeout] (30 seconds).
 	StatementTimeout time.Duration
 }
 
@@ -137,22 +97,16 @@ func (c ReplayConfig) Validate() error {
 type ReplayMode int
 
 const (
-	// ReplayAuto replays every pending record ([ReplayAll]) when the
-	// publisher, under every wrapper that has an Unwrap() message.Publisher
-	// method, is a GoChannel, and by claims ([ReplayClaimed]) otherwise.
+	// ReplayAuto is [ReplayAll] on a GoChannel (under its wrappers) and
+	// [ReplayClaimed] on any other publisher.
 	ReplayAuto ReplayMode = iota
-	// ReplayAll sends every pending record at every start: what a broker
-	// without persistence needs, which loses at a crash what it held (a
-	// GoChannel, an AMQP queue that is deleted with its consumer). On a
-	// durable broker each start adds one copy of the whole backlog to its
-	// queues.
+	// ReplayAll sends every pending record at every start, as a broker
+	// without persistence needs; on a durable one each start adds a copy
+	// of the backlog.
 	ReplayAll
-	// ReplayClaimed sends, at start, the pending records never sent again
-	// after their publish and those last sent more than ClaimGrace ago,
-	// claiming them, on a store that implements [recordstore.StaleClaimer]
-	// (a store without claims replays all). On a durable broker a record
-	// then gets at most one copy from the first start after its publish,
-	// and one per ClaimGrace after, however often the service restarts.
+	// ReplayClaimed claims and sends the pending records never sent again
+	// and those last sent more than ClaimGrace ago ([recordstore.StaleClaimer];
+	// a store without claims replays all).
 	ReplayClaimed
 )
 
@@ -197,25 +151,15 @@ func (r ResendResult) Total() int {
 	return n
 }
 
-// Replay republishes every pending record of every tracked topic through pub,
-// the publisher the messages were published through (decorated or not: records are never saved again), with the record's id, UUID,
-// payload and metadata. It reads each topic's records in pages ordered by id
-// and stops at the first record it cannot read or send, returning a
-// [*ResendError] that names it.
-//
-// Before anything is sent, every distinct store that implements [recordstore.Verifier]
-// is verified; a store that is not ready makes Replay return a
-// [*VerifyError] and send nothing. Each store that implements
-// [recordstore.ConsumerDeclarer] records the consumers its topics declare.
-// Then each consumer with pending
-// deliveries of a tracked topic that the topic does not declare (removed or
-// renamed) is logged at Error with the fix, [RetireConsumer], on a store
-// that implements [recordstore.StatusReader].
-//
-// Call it only once the subscriptions that receive the messages exist: a
-// broker without persistence (GoChannel), an unbound AMQP queue or a new
-// consumer group loses what is sent before. [ReplayPlugin] does that for a
-// router.
+// Replay republishes every pending record of every tracked topic through
+// pub (decorated or not: records are never saved again), with the record's
+// id, UUID, payload and metadata, in pages ordered by id; it stops at the
+// first record it cannot read or send and returns a [*ResendError] naming
+// it. A store that is not ready (recordstore.Verifier) makes it return a
+// [*VerifyError] before anything is sent. It logs each consumer with
+// pending deliveries that its topic no longer declares. Call it only once
+// the subscriptions that receive the messages exist; [ReplayPlugin] does
+// that for a router.
 func Replay(ctx context.Context, reg *Registry, pub message.Publisher, cfg ReplayConfig, logger watermill.LoggerAdapter) (ResendResult, error) {
 	r, err := newReplayer(reg, pub, cfg, logger)
 	if err != nil {
@@ -390,36 +334,14 @@ func (r *replayer) sendPages(ctx context.Context, t *tracked, identity string, p
 	return sent, lastID, nil
 }
 
-// ReplayPlugin returns a router plugin that runs [Replay] as part of starting
-// the router, once every handler's subscription is open and before
-// Router.Running is closed.
-//
-// A replay that fails aborts the start: Router.Run returns the
-// [*ResendError], or the [*VerifyError] of a store that is not ready (wrapped
-// by the router), without the service ever counting as started, as it does
-// when a subscription fails; the handlers already
-// subscribed stop with Run's context. Like any router whose Run failed, it
-// cannot be run again: build a new one to retry.
-//
-// While the router runs, the plugin also runs a [StaleResubmitter]
-// configured by ReplayConfig.Resubmit, which resends the records whose
-// send was lost or that were requeued, unless ReplayConfig.NoResubmit is
-// set. A router without handlers runs none: call [StaleResubmitter.Run].
-//
-// The replay runs inside the last handler's Subscribe call, before that
-// handler consumes: a publisher that waits for the message to be handled, or
-// a subscriber that locks what the replay writes, would wait for a handler
-// that has not started. For those set ReplayConfig.AfterRunning. A router
-// without handlers replays after it is running and closes itself on failure.
-//
-// A start that fails leaves none of the outbox's goroutines behind: what
-// the replay sent into the last subscription before it failed, which no
-// handler reads, is nacked until the subscription closes, and its records
-// stay pending. With Watermill 1.5.1 the router itself leaves one
-// goroutine (watchAllHandlersStopped) after a Run that failed once a
-// handler had subscribed, which a failed replay is, and its Close then
-// times out: a service exits after a failed start rather than retrying
-// in-process.
+// ReplayPlugin returns a router plugin that runs [Replay] as part of
+// starting the router, once every handler's subscription is open and before
+// Router.Running is closed: a failed replay aborts the start, and Router.Run
+// returns its [*ResendError] (or the [*VerifyError] of a store not ready);
+// build a new router to retry. While the router runs it also runs a
+// [StaleResubmitter] (ReplayConfig.Resubmit), unless NoResubmit. The replay
+// runs inside the last handler's Subscribe call; for subscribers that lock
+// or wait while subscribing set ReplayConfig.AfterRunning.
 func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger watermill.LoggerAdapter) message.RouterPlugin {
 	return func(router *message.Router) error {
 		r, err := newReplayer(reg, pub, cfg, logger)
@@ -640,4 +562,155 @@ func (r *replayer) reportUncompleted(router *message.Router) {
 				watermill.LogFields{"topic": t.topic, "confirm_topic": t.confirmTo})
 		}
 	}
+}
+
+// sharedSubscribers detects, at start, two handlers of a tracked topic that
+// declares consumers subscribing through one subscriber value. Every
+// broker but GoChannel gives the subscriptions of one subscriber one queue
+// or consumer group (its configuration names it), so the handlers split the
+// messages between them: each consumer gets about half, and every record
+// stays pending for the other. Handlers in different processes that share a
+// queue or group cannot be seen from here; docs/brokers.md says to give
+// each consumer its own.
+type sharedSubscribers struct {
+	mu   sync.Mutex
+	seen map[sharedKey]int
+}
+
+type sharedKey struct {
+	topic string
+	typ   reflect.Type
+	ptr   uintptr
+}
+
+var goChannelType = reflect.TypeOf((*gochannel.GoChannel)(nil))
+
+// maxUnwrap bounds the walk down a chain of subscriber wrappers.
+const maxUnwrap = 8
+
+// underlying is the subscriber under the wrappers a router puts around
+// each handler's (Watermill's own context decorator, the outbox's and
+// others' decorators): structs that hold the next subscriber in a field
+// named sub or Subscriber. It returns the type and address of the first
+// subscriber that is no such wrapper, or ok false when it is not a pointer.
+func underlying(sub message.Subscriber) (reflect.Type, uintptr, bool) {
+	v := reflect.ValueOf(sub)
+	for range maxUnwrap {
+		if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+			return nil, 0, false
+		}
+		next := v.Elem().FieldByName("sub")
+		if !next.IsValid() {
+			next = v.Elem().FieldByName("Subscriber")
+		}
+		if !next.IsValid() || next.Kind() != reflect.Interface || next.IsNil() {
+			return v.Type(), v.Pointer(), true
+		}
+		v = next.Elem()
+	}
+	return nil, 0, false
+}
+
+// subscribed counts a subscription to a tracked topic with declared
+// consumers, and logs the second one through the same subscriber.
+func (s *sharedSubscribers) subscribed(t *tracked, sub message.Subscriber, logger watermill.LoggerAdapter) {
+	if len(t.consumers) < 2 || sub == nil {
+		return
+	}
+	typ, ptr, ok := underlying(sub)
+	if !ok || typ == goChannelType {
+		return // each Subscribe of a GoChannel gets every message
+	}
+	s.mu.Lock()
+	if s.seen == nil {
+		s.seen = map[sharedKey]int{}
+	}
+	k := sharedKey{topic: t.topic, typ: typ, ptr: ptr}
+	s.seen[k]++
+	n := s.seen[k]
+	s.mu.Unlock()
+	if n == 2 {
+		logger.Error("Two declared consumers of a tracked topic subscribe through one subscriber", fmt.Errorf(
+			"%w: %d handlers of tracked topic %q, which declares consumers %q, subscribe through one %v; unless that pub/sub gives every subscription all messages, "+
+				"they share its queue or consumer group and split the messages, and every record stays pending for the consumer that did not get it. "+
+				"Give each consumer a subscriber of its own queue or group (docs/brokers.md)", ErrInvalidConfig, n, t.topic, t.consumers, typ),
+			watermill.LogFields{"topic": t.topic})
+	}
+}
+
+// declare records, in each distinct store that keeps declarations
+// ([recordstore.ConsumerDeclarer]), the consumers that this start declares
+// for each tracked topic of the store, local and remote, so that tools
+// without the registry (outboxctl, the dashboard) refuse to retire a
+// consumer still declared and tell the remote ones. A store that cannot
+// write them keeps its previous declarations: the failure is logged, not
+// returned, since no record depends on it.
+func (r *replayer) declare(ctx context.Context) {
+	for _, first := range r.reg.stores() {
+		d, ok := first.store.(recordstore.ConsumerDeclarer)
+		if !ok {
+			continue
+		}
+		var decls []recordstore.Declaration
+		for _, t := range r.reg.entries() {
+			if sameStore(t.store, first.store) {
+				decls = append(decls, recordstore.Declaration{Topic: t.topic, Consumers: t.consumers, RemoteConsumers: t.remote})
+			}
+		}
+		dctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+		err := d.DeclareConsumers(dctx, decls)
+		cancel()
+		if err != nil {
+			r.logger.Error("Recording the declared consumers failed; operators' tools go by the previous start's", err,
+				watermill.LogFields{"topic": first.topic})
+		}
+	}
+}
+
+// reportUndeclared logs at Error each consumer that has pending
+// deliveries of a tracked topic and is not one of the consumers the topic
+// declares: a consumer removed or renamed, whose deliveries keep their
+// records pending for ever until it is retired. It reads the pending
+// status of each distinct store that reports one (one query over the
+// pending deliveries); a store that cannot is passed over, and a failed
+// read is logged, not returned: replay reads the same records next.
+func (r *replayer) reportUndeclared(ctx context.Context) {
+	for _, first := range r.reg.stores() {
+		sr, ok := first.store.(recordstore.StatusReader)
+		if !ok {
+			continue
+		}
+		sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+		statuses, err := sr.PendingStatus(sctx)
+		cancel()
+		if err != nil {
+			r.logger.Error("Reading the pending deliveries failed; consumers no longer declared are not reported", err, watermill.LogFields{"topic": first.topic})
+			continue
+		}
+		for _, st := range statuses {
+			t := r.reg.lookup(st.Topic)
+			if t == nil || !sameStore(t.store, first.store) {
+				continue
+			}
+			for _, c := range st.Consumers {
+				if c.Pending == 0 || t.hasDelivery(c.Consumer) {
+					continue
+				}
+				r.logger.Error("Pending deliveries of a consumer the topic no longer declares", undeclaredConsumer(t, c),
+					watermill.LogFields{"topic": t.topic, "consumer": c.Consumer, "pending": c.Pending})
+			}
+		}
+	}
+}
+
+// undeclaredConsumer says what reportUndeclared found, and the fix.
+func undeclaredConsumer(t *tracked, c recordstore.ConsumerStatus) error {
+	declared := "no consumers"
+	if len(t.deliveries) > 0 {
+		declared = fmt.Sprintf("consumers %q", t.deliveries)
+	}
+	return fmt.Errorf("consumer %q has %d pending deliveries of tracked topic %q, which declares %s: their records stay pending and are sent again at every start. "+
+		"If it was removed, or renamed and the new name has caught up, retire it: outboxops.RetireConsumer(ctx, reg, %q, %q), or outboxctl retire -topic %q -consumer %q. "+
+		"If it still runs, declare it in Tracked.Consumers",
+		c.Consumer, c.Pending, t.topic, declared, t.topic, c.Consumer, t.topic, c.Consumer)
 }

@@ -27,27 +27,12 @@ import (
 //	// ... business writes through tx ...
 //	return nil, tx.Commit()
 //
-// CompleteTx locks the record in tx. A second copy of the message handled at
-// the same moment waits for that lock; when the first transaction commits it
-// gets [ErrNotPending] and must not repeat the business writes, so the
-// business effect happens exactly once. If the first transaction rolls back,
-// the second copy completes the record instead.
-//
-// It returns nil, doing nothing, for a message the middleware does not track
-// (no record in its context, e.g. in a test binary with tracking off). It
-// returns an error wrapping [ErrNotSupported] when the record's store does not
-// implement [recordstore.TxCompleter].
-//
-// A handler that completes in its transaction should publish what it
-// produces through [TxPublisher] in the same transaction rather than return
-// messages to the router: the record is completed at commit, so a router that
-// then fails to publish the returned messages would not see the message again.
-// If the handler returns an error after CompleteTx, its transaction must have
-// rolled back; a completion that committed stands. A handler that rolls its
-// transaction back and returns nil has its message acked and the record
-// left pending (the middleware skips its own completion after CompleteTx):
-// the next replay or the stale resubmitter sends it again. Return an error
-// after a rollback to have the broker redeliver it now.
+// A second copy handled at the same moment waits for the record's lock
+// and then gets ErrNotPending, so the effect happens once. It returns nil
+// for a message the middleware does not track, and an error wrapping
+// [ErrNotSupported] when the store lacks [recordstore.TxCompleter].
+// Publish what the handler produces through [TxPublisher] in the same
+// transaction; docs/guarantees.md says what a rollback leaves.
 func CompleteTx(ctx context.Context, tx Tx, msg *message.Message) error {
 	d, ok := msg.Context().Value(recordKey{}).(*delivery)
 	if !ok {

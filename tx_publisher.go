@@ -13,12 +13,8 @@ import (
 
 // TxPublisher publishes tracked messages inside the caller's database
 // transaction, so that their records commit or roll back with the business
-// rows written in it (river's InsertTx, for any Watermill publisher). The
-// messages are sent only after the commit: a rolled-back transaction sends
-// nothing and leaves no record, and a process that dies between the commit
-// and the send leaves the records pending for the next startup replay.
-//
-// The simplest use wraps the transaction, whose Commit then sends:
+// rows, and sends them after the commit (a crash in between leaves them to
+// the next replay). Wrap the transaction, whose Commit then sends:
 //
 //	ptx := txPub.Wrap(tx)       // tx is a *sql.Tx or *sqlx.Tx
 //	defer ptx.Rollback()        // no-op after Commit
@@ -26,11 +22,9 @@ import (
 //	err = ptx.Publish(ctx, "orders", msg)
 //	err = ptx.Commit()          // commits, then sends
 //
-// [TxPublisher.PublishTx] is the lower-level form for code that commits
-// elsewhere: it returns the send to call once the commit succeeded.
-//
-// The store of every tracked topic published through it must implement
-// [recordstore.TxInserter] and live in the database the transaction runs on.
+// [TxPublisher.PublishTx] returns the send instead, for code that commits
+// elsewhere. The topics' stores must implement [recordstore.TxInserter] on
+// the transaction's database.
 type TxPublisher struct {
 	pub message.Publisher
 	reg *Registry
@@ -54,14 +48,10 @@ func NewTxPublisher(reg *Registry, pub message.Publisher) (*TxPublisher, error) 
 // publisher fails, and the records stay pending for the next replay.
 type SendFunc func() error
 
-// PublishTx saves one record per message of a tracked topic through tx, in
-// one round trip, stamps the outbox metadata into the messages,
-// and returns the send to call after tx commits. If tx rolls back, do not
-// call it: the records are gone. If the insert fails it returns an
-// [*InsertError]; roll back, since a failed statement may have aborted tx.
-//
-// For a topic that is not tracked it saves nothing and the returned send
-// publishes the messages as they are.
+// PublishTx saves one record per message of a tracked topic through tx and
+// returns the send to call after tx commits (not after a rollback). If the
+// insert fails it returns an [*InsertError]: roll back. An untracked topic's
+// send publishes the messages as they are.
 func (p *TxPublisher) PublishTx(ctx context.Context, tx Tx, topic string, msgs ...*message.Message) (SendFunc, error) {
 	if tx == nil {
 		return nil, fmt.Errorf("%w: transaction is nil", ErrInvalidConfig)

@@ -87,7 +87,7 @@ func TestCrashPostgresRabbitMQOrdered(t *testing.T) {
 
 // TestCrashPostgresRabbitMQChecked is TestCrashPostgresRabbitMQ with every
 // copy checked and each delivery completed before its acknowledgement
-// (MiddlewareConfig.CheckFirstCopies, CompleteBeforeAck), the opt-outs of
+// (MiddlewareConfig.Check.FirstCopies, Complete.BeforeAck), the opt-outs of
 // the defaults.
 func TestCrashPostgresRabbitMQChecked(t *testing.T) {
 	crashPostgresRabbitMQ(t, *crashKills, nil, false, func(c *crashtest.Config) { c.Checked = true })

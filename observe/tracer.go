@@ -49,7 +49,7 @@ type Tracer interface {
 
 	// TraceCheck is called before the middleware checks the record of a
 	// delivery, with the delivery's context. The check runs in the context
-	// it returns, under [outbox.MiddlewareConfig.CheckTimeout]; the step ends
+	// it returns, under [outbox.MiddlewareConfig.Check.Timeout]; the step ends
 	// with the check's outcome, and the error that made it refuse the
 	// delivery, if any.
 	TraceCheck(ctx context.Context, ref RecordRef) (context.Context, func(CheckOutcome, error))
@@ -57,7 +57,7 @@ type Tracer interface {
 	// TraceComplete is called before the middleware completes a delivery
 	// whose handler succeeded or dropped the message, with the delivery's
 	// context. The completion runs in the context it returns, without its
-	// cancellation and under [outbox.MiddlewareConfig.CompleteTimeout]; the step
+	// cancellation and under [outbox.MiddlewareConfig.Complete.Timeout]; the step
 	// ends with the completion's error: nil, [outbox.ErrNotPending] when another
 	// copy completed it first, or the store's failure (the record then
 	// stays pending).

@@ -95,7 +95,7 @@ func orderedAcrossFailuresAndRestarts(t *testing.T, e *env) {
 	e.reg = reg
 
 	log := newOrderLog(0.3)
-	cfg := outbox.MiddlewareConfig{Backoff: outbox.Backoff{Initial: 5 * time.Millisecond, Max: 40 * time.Millisecond}, HeldResendAfter: 500 * time.Millisecond}
+	cfg := outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldResendAfter: 500 * time.Millisecond}, Backoff: outbox.Backoff{Initial: 5 * time.Millisecond, Max: 40 * time.Millisecond}}
 	instances := func() []*service {
 		var out []*service
 		for range 2 {

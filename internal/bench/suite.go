@@ -232,7 +232,7 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 	fwdName := func(poll time.Duration) string {
 		return fmt.Sprintf("forwarder (watermill-sql, tx per publish), %s poll", pollText(poll))
 	}
-	checkedPath := outbox.MiddlewareConfig{CompleteBeforeAck: true, CheckFirstCopies: true}
+	checkedPath := outbox.MiddlewareConfig{Check: outbox.CheckConfig{FirstCopies: true}, Complete: outbox.CompleteConfig{BeforeAck: true}}
 	for _, p := range o.publisherCounts() {
 		l := saturatedLoad(p, o)
 		l.meter = d.newMeter()

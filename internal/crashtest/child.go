@@ -147,7 +147,7 @@ func child(cfg ChildConfig) error {
 	}
 	defer closePub()
 
-	router, err := newRouter(reg, outbox.MiddlewareConfig{CompleteBeforeAck: st.checked, CheckFirstCopies: st.checked}, nil)
+	router, err := newRouter(reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{FirstCopies: st.checked}, Complete: outbox.CompleteConfig{BeforeAck: st.checked}}, nil)
 	if err != nil {
 		return err
 	}

@@ -97,7 +97,7 @@ func TestCrashSQLiteGoChannelOrdered(t *testing.T) {
 
 // TestCrashSQLiteGoChannelChecked is TestCrashSQLiteGoChannel with every
 // copy checked and each delivery completed before its acknowledgement
-// (MiddlewareConfig.CheckFirstCopies, CompleteBeforeAck), the opt-outs of
+// (MiddlewareConfig.Check.FirstCopies, Complete.BeforeAck), the opt-outs of
 // the defaults.
 func TestCrashSQLiteGoChannelChecked(t *testing.T) {
 	crashSQLiteGoChannelIn(t, *kills, nil, false, true)

@@ -103,7 +103,7 @@ type Config struct {
 	Ordered bool
 	// Checked makes the child's middleware check every copy and complete
 	// each delivery before its acknowledgement (outbox.MiddlewareConfig's
-	// CheckFirstCopies and CompleteBeforeAck), instead of the defaults,
+	// Check.FirstCopies and Complete.BeforeAck), instead of the defaults,
 	// under which a kill between a handler's return and its completion's
 	// commit must cost a resend, never a record.
 	Checked bool

@@ -19,7 +19,7 @@ const kept = 1 << 14
 // Set holds the records of one topic this process published lately
 // whose first copy has not reached every local consumer.
 type Set struct {
-	// On is set once a middleware without CheckFirstCopies is built on the
+	// On is set once a middleware without Check.FirstCopies is built on the
 	// registry: until then the publisher remembers nothing.
 	On   atomic.Bool
 	mu   sync.Mutex
