@@ -7,8 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -225,10 +227,15 @@ func (m *middleware) checkRecord(ctx, checkCtx context.Context, a *admission) (o
 // first, and a record saved for a message with a UUID is another
 // message's. Only messages without a UUID pay for that read.
 func (m *middleware) checkPending(ctx context.Context, a *admission) error {
-	if skip, before := m.skipsCheck(ctx, a); skip {
+	if a.t.orderKey != "" {
+		if skip, before := m.skipsOrderedCheck(ctx, a); skip {
+			return nil
+		} else if before != 0 {
+			return &heldHere{before: before}
+		}
+	} else if m.skipsFirstChecks(a) && a.t.firstCopies.Take(a.d, max(len(a.t.consumers), 1)) {
+		// The first copy of a record this process has just published.
 		return nil
-	} else if before != 0 {
-		return &heldHere{before: before}
 	}
 	if a.d.UUID == "" {
 		recs, err := a.t.store.PendingAfter(ctx, a.d.Topic, a.d.ID-1, 1)
@@ -321,4 +328,103 @@ func (m *middleware) reportOnceAs(t *tracked, consumer, other, title, text strin
 	}
 	m.logger.Error(title, errors.New(text),
 		watermill.LogFields{"topic": t.topic, "consumer": consumer, "other_consumer": other})
+}
+
+// First copies (MiddlewareConfig.Check.FirstCopies off): the publisher remembers
+// the records it has just saved, and the first copy of each, per
+// consumer, runs without the check.
+//
+// On a topic with an order key the publisher also asks the store, right
+// after the insert, which earlier record of its key each new record waits
+// for (recordstore.KeyPredecessors). The first copy of a record that waits
+// for none, or for a record this consumer completed here, runs without the
+// check: the earlier records of its key are done. When that record is on
+// its way here (its first copy not yet delivered, its handler running or
+// its completion not yet committed), the copy waits for it off the
+// handler's path (ordering.go's park) and is sent again once it completed,
+// so that a crash cannot make the earlier record run again after this one
+// and the subscription goes on meanwhile. Any other copy is checked, and
+// held as ordering.go says.
+
+// skipsFirstChecks reports whether the first copies of a's records may skip
+// the check at all: not with Check.FirstCopies, a message without a UUID,
+// or a store with a delivery lease, which the check takes.
+func (m *middleware) skipsFirstChecks(a *admission) bool {
+	return !m.cfg.Check.FirstCopies && a.d.UUID != "" && !leases(a.t.store)
+}
+
+// leases reports whether the store has a delivery lease, which the check
+// takes.
+func leases(s recordstore.Store) bool {
+	l, ok := s.(interface{ Lease() time.Duration })
+	return !ok || l.Lease() > 0
+}
+
+// Receivers seen: the middleware and the confirmation handler tell the
+// store which receivers check the records of each topic, so that its status
+// reports the records that wait for a receiver never seen
+// (recordstore.TopicStatus.Unchecked).
+
+// receiverSeenEvery is how often a process records each receiver it sees:
+// the status's last-seen times run up to this late.
+const receiverSeenEvery = time.Minute
+
+// receiverSeenTimeout bounds one write of a receiver seen.
+const receiverSeenTimeout = 10 * time.Second
+
+// processStart is the origin of the monotonic times kept in the slots.
+var processStart = time.Now()
+
+// seenSlot is the throttle of one receiver of the topic: a declared
+// consumer's, local or remote, or the one of a topic that declares none.
+// nil for a name the topic does not declare.
+func (t *tracked) seenSlot(consumer string) *atomic.Int64 {
+	if len(t.deliveries) == 0 {
+		return &t.seenOne
+	}
+	if i := slices.Index(t.deliveries, consumer); i >= 0 {
+		return &t.seen[i]
+	}
+	return nil
+}
+
+// foundRecord reports whether a check answered for the delivery's record,
+// whatever the answer: the receiver is deployed and checks this store. A
+// check that failed, or a consumer let through untracked, tells nothing.
+func foundRecord(o observe.CheckOutcome, err error) bool {
+	switch o {
+	case observe.CheckUntracked:
+		return false
+	case observe.CheckRefused:
+		return errors.Is(err, recordstore.ErrNotDue) || errors.Is(err, recordstore.ErrLeased)
+	}
+	return true
+}
+
+// sawReceiver records, at most once per receiverSeenEvery and process,
+// that consumer checked (or confirmed) a record of the topic, on a store
+// that implements [recordstore.ReceiverRecorder]. The common case is one
+// atomic load; the write runs in a goroutine of its own, off the handler's
+// path, and its failure is logged at Debug only: the next one a minute
+// later records the receiver.
+func (r *Registry) sawReceiver(t *tracked, slot *atomic.Int64, consumer string, logger watermill.LoggerAdapter) {
+	if slot == nil {
+		return
+	}
+	now := int64(time.Since(processStart)) + 1 // 0 is never
+	last := slot.Load()
+	if last != 0 && now-last < int64(receiverSeenEvery) {
+		return
+	}
+	rr, ok := t.store.(recordstore.ReceiverRecorder)
+	if !ok || !slot.CompareAndSwap(last, now) {
+		return
+	}
+	r.background.Spawn(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), receiverSeenTimeout)
+		defer cancel()
+		if err := rr.SawReceiver(ctx, t.topic, consumer); err != nil {
+			logger.Debug("Recording a receiver seen failed; the next check records it", watermill.LogFields{"topic": t.topic, "consumer": consumer, "error": err.Error()})
+		}
+	})
 }

@@ -104,6 +104,21 @@ func (m *middleware) park(msg *message.Message, a *admission, before int64) ([]*
 	return nil, nil
 }
 
+// refusedOrdered acts on a refused check of an ordered topic's copy: a
+// copy held by an earlier record of its key waits for it (park, onHeld);
+// any other refusal is acted on as for any topic.
+func (m *middleware) refusedOrdered(h message.HandlerFunc, msg *message.Message, idText string, a *admission, err error) ([]*message.Message, error) {
+	var here *heldHere
+	var held *recordstore.HeldError
+	switch {
+	case errors.As(err, &here):
+		return m.park(msg, a, here.before)
+	case errors.As(err, &held):
+		return m.onHeld(h, msg, idText, a, held)
+	}
+	return m.after(h, msg, a, observe.CheckRefused, err)
+}
+
 // onHeld handles a copy whose record is held by an earlier record of its
 // key: while that record's handler runs here, it waits for it to complete,
 // up to Check.HeldWait, checking again each time one does; otherwise, or then,
@@ -145,7 +160,7 @@ func (m *middleware) onHeld(h message.HandlerFunc, msg *message.Message, idText 
 		before := held.Before
 		next, o, err := m.admit(msg, idText)
 		if o == observe.CheckPending {
-			return m.run(h, msg, next)
+			return m.runOrdered(h, msg, next)
 		}
 		if !errors.As(err, &held) {
 			return m.after(h, msg, next, o, err)
@@ -181,7 +196,7 @@ func (m *middleware) putBack(h message.HandlerFunc, msg *message.Message, a *adm
 	// The record that held it may have completed since the check, before
 	// its completion could see the record put back: checked once more.
 	if next, o, err := m.admit(msg, a.idText); o == observe.CheckPending {
-		return m.run(h, msg, next)
+		return m.runOrdered(h, msg, next)
 	} else if !errors.Is(err, recordstore.ErrHeld) {
 		return m.after(h, msg, next, o, err)
 	}
@@ -192,13 +207,10 @@ func (m *middleware) putBack(h message.HandlerFunc, msg *message.Message, a *adm
 	return nil, nil
 }
 
-// run runs an admitted delivery; an ordered one unless a copy of its record
-// runs here already, which is nacked after Check.LeasedNackDelay, as a copy of a
-// leased record is.
-func (m *middleware) run(h message.HandlerFunc, msg *message.Message, a *admission) ([]*message.Message, error) {
-	if a.t.orderKey == "" {
-		return m.settle(h, msg, a)
-	}
+// runOrdered runs an admitted delivery of an ordered topic, unless a copy
+// of its record runs here already, which is nacked after LeasedNackDelay,
+// as a copy of a leased record is.
+func (m *middleware) runOrdered(h message.HandlerFunc, msg *message.Message, a *admission) ([]*message.Message, error) {
 	k := heldKey{Consumer: a.d.Consumer, ID: a.d.ID}
 	if !a.t.holds.ClaimRun(k) {
 		m.logger.Debug("A copy of the record runs already, nacking this one", a.fields)
@@ -216,9 +228,6 @@ func (m *middleware) run(h message.HandlerFunc, msg *message.Message, a *admissi
 // copies waiting for it here are woken, and the next record of its key
 // that was put back (or last sent more than Check.HeldWait ago) is sent again.
 func (m *middleware) settled(ctx context.Context, a *admission, ok bool) {
-	if a.t.orderKey == "" || a.ordered == (heldKey{}) {
-		return
-	}
 	a.t.holds.EndRun(a.ordered)
 	if !ok {
 		return
@@ -339,4 +348,55 @@ func (m *middleware) claimAndSend(ctx context.Context, a *admission, afterID int
 	if err != nil {
 		m.logger.Error("Sending the next record of an order key again failed; the stale resubmitter or the next replay sends it", err, a.fields)
 	}
+}
+
+// skipsOrderedCheck reports whether the delivery of a, on a topic with an
+// order key, may run without the check, or returns instead the earlier
+// record of its key that is on its way here and that the copy is to wait
+// for off the handler's path (park).
+func (m *middleware) skipsOrderedCheck(ctx context.Context, a *admission) (skip bool, before int64) {
+	if !m.skipsFirstChecks(a) {
+		return false, 0
+	}
+	consumers := max(len(a.t.consumers), 1)
+	before, first := a.t.firstCopies.Peek(a.d)
+	if !first {
+		return false, 0
+	}
+	if before != 0 && !a.t.holds.Completed(heldKey{Consumer: a.d.Consumer, ID: before}) {
+		if _, ok := a.t.completing.Load(completingKey{id: before, consumer: a.d.Consumer}); !ok && m.reg.resends() != nil && a.t.onItsWayHere(before, a.d.Consumer) {
+			// Not taken: the copy sent again once before completed is
+			// the first copy still.
+			return false, before
+		}
+	}
+	if !a.t.firstCopies.Take(a.d, consumers) {
+		return false, 0
+	}
+	if a.t.holds.WaitedOn(heldKey{Consumer: a.d.Consumer, ID: a.d.ID}) {
+		// A later record's first copy came first, and waits for this
+		// one: the broker reorders this process's keyed messages.
+		a.t.deferred.sawReorder()
+	}
+	if before == 0 || a.t.holds.Completed(heldKey{Consumer: a.d.Consumer, ID: before}) {
+		// The earlier records of its key are done.
+		a.unchecked = true
+		return true, 0
+	}
+	if c, ok := a.t.completing.Load(completingKey{id: before, consumer: a.d.Consumer}); ok {
+		// The earlier record's handler ran here and its completion is on
+		// its way (a broker that keeps order delivers this copy right
+		// after it): the copy waits for it in the handler, and runs once
+		// it committed, never before, so that a crash cannot make the
+		// earlier record run again after this one.
+		c := c.(*completion)
+		select {
+		case <-c.done:
+		case <-ctx.Done():
+			return false, 0
+		}
+		a.unchecked = c.ok
+		return c.ok, 0
+	}
+	return false, 0
 }

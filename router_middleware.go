@@ -235,15 +235,8 @@ const checkForeign observe.CheckOutcome = "foreign"
 
 func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, idText string) ([]*message.Message, error) {
 	a, o, err := m.admit(msg, idText)
-	if o == observe.CheckRefused {
-		var here *heldHere
-		var held *recordstore.HeldError
-		switch {
-		case errors.As(err, &here):
-			return m.park(msg, a, here.before)
-		case errors.As(err, &held):
-			return m.onHeld(h, msg, idText, a, held)
-		}
+	if o == observe.CheckRefused && a != nil && a.t.orderKey != "" {
+		return m.refusedOrdered(h, msg, idText, a, err)
 	}
 	return m.after(h, msg, a, o, err)
 }
@@ -252,7 +245,10 @@ func (m *middleware) handleTracked(h message.HandlerFunc, msg *message.Message, 
 func (m *middleware) after(h message.HandlerFunc, msg *message.Message, a *admission, o observe.CheckOutcome, err error) ([]*message.Message, error) {
 	switch o {
 	case observe.CheckPending:
-		return m.run(h, msg, a)
+		if a.t.orderKey != "" {
+			return m.runOrdered(h, msg, a)
+		}
+		return m.settle(h, msg, a)
 	case observe.CheckUntracked:
 		if m.cfg.OnUntracked != nil {
 			m.cfg.OnUntracked(msg)

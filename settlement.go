@@ -42,7 +42,7 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 	}
 	if d.completed.Load() {
 		// The handler's transaction completed the record (CompleteTx).
-		m.settled(ctx, a, true)
+		m.endOrdered(ctx, a, true)
 		return produced, nil
 	}
 	if herr != nil {
@@ -102,7 +102,7 @@ func runHandler(h message.HandlerFunc, msg *message.Message) (produced []*messag
 func (m *middleware) failed(ctx context.Context, msg *message.Message, a *admission, d *delivery, herr error) error {
 	if aerr := m.countFailure(ctx, msg, a, herr); aerr != nil {
 		// Abandoned: with OrderSkipsAbandoned its key is free.
-		m.settled(ctx, a, a.t.skipAbandoned)
+		m.endOrdered(ctx, a, a.t.skipAbandoned)
 		// The record is no longer pending: the message leaves without
 		// its outbox keys, so a poison queue that keeps it does not
 		// carry a stale record id.
@@ -111,7 +111,7 @@ func (m *middleware) failed(ctx context.Context, msg *message.Message, a *admiss
 	msg.Metadata[MetadataID] = a.idText
 	msg.Metadata[MetadataTopic] = a.t.topic
 	msg.Metadata[MetadataStore] = a.identity
-	m.settled(ctx, a, false)
+	m.endOrdered(ctx, a, false)
 	if !d.completed.Load() {
 		m.release(ctx, a)
 	}
@@ -140,7 +140,7 @@ func (m *middleware) completeOnAck(ctx context.Context, msg *message.Message, a 
 		m.complete(ctx, a)
 	case <-msg.Nacked():
 		p.publishFailed(errNackedAfterSuccess)
-		m.settled(ctx, a, false)
+		m.endOrdered(ctx, a, false)
 	}
 }
 
@@ -155,7 +155,7 @@ func (m *middleware) complete(ctx context.Context, a *admission) bool {
 	defer cancel()
 	err := a.t.store.Complete(ctx, a.d)
 	endStep(end, err)
-	defer m.settled(ctx, a, err == nil || errors.Is(err, ErrNotPending))
+	defer m.endOrdered(ctx, a, err == nil || errors.Is(err, ErrNotPending))
 	switch {
 	case err == nil:
 		m.reg.observer().Completed(a.t.topic, a.d.Consumer)
@@ -220,4 +220,12 @@ func (m *middleware) recordFailure(ctx context.Context, a *admission, herr error
 	m.reg.observer().Abandoned(a.t.topic, a.d.Consumer)
 	m.logger.Error("Record abandoned after its last allowed attempt", herr, a.fields.Add(watermill.LogFields{"attempts": attempts}))
 	return aerr
+}
+
+// endOrdered ends the run of an ordered delivery (ordering.go's settled):
+// a delivery of a topic without a key has nothing to end.
+func (m *middleware) endOrdered(ctx context.Context, a *admission, ok bool) {
+	if a.ordered != (heldKey{}) {
+		m.settled(ctx, a, ok)
+	}
 }

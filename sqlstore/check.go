@@ -32,6 +32,9 @@ func (s *Store) CheckPending(ctx context.Context, d recordstore.Delivery) error 
 	if s.lease > 0 {
 		return s.claim(ctx, db, d)
 	}
+	if d.Ordered {
+		return s.checkOrdered(ctx, db, d)
+	}
 	if s.checks != nil {
 		return s.checks.do(ctx, d, 1)
 	}
@@ -83,9 +86,6 @@ func (s *Store) decide(st recordState, found bool, d recordstore.Delivery) error
 		case st.deliveryCompleted || st.deliveryAbandoned:
 			return recordstore.ErrNotPending
 		}
-		if err := held(d.ID, st.heldBy); err != nil {
-			return err
-		}
 		return notDue(d.ID, st.deliveryWaitMicros)
 	case st.abandoned:
 		return recordstore.ErrNotPending
@@ -94,9 +94,6 @@ func (s *Store) decide(st recordState, found bool, d recordstore.Delivery) error
 			return recordstore.ErrNotPending
 		}
 		return &recordstore.ConsumerConflictError{ID: d.ID, Consumer: d.Consumer, CompletedBy: st.completedBy}
-	}
-	if err := held(d.ID, st.heldBy); err != nil {
-		return err
 	}
 	return notDue(d.ID, st.wait)
 }
@@ -130,18 +127,18 @@ type recordState struct {
 }
 
 // readState reads the record of d and its delivery row for d's consumer;
-// false when there is no record with the id.
+// false when there is no record with the id. An ordered delivery reads
+// whether an earlier record holds it too (readOrderedState).
 func (s *Store) readState(ctx context.Context, db executor, d recordstore.Delivery) (recordState, bool, error) {
-	query, args := s.stateQuery(d)
-	var row *sql.Row
 	if d.Ordered {
-		// The ordered check is the statement SQLite parses longest, and
-		// it runs again for every held copy: it is kept prepared.
-		row = s.queryRow(ctx, db, query, args...)
-	} else {
-		row = db.QueryRowContext(ctx, query, args...)
+		return s.readOrderedState(ctx, db, d)
 	}
-	st, err := scanState(row, d.Ordered)
+	return s.stateOf(scanState(db.QueryRowContext(ctx, s.q.state, d.Consumer, d.ID), false))
+}
+
+// stateOf is a state read's outcome: false, without an error, when the
+// record does not exist.
+func (s *Store) stateOf(st recordState, err error) (recordState, bool, error) {
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return st, false, nil
@@ -190,17 +187,7 @@ func (s *Store) readStates(ctx context.Context, db *sqlx.DB, batch []*call[recor
 	for i, c := range batch {
 		ids[i], consumers[i] = c.arg.ID, c.arg.Consumer
 	}
-	// A batch with an ordered delivery reads every state with the ordered
-	// statement: one round trip still, and the others ignore its column.
-	query, ordered, pol := s.q.stateMany, false, 0
-	for _, c := range batch {
-		if c.arg.Ordered {
-			pol = policy(c.arg)
-			query, ordered = s.q.order.stateMany[pol], true
-			break
-		}
-	}
-	rows, err := db.QueryContext(ctx, query, ids, consumers)
+	rows, err := db.QueryContext(ctx, s.q.stateMany, ids, consumers)
 	if err != nil && len(batch) > 1 && s.dialect.invalidValue(err) {
 		// One call's value, refused by the database: each call alone,
 		// so that only that one is.
@@ -220,7 +207,7 @@ func (s *Store) readStates(ctx context.Context, db *sqlx.DB, batch []*call[recor
 	states := make(map[key]recordState, len(batch))
 	for rows.Next() {
 		var k key
-		st, err := scanState(rows, ordered, &k.id, &k.consumer)
+		st, err := scanState(rows, false, &k.id, &k.consumer)
 		if err != nil {
 			return s.fail("check pending", err)
 		}
@@ -231,14 +218,10 @@ func (s *Store) readStates(ctx context.Context, db *sqlx.DB, batch []*call[recor
 	}
 	for _, c := range batch {
 		st, found := states[key{c.arg.ID, c.arg.Consumer}]
-		if lacksDelivery(st, found, c.arg) || (c.arg.Ordered && policy(c.arg) != pol) {
-			// Adopted on the single path, which reads the state again;
-			// there too an ordered delivery of the other policy.
+		if lacksDelivery(st, found, c.arg) {
+			// Adopted on the single path, which reads the state again.
 			c.err = s.checkPending(c.ctx, db, c.arg)
 			continue
-		}
-		if !c.arg.Ordered {
-			st.heldBy = sql.NullInt64{}
 		}
 		c.err = s.decide(st, found, c.arg)
 	}
@@ -275,7 +258,11 @@ func (s *Store) claim(ctx context.Context, db *sqlx.DB, d recordstore.Delivery) 
 			return err
 		}
 	}
-	if err := s.decide(st, found, d); err != nil {
+	verdict := s.decide
+	if d.Ordered {
+		verdict = s.decideOrdered
+	}
+	if err := verdict(st, found, d); err != nil {
 		return err
 	}
 	claim, args := s.q.claimDelivery, []any{s.leaseArg, d.Lease, d.ID, d.Consumer}

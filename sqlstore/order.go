@@ -97,11 +97,9 @@ func policy(d recordstore.Delivery) int {
 	return 0
 }
 
-// stateQuery is the statement and the arguments that read d's state.
-func (s *Store) stateQuery(d recordstore.Delivery) (string, []any) {
-	if !d.Ordered {
-		return s.q.state, []any{d.Consumer, d.ID}
-	}
+// orderedStateQuery is the statement and the arguments that read an
+// ordered delivery's state.
+func (s *Store) orderedStateQuery(d recordstore.Delivery) (string, []any) {
 	if s.q.order.repeatConsumer {
 		return s.q.order.state[policy(d)], []any{d.Consumer, d.Consumer, d.ID}
 	}
