@@ -39,7 +39,7 @@ type browseQueries struct {
 // buildBrowse builds the dashboard's statements.
 func (q *queries) buildBrowse(f fragments) {
 	t, tc, p := f.t, f.tc, f.p
-	columns := f.adminColumns()
+	columns := f.operatorColumns()
 	conds := map[State]string{Pending: f.pending, Abandoned: "abandoned_at IS NOT NULL"}
 	b := &q.browse
 	b.byTopic = make(map[State]string, len(conds))

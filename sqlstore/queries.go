@@ -244,7 +244,7 @@ func buildQueries(d *Dialect, table tableName, mode Completion, durable bool) *q
 	q.buildStatus(f)
 	q.buildReceivers(f)
 	q.buildDeclarations(f)
-	q.buildAdmin(f)
+	q.buildOperator(f)
 	q.buildBrowse(f)
 	q.buildSchema(f)
 	return q
@@ -337,8 +337,8 @@ FROM %s c JOIN %s r ON r.id = c.record_id GROUP BY r.topic, c.consumer`,
 		cPending, d.ageMicros("MIN(CASE WHEN "+cPending+" THEN r.created_at END)"), tc, t)
 }
 
-// adminColumns are the columns of a record that scanInfos reads.
-func (f fragments) adminColumns() string {
+// operatorColumns are the columns of a record that scanInfos reads.
+func (f fragments) operatorColumns() string {
 	state := "CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' ELSE 'pending' END"
 	if f.mark {
 		state = "CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' WHEN processed_at IS NOT NULL THEN 'completed' ELSE 'pending' END"
@@ -347,11 +347,11 @@ func (f fragments) adminColumns() string {
 		state, f.d.ageMicros("created_at"), f.d.ageMicros("COALESCE(last_sent_at, created_at)"), sendKind())
 }
 
-// buildAdmin builds the statements of the operator's methods: List, Get,
+// buildOperator builds the statements of the operator's methods: List, Get,
 // MakeDue and RequeueLater.
-func (q *queries) buildAdmin(f fragments) {
+func (q *queries) buildOperator(f fragments) {
 	t, tc, p, d := f.t, f.tc, f.p, f.d
-	columns := f.adminColumns()
+	columns := f.operatorColumns()
 	conds := map[State]string{Pending: f.pending, Abandoned: "abandoned_at IS NOT NULL"}
 	if f.mark {
 		conds[Completed] = "processed_at IS NOT NULL AND abandoned_at IS NULL"

@@ -67,7 +67,7 @@ func completeRecord(r *recordstore.Record, md string) error {
 	return nil
 }
 
-// scanInfos reads the rows of q.list and q.get, the columns of buildAdmin,
+// scanInfos reads the rows of q.list and q.get (operatorColumns),
 // until their payloads and metadata reach maxBytes (0: no bound).
 func (s *Store) scanInfos(rows rowsScanner, maxBytes int) ([]RecordInfo, error) {
 	defer rows.Close()

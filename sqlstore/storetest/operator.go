@@ -11,7 +11,7 @@ import (
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-func (s *suite) testAdmin(t *testing.T) {
+func (s *suite) testOperator(t *testing.T) {
 	t.Run("ListGetAndMakeDue", func(t *testing.T) {
 		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
 			store := s.store(t, mode)
@@ -101,7 +101,7 @@ func (s *suite) testAdmin(t *testing.T) {
 			assert.Equal(t, []sqlstore.DeliveryInfo{
 				{Consumer: "billing", State: sqlstore.Abandoned, Attempts: 2, LastError: "last boom"},
 				{Consumer: "shipping", State: sqlstore.Completed, Attempts: 1, LastError: "other boom"},
-			}, info.Deliveries, "the admin view shows each delivery")
+			}, info.Deliveries, "the operator sees each delivery")
 		})
 	})
 }
