@@ -121,7 +121,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 type recordsData struct {
 	Filter  sqlstore.RecordFilter
 	After   int64
-	Records []sqlstore.RecordInfo
+	Records []recordstore.RecordInfo
 	// Next is the address of the next page, "" on the last.
 	Next template.URL
 }
@@ -177,7 +177,7 @@ func optionalID(s string) (int64, error) {
 }
 
 type recordData struct {
-	Record sqlstore.RecordInfo
+	Record recordstore.RecordInfo
 	Retry  sqlstore.RetryTimes
 	// Payload is the payload shown, as text, or as a hex dump when
 	// Binary; Cut tells that it was cut at Limit bytes of Size.

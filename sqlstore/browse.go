@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // browseQueries are the statements of the dashboard's reads and actions
@@ -81,7 +83,7 @@ type RecordFilter struct {
 // consumers table's pending index and primary key), so that a page costs
 // the same however many records the table keeps. Completed records are not
 // browsed: no index keeps them by topic.
-func (o *Operator) Browse(ctx context.Context, f RecordFilter, afterID int64, limit int) ([]RecordInfo, error) {
+func (o *Operator) Browse(ctx context.Context, f RecordFilter, afterID int64, limit int) ([]recordstore.RecordInfo, error) {
 	s := o.s
 	if f.State == "" {
 		f.State = Pending
@@ -99,7 +101,7 @@ func (o *Operator) Browse(ctx context.Context, f RecordFilter, afterID int64, li
 		return nil, err
 	}
 	b := &s.q.browse
-	var infos []RecordInfo
+	var infos []recordstore.RecordInfo
 	switch {
 	case f.Consumer == "":
 		infos, err = s.browsePage(ctx, db, b.byTopic[f.State], f.Topic, afterID, limit)
@@ -109,12 +111,12 @@ func (o *Operator) Browse(ctx context.Context, f RecordFilter, afterID int64, li
 		// A consumer's abandoned delivery is in a pending record (others
 		// have still to complete it) or an abandoned one: a page of each,
 		// merged by id.
-		var other []RecordInfo
+		var other []recordstore.RecordInfo
 		if infos, err = s.browsePage(ctx, db, b.abandonedOf[Pending], f.Topic, afterID, f.Consumer, limit); err == nil {
 			other, err = s.browsePage(ctx, db, b.abandonedOf[Abandoned], f.Topic, afterID, f.Consumer, limit)
 		}
 		infos = append(infos, other...)
-		slices.SortFunc(infos, func(a, b RecordInfo) int { return cmp.Compare(a.ID, b.ID) })
+		slices.SortFunc(infos, func(a, b recordstore.RecordInfo) int { return cmp.Compare(a.ID, b.ID) })
 		infos = infos[:min(limit, len(infos))]
 	}
 	if err != nil {
@@ -123,7 +125,7 @@ func (o *Operator) Browse(ctx context.Context, f RecordFilter, afterID int64, li
 	return infos, s.addDeliveries(ctx, db, d, infos)
 }
 
-func (s *Store) browsePage(ctx context.Context, db executor, q string, args ...any) ([]RecordInfo, error) {
+func (s *Store) browsePage(ctx context.Context, db executor, q string, args ...any) ([]recordstore.RecordInfo, error) {
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, s.fail("browse", err)

@@ -3,7 +3,6 @@ package sqlstore
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jmoiron/sqlx"
 
@@ -32,41 +31,8 @@ const (
 	Completed = recordstore.Completed
 )
 
-// RecordInfo is a record with its bookkeeping, as operators see it. Ages
-// are by the database clock.
-type RecordInfo struct {
-	recordstore.Record
-	State     State
-	Attempts  int
-	LastError string
-	// Age is the time since the record was saved; SinceSent the time since
-	// it was last sent (by the publish that saved it, or a resend), 0 when
-	// the record is Due.
-	Age       time.Duration
-	SinceSent time.Duration
-	// Resent reports whether the record was sent again after the publish
-	// that saved it, by a stale resubmit round or a startup replay. When
-	// it was not, SinceSent is Age.
-	Resent bool
-	// Due reports that the record was made due by [Operator.MakeDue] or
-	// [Operator.RequeueLater] and not sent since: the service's next stale
-	// resubmit round sends it.
-	Due bool
-	// Deliveries are the per-consumer deliveries of a record saved with
-	// consumers, in consumer order; nil for a record with one receiver.
-	Deliveries []DeliveryInfo
-}
-
-// DeliveryInfo is one consumer's delivery of a record, as operators see it.
-type DeliveryInfo struct {
-	Consumer  string
-	State     State
-	Attempts  int
-	LastError string
-}
-
 // addDeliveries fills in the deliveries of the records.
-func (s *Store) addDeliveries(ctx context.Context, db *sqlx.DB, d *Dialect, infos []RecordInfo) error {
+func (s *Store) addDeliveries(ctx context.Context, db *sqlx.DB, d *Dialect, infos []recordstore.RecordInfo) error {
 	at := make(map[int64]int, len(infos))
 	for i, r := range infos {
 		at[r.ID] = i
@@ -114,14 +80,14 @@ const dueBefore = "2000-01-02"
 
 // List returns up to limit records in the state whose id is greater than
 // afterID, ordered by id.
-func (o *Operator) List(ctx context.Context, st State, afterID int64, limit int) ([]RecordInfo, error) {
+func (o *Operator) List(ctx context.Context, st State, afterID int64, limit int) ([]recordstore.RecordInfo, error) {
 	return o.ListBytes(ctx, st, afterID, limit, 0)
 }
 
 // ListBytes is List that also stops at the record whose payload and
 // metadata bring the page to maxBytes (0: no bound), so that a page of
 // large payloads holds about maxBytes rather than limit payloads.
-func (o *Operator) ListBytes(ctx context.Context, st State, afterID int64, limit, maxBytes int) ([]RecordInfo, error) {
+func (o *Operator) ListBytes(ctx context.Context, st State, afterID int64, limit, maxBytes int) ([]recordstore.RecordInfo, error) {
 	s := o.s
 	query, err := s.listQuery(st)
 	if err != nil {
@@ -146,25 +112,25 @@ func (o *Operator) ListBytes(ctx context.Context, st State, afterID int64, limit
 }
 
 // Get returns one record, or an error wrapping [ErrRecordNotFound].
-func (o *Operator) Get(ctx context.Context, id int64) (RecordInfo, error) {
+func (o *Operator) Get(ctx context.Context, id int64) (recordstore.RecordInfo, error) {
 	s := o.s
 	db, d, err := s.bound(ctx)
 	if err != nil {
-		return RecordInfo{}, err
+		return recordstore.RecordInfo{}, err
 	}
 	rows, err := db.QueryContext(ctx, s.q.get, id)
 	if err != nil {
-		return RecordInfo{}, s.fail("get", err)
+		return recordstore.RecordInfo{}, s.fail("get", err)
 	}
 	infos, err := s.scanInfos(rows, 0)
 	if err != nil {
-		return RecordInfo{}, err
+		return recordstore.RecordInfo{}, err
 	}
 	if len(infos) == 0 {
-		return RecordInfo{}, &TableError{Table: s.table, Op: "get", Err: fmt.Errorf("record %d: %w", id, ErrRecordNotFound)}
+		return recordstore.RecordInfo{}, &TableError{Table: s.table, Op: "get", Err: fmt.Errorf("record %d: %w", id, ErrRecordNotFound)}
 	}
 	if err := s.addDeliveries(ctx, db, d, infos); err != nil {
-		return RecordInfo{}, err
+		return recordstore.RecordInfo{}, err
 	}
 	return infos[0], nil
 }

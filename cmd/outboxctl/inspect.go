@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -58,7 +59,7 @@ func hasRemote(sts []outbox.TopicStatus) bool {
 // listBytes bounds what one page of list holds in payloads and metadata.
 const listBytes = 16 << 20
 
-func pageBytes(infos []sqlstore.RecordInfo) int {
+func pageBytes(infos []recordstore.RecordInfo) int {
 	n := 0
 	for i := range infos {
 		n += infos[i].Size()

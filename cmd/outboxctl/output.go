@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -114,7 +115,7 @@ func lastSeen(seen bool, since time.Duration) string {
 	return age(since) + " ago"
 }
 
-func toJSON(r sqlstore.RecordInfo, full bool) recordJSON {
+func toJSON(r recordstore.RecordInfo, full bool) recordJSON {
 	j := recordJSON{ID: r.ID, Topic: r.Topic, UUID: r.UUID, State: string(r.State), Attempts: r.Attempts, LastError: r.LastError,
 		AgeSeconds: r.Age.Seconds(), Resent: r.Resent, Due: r.Due}
 	if !r.Due {
@@ -137,7 +138,7 @@ func toJSON(r sqlstore.RecordInfo, full bool) recordJSON {
 
 // resent is the RESENT column of a record: when it was last sent again
 // after the publish that saved it.
-func resent(r sqlstore.RecordInfo) string {
+func resent(r recordstore.RecordInfo) string {
 	switch {
 	case r.Due:
 		return "due now"
@@ -149,7 +150,7 @@ func resent(r sqlstore.RecordInfo) string {
 }
 
 // lastSent says when, and by what, a record was last sent.
-func lastSent(r sqlstore.RecordInfo) string {
+func lastSent(r recordstore.RecordInfo) string {
 	switch {
 	case r.Due:
 		return "due now (made due by outboxctl due or requeue)"
@@ -163,7 +164,7 @@ func lastSent(r sqlstore.RecordInfo) string {
 // attemptsAndError are a list row's ATTEMPTS and LAST ERROR: the record's
 // own, or for a record with deliveries the most attempts of one of them
 // and the last error of the one that failed most.
-func attemptsAndError(r sqlstore.RecordInfo) (int, string) {
+func attemptsAndError(r recordstore.RecordInfo) (int, string) {
 	attempts, lastError := r.Attempts, r.LastError
 	for _, d := range r.Deliveries {
 		if d.Attempts > attempts || (d.Attempts == attempts && lastError == "") {
@@ -178,7 +179,7 @@ func attemptsAndError(r sqlstore.RecordInfo) (int, string) {
 
 // deliveriesLine summarizes the per-consumer deliveries of a record for a
 // table row: "billing=completed shipping=pending(2)"; "-" when it has none.
-func deliveriesLine(ds []sqlstore.DeliveryInfo) string {
+func deliveriesLine(ds []recordstore.DeliveryInfo) string {
 	if len(ds) == 0 {
 		return "-"
 	}

@@ -98,7 +98,7 @@ func (s *suite) testOperator(t *testing.T) {
 			require.Len(t, abandonedRecs, 1)
 			info := abandonedRecs[0]
 			assert.Equal(t, id, info.ID)
-			assert.Equal(t, []sqlstore.DeliveryInfo{
+			assert.Equal(t, []recordstore.DeliveryInfo{
 				{Consumer: "billing", State: sqlstore.Abandoned, Attempts: 2, LastError: "last boom"},
 				{Consumer: "shipping", State: sqlstore.Completed, Attempts: 1, LastError: "other boom"},
 			}, info.Deliveries, "the operator sees each delivery")
@@ -106,7 +106,7 @@ func (s *suite) testOperator(t *testing.T) {
 	})
 }
 
-func infosRecords(infos []sqlstore.RecordInfo) []recordstore.Record {
+func infosRecords(infos []recordstore.RecordInfo) []recordstore.Record {
 	out := make([]recordstore.Record, len(infos))
 	for i, r := range infos {
 		out[i] = r.Record
