@@ -139,7 +139,7 @@ func (h *Handler) records(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.ctx(r)
 	defer cancel()
-	recs, err := h.ops.Browse(ctx, f, after, h.cfg.PageSize)
+	recs, err := h.ops.List(ctx, f, after, h.cfg.PageSize, 0)
 	if err != nil {
 		h.fail(w, r, err)
 		return

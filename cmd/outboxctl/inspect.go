@@ -70,7 +70,7 @@ func pageBytes(infos []recordstore.RecordInfo) int {
 func (c *cli) list(ctx context.Context, s *sqlstore.Store) error {
 	// One more tells whether there are more; a page of large payloads
 	// stops at listBytes, and then there may be more too.
-	infos, err := s.Operator().ListBytes(ctx, sqlstore.State(c.state), c.after, c.limit+1, listBytes)
+	infos, err := s.Operator().List(ctx, sqlstore.RecordFilter{State: sqlstore.State(c.state)}, c.after, c.limit+1, listBytes)
 	if err != nil {
 		return err
 	}
