@@ -151,8 +151,9 @@ type queries struct {
 	makeDueStamp  string
 	requeueLater  string
 
-	// browse holds the dashboard's statements (browse.go, activity.go).
-	browse browseQueries
+	// dashboard holds the dashboard's other statements (dashboard.go,
+	// activity.go).
+	dashboard dashboardQueries
 
 	versionQueries
 }
@@ -245,7 +246,7 @@ func buildQueries(d *Dialect, table tableName, mode Completion, durable bool) *q
 	q.buildReceivers(f)
 	q.buildDeclarations(f)
 	q.buildOperator(f)
-	q.buildBrowse(f)
+	q.buildDashboard(f)
 	q.buildSchema(f)
 	return q
 }

@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// browseQueries are the statements of the dashboard's reads and actions
+// dashboardQueries are the statements of the dashboard's reads and actions
 // (the outboxui package) besides its pages of records (Operator.List): a
 // record's retry times, making one record due, and the activity of the
 // last hour.
-type browseQueries struct {
+type dashboardQueries struct {
 	// recordWait and deliveryWait read the microseconds until a record's,
 	// or its deliveries', next attempt is due (NULL when due).
 	recordWait   string
@@ -26,10 +26,10 @@ type browseQueries struct {
 	abandonedConsumers string
 }
 
-// buildBrowse builds the dashboard's statements.
-func (q *queries) buildBrowse(f fragments) {
+// buildDashboard builds the dashboard's statements.
+func (q *queries) buildDashboard(f fragments) {
 	t, tc, p := f.t, f.tc, f.p
-	b := &q.browse
+	b := &q.dashboard
 	b.recordWait = fmt.Sprintf("SELECT %s FROM %s WHERE id = %s", f.wait("due_at"), t, p(1))
 	b.deliveryWait = fmt.Sprintf("SELECT consumer, %s FROM %s WHERE record_id = %s", f.wait("due_at"), tc, p(1))
 	b.makeDue = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id = %s AND %s", t, p(1), p(2), f.pending)
@@ -56,14 +56,14 @@ func (o *Operator) RetryDue(ctx context.Context, id int64) (RetryTimes, error) {
 		return RetryTimes{}, err
 	}
 	var wait sql.NullInt64
-	if err := db.QueryRowContext(ctx, s.q.browse.recordWait, id).Scan(&wait); err != nil {
+	if err := db.QueryRowContext(ctx, s.q.dashboard.recordWait, id).Scan(&wait); err != nil {
 		if err == sql.ErrNoRows { //nolint:errorlint // QueryRow returns it unwrapped
 			return RetryTimes{}, &TableError{Table: s.table, Op: "retry due", Err: fmt.Errorf("record %d: %w", id, ErrRecordNotFound)}
 		}
 		return RetryTimes{}, s.fail("retry due", err)
 	}
 	out := RetryTimes{Record: waitOf(wait)}
-	rows, err := db.QueryContext(ctx, s.q.browse.deliveryWait, id)
+	rows, err := db.QueryContext(ctx, s.q.dashboard.deliveryWait, id)
 	if err != nil {
 		return RetryTimes{}, s.fail("retry due", err)
 	}
@@ -101,7 +101,7 @@ func (o *Operator) MakeRecordDue(ctx context.Context, id int64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	res, err := db.ExecContext(ctx, s.q.browse.makeDue, dueLongAgo, id)
+	res, err := db.ExecContext(ctx, s.q.dashboard.makeDue, dueLongAgo, id)
 	if err != nil {
 		return false, s.fail("make due", err)
 	}
