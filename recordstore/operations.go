@@ -315,37 +315,71 @@ type SendStamper interface {
 	StampSent(ctx context.Context, ids []int64) error
 }
 
+// topicStatusJSON is the JSON shape of a [TopicStatus], written by its
+// MarshalJSON and read by its UnmarshalJSON.
+type topicStatusJSON struct {
+	Topic         string           `json:"topic"`
+	Pending       int64            `json:"pending"`
+	OldestPending float64          `json:"oldest_pending_seconds"`
+	Abandoned     int64            `json:"abandoned"`
+	Completed     int64            `json:"completed"`
+	Unchecked     int64            `json:"unchecked"`
+	LastSeen      *float64         `json:"last_seen_seconds_ago"`
+	BlockedKeys   int64            `json:"blocked_keys"`
+	Consumers     []ConsumerStatus `json:"consumers,omitempty"`
+}
+
 // MarshalJSON writes the status with snake_case keys and ages in seconds, as
-// dashboards read it; last_seen_seconds_ago is null when no receiver was
-// ever seen.
+// dashboards read it (the status handler, outboxctl status -json);
+// last_seen_seconds_ago is null when no receiver was ever seen.
 func (s TopicStatus) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Topic         string           `json:"topic"`
-		Pending       int64            `json:"pending"`
-		OldestPending float64          `json:"oldest_pending_seconds"`
-		Abandoned     int64            `json:"abandoned"`
-		Completed     int64            `json:"completed"`
-		Unchecked     int64            `json:"unchecked"`
-		LastSeen      *float64         `json:"last_seen_seconds_ago"`
-		BlockedKeys   int64            `json:"blocked_keys"`
-		Consumers     []ConsumerStatus `json:"consumers,omitempty"`
-	}{s.Topic, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked, secondsAgo(s.Seen, s.SinceSeen), s.BlockedKeys, s.Consumers})
+	return json.Marshal(topicStatusJSON{s.Topic, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked,
+		secondsAgo(s.Seen, s.SinceSeen), s.BlockedKeys, s.Consumers})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes, so that a client of the
+// status handler or of outboxctl decodes it into the type.
+func (s *TopicStatus) UnmarshalJSON(b []byte) error {
+	var j topicStatusJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	seen, since := lastSeenOf(j.LastSeen)
+	*s = TopicStatus{Topic: j.Topic, Pending: j.Pending, OldestPending: seconds(j.OldestPending), Abandoned: j.Abandoned, Completed: j.Completed,
+		Unchecked: j.Unchecked, Seen: seen, SinceSeen: since, BlockedKeys: j.BlockedKeys, Consumers: j.Consumers}
+	return nil
+}
+
+// consumerStatusJSON is the JSON shape of a [ConsumerStatus].
+type consumerStatusJSON struct {
+	Consumer      string   `json:"consumer"`
+	Remote        bool     `json:"remote"`
+	Pending       int64    `json:"pending"`
+	OldestPending float64  `json:"oldest_pending_seconds"`
+	Abandoned     int64    `json:"abandoned"`
+	Completed     int64    `json:"completed"`
+	Unchecked     int64    `json:"unchecked"`
+	LastSeen      *float64 `json:"last_seen_seconds_ago"`
 }
 
 // MarshalJSON writes the status with snake_case keys and ages in seconds;
 // a remote consumer's pending deliveries are those awaiting its
 // confirmation.
 func (s ConsumerStatus) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Consumer      string   `json:"consumer"`
-		Remote        bool     `json:"remote"`
-		Pending       int64    `json:"pending"`
-		OldestPending float64  `json:"oldest_pending_seconds"`
-		Abandoned     int64    `json:"abandoned"`
-		Completed     int64    `json:"completed"`
-		Unchecked     int64    `json:"unchecked"`
-		LastSeen      *float64 `json:"last_seen_seconds_ago"`
-	}{s.Consumer, s.Remote, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked, secondsAgo(s.Seen, s.SinceSeen)})
+	return json.Marshal(consumerStatusJSON{s.Consumer, s.Remote, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked,
+		secondsAgo(s.Seen, s.SinceSeen)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (s *ConsumerStatus) UnmarshalJSON(b []byte) error {
+	var j consumerStatusJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	seen, since := lastSeenOf(j.LastSeen)
+	*s = ConsumerStatus{Consumer: j.Consumer, Remote: j.Remote, Pending: j.Pending, OldestPending: seconds(j.OldestPending), Abandoned: j.Abandoned,
+		Completed: j.Completed, Unchecked: j.Unchecked, Seen: seen, SinceSeen: since}
+	return nil
 }
 
 // secondsAgo is a last-seen age in seconds, nil when never seen.
@@ -356,3 +390,14 @@ func secondsAgo(seen bool, since time.Duration) *float64 {
 	s := since.Seconds()
 	return &s
 }
+
+// lastSeenOf reads a last-seen age in seconds, nil when never seen.
+func lastSeenOf(secs *float64) (seen bool, since time.Duration) {
+	if secs == nil {
+		return false, 0
+	}
+	return true, seconds(*secs)
+}
+
+// seconds is an age in seconds as a duration.
+func seconds(secs float64) time.Duration { return time.Duration(secs * float64(time.Second)) }

@@ -33,7 +33,7 @@ func TestCommands(t *testing.T) {
 		assert.Equal(t, "mark", status.Completion)
 		assert.Equal(t, f.store.Table(), status.Table)
 		require.Len(t, status.Topics, 1)
-		assert.Equal(t, topicJSON{Topic: "orders", Pending: 2, OldestPending: status.Topics[0].OldestPending, Abandoned: 1, Completed: 1, Unchecked: 2}, status.Topics[0])
+		assert.Equal(t, recordstore.TopicStatus{Topic: "orders", Pending: 2, OldestPending: status.Topics[0].OldestPending, Abandoned: 1, Completed: 1, Unchecked: 2}, status.Topics[0])
 		assert.Contains(t, r.stdout, `"last_seen_seconds_ago": null`)
 
 		assert.Contains(t, r.stdout, `"topics": [`)

@@ -17,11 +17,10 @@ func (c *cli) status(ctx context.Context, s *sqlstore.Store) error {
 		return err
 	}
 	if c.json {
-		topics := make([]topicJSON, len(sts))
-		for i, st := range sts {
-			topics[i] = toTopicJSON(st)
+		if sts == nil {
+			sts = []outbox.TopicStatus{} // "topics": [], not null
 		}
-		return c.printJSON(statusJSON{Table: s.Table(), Completion: s.Completion().String(), Topics: topics})
+		return c.printJSON(statusJSON{Table: s.Table(), Completion: s.Completion().String(), Topics: sts})
 	}
 	err = c.printTable("TOPIC\tPENDING\tOLDEST PENDING\tABANDONED\tCOMPLETED\tUNCHECKED\tBLOCKED KEYS\tLAST SEEN", func(w io.Writer) {
 		for _, st := range sts {

@@ -51,59 +51,12 @@ type listJSON struct {
 	NextAfter int64        `json:"next_after,omitempty"`
 }
 
-// statusJSON is the status of a table as -json prints it.
+// statusJSON is the status of a table as -json prints it: each topic as
+// the status handler writes it (recordstore.TopicStatus.MarshalJSON).
 type statusJSON struct {
-	Table      string      `json:"table"`
-	Completion string      `json:"completion"`
-	Topics     []topicJSON `json:"topics"`
-}
-
-// topicJSON is the status of a topic; consumers appear for records saved
-// with consumers. Unchecked and LastSeenSecsAgo are as in the status
-// handler's JSON: last_seen_seconds_ago is null when no receiver was ever
-// seen.
-type topicJSON struct {
-	Topic           string         `json:"topic"`
-	Pending         int64          `json:"pending"`
-	OldestPending   float64        `json:"oldest_pending_seconds"`
-	Abandoned       int64          `json:"abandoned"`
-	Completed       int64          `json:"completed"`
-	Unchecked       int64          `json:"unchecked"`
-	LastSeenSecsAgo *float64       `json:"last_seen_seconds_ago"`
-	BlockedKeys     int64          `json:"blocked_keys"`
-	Consumers       []consumerJSON `json:"consumers,omitempty"`
-}
-
-// consumerJSON is a consumer's share of a topic's status; a remote
-// consumer's pending deliveries await its confirmation.
-type consumerJSON struct {
-	Consumer        string   `json:"consumer"`
-	Remote          bool     `json:"remote"`
-	Pending         int64    `json:"pending"`
-	OldestPending   float64  `json:"oldest_pending_seconds"`
-	Abandoned       int64    `json:"abandoned"`
-	Completed       int64    `json:"completed"`
-	Unchecked       int64    `json:"unchecked"`
-	LastSeenSecsAgo *float64 `json:"last_seen_seconds_ago"`
-}
-
-func toTopicJSON(st outbox.TopicStatus) topicJSON {
-	j := topicJSON{Topic: st.Topic, Pending: st.Pending, OldestPending: st.OldestPending.Seconds(), Abandoned: st.Abandoned, Completed: st.Completed,
-		Unchecked: st.Unchecked, LastSeenSecsAgo: secondsAgo(st.Seen, st.SinceSeen), BlockedKeys: st.BlockedKeys}
-	for _, cs := range st.Consumers {
-		j.Consumers = append(j.Consumers, consumerJSON{Consumer: cs.Consumer, Remote: cs.Remote, Pending: cs.Pending, OldestPending: cs.OldestPending.Seconds(),
-			Abandoned: cs.Abandoned, Completed: cs.Completed, Unchecked: cs.Unchecked, LastSeenSecsAgo: secondsAgo(cs.Seen, cs.SinceSeen)})
-	}
-	return j
-}
-
-// secondsAgo is a last-seen age in seconds, nil when never seen.
-func secondsAgo(seen bool, since time.Duration) *float64 {
-	if !seen {
-		return nil
-	}
-	s := since.Seconds()
-	return &s
+	Table      string               `json:"table"`
+	Completion string               `json:"completion"`
+	Topics     []outbox.TopicStatus `json:"topics"`
 }
 
 // lastSeen is a LAST SEEN column: when a receiver of the topic, or the
