@@ -114,7 +114,7 @@ func TestCollectorCountsTheFlowAndReadsTheBacklog(t *testing.T) {
 				// The receiver's check is recorded off the handler's path:
 				// 1 or 0 here (TestCollectorReportsUncheckedRecords).
 				"app_outbox_unchecked_records{orders}": got["app_outbox_unchecked_records{orders}"],
-				"app_outbox_blocked_keys{orders}":      0,
+				"app_outbox_held_keys{orders}":         0,
 				"app_outbox_status_read_errors":        0,
 			}, got)
 			age := got["app_outbox_oldest_pending_age_seconds{orders}"]

@@ -316,9 +316,9 @@ func (s *Store) status(ctx context.Context, full bool) ([]recordstore.TopicStatu
 			topics[r.rec.Topic].Unchecked++
 		}
 	}
-	// A key is blocked when an abandoned record of it has pending ones
-	// after it.
-	abandonedKeys, blocked := map[[2]string]bool{}, map[[2]string]bool{}
+	// A key is held when an abandoned record of it has pending ones after
+	// it.
+	abandonedKeys, held := map[[2]string]bool{}, map[[2]string]bool{}
 	for _, id := range s.order {
 		r := s.byID[id]
 		k := [2]string{r.rec.Topic, r.orderKey}
@@ -326,9 +326,9 @@ func (s *Store) status(ctx context.Context, full bool) ([]recordstore.TopicStatu
 		case r.orderKey == "":
 		case !r.abandoned.IsZero():
 			abandonedKeys[k] = true
-		case r.pending() && abandonedKeys[k] && !blocked[k]:
-			blocked[k] = true
-			topics[r.rec.Topic].BlockedKeys++
+		case r.pending() && abandonedKeys[k] && !held[k]:
+			held[k] = true
+			topics[r.rec.Topic].HeldKeys++
 		}
 	}
 	for topic := range s.seen {

@@ -243,12 +243,12 @@ type TopicStatus struct {
 	// a minute per process, so SinceSeen runs up to a minute late.
 	Seen      bool
 	SinceSeen time.Duration
-	// BlockedKeys is how many order keys ([Record.OrderKey]) have an
-	// abandoned record followed by pending ones: the later records wait
-	// for the abandoned one to be requeued (unless the topic skips
+	// HeldKeys is how many order keys ([Record.OrderKey]) have an
+	// abandoned record followed by pending ones: the later records are
+	// held until the abandoned one is requeued (unless the topic skips
 	// abandoned records, outbox.Tracked.OrderSkipsAbandoned). Zero on a
 	// store without order keys.
-	BlockedKeys int64
+	HeldKeys int64
 	// Consumers breaks the counts down per declared consumer, for names
 	// whose records declare consumers, in consumer order; nil otherwise.
 	Consumers []ConsumerStatus
@@ -325,7 +325,7 @@ type topicStatusJSON struct {
 	Completed     int64            `json:"completed"`
 	Unchecked     int64            `json:"unchecked"`
 	LastSeen      *float64         `json:"last_seen_seconds_ago"`
-	BlockedKeys   int64            `json:"blocked_keys"`
+	HeldKeys      int64            `json:"held_keys"`
 	Consumers     []ConsumerStatus `json:"consumers,omitempty"`
 }
 
@@ -334,7 +334,7 @@ type topicStatusJSON struct {
 // last_seen_seconds_ago is null when no receiver was ever seen.
 func (s TopicStatus) MarshalJSON() ([]byte, error) {
 	return json.Marshal(topicStatusJSON{s.Topic, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked,
-		secondsAgo(s.Seen, s.SinceSeen), s.BlockedKeys, s.Consumers})
+		secondsAgo(s.Seen, s.SinceSeen), s.HeldKeys, s.Consumers})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes, so that a client of the
@@ -346,7 +346,7 @@ func (s *TopicStatus) UnmarshalJSON(b []byte) error {
 	}
 	seen, since := lastSeenOf(j.LastSeen)
 	*s = TopicStatus{Topic: j.Topic, Pending: j.Pending, OldestPending: seconds(j.OldestPending), Abandoned: j.Abandoned, Completed: j.Completed,
-		Unchecked: j.Unchecked, Seen: seen, SinceSeen: since, BlockedKeys: j.BlockedKeys, Consumers: j.Consumers}
+		Unchecked: j.Unchecked, Seen: seen, SinceSeen: since, HeldKeys: j.HeldKeys, Consumers: j.Consumers}
 	return nil
 }
 

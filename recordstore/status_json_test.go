@@ -16,7 +16,7 @@ import (
 func TestTopicStatusJSONRoundTrip(t *testing.T) {
 	t.Parallel()
 	want := []recordstore.TopicStatus{
-		{Topic: "orders", Pending: 2, OldestPending: 1500 * time.Millisecond, Abandoned: 1, Completed: 3, Unchecked: 2, Seen: true, SinceSeen: 41 * time.Second, BlockedKeys: 4,
+		{Topic: "orders", Pending: 2, OldestPending: 1500 * time.Millisecond, Abandoned: 1, Completed: 3, Unchecked: 2, Seen: true, SinceSeen: 41 * time.Second, HeldKeys: 4,
 			Consumers: []recordstore.ConsumerStatus{
 				{Consumer: "billing", Remote: true, Pending: 1, OldestPending: time.Second, Unchecked: 1},
 				{Consumer: "shipping", Abandoned: 2, Completed: 5, Seen: true, SinceSeen: 250 * time.Millisecond},

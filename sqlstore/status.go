@@ -44,7 +44,7 @@ func (s *Store) readStatus(ctx context.Context, names, consumers string, full bo
 	for i := range out {
 		out[i].Consumers = byName[out[i].Topic]
 	}
-	if err := s.addBlockedKeys(ctx, db, out); err != nil {
+	if err := s.addHeldKeys(ctx, db, out); err != nil {
 		return nil, err
 	}
 	if err := s.addRemote(ctx, db, out); err != nil {

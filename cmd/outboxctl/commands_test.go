@@ -23,7 +23,7 @@ func TestCommands(t *testing.T) {
 
 		r := f.ctl(t, "status")
 		require.Zero(t, r.code, r.stderr)
-		assert.Regexp(t, `^TOPIC\s+PENDING\s+OLDEST PENDING\s+ABANDONED\s+COMPLETED\s+UNCHECKED\s+BLOCKED KEYS\s+LAST SEEN\n`, r.stdout)
+		assert.Regexp(t, `^TOPIC\s+PENDING\s+OLDEST PENDING\s+ABANDONED\s+COMPLETED\s+UNCHECKED\s+HELD KEYS\s+LAST SEEN\n`, r.stdout)
 		assert.Regexp(t, `\norders\s+2\s+\S+\s+1\s+1\s+2\s+0\s+never\n$`, r.stdout, "no receiver of orders was ever seen")
 
 		r = f.ctl(t, "-json", "status")

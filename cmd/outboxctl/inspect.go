@@ -22,9 +22,9 @@ func (c *cli) status(ctx context.Context, s *sqlstore.Store) error {
 		}
 		return c.printJSON(statusJSON{Table: s.Table(), Completion: s.Completion().String(), Topics: sts})
 	}
-	err = c.printTable("TOPIC\tPENDING\tOLDEST PENDING\tABANDONED\tCOMPLETED\tUNCHECKED\tBLOCKED KEYS\tLAST SEEN", func(w io.Writer) {
+	err = c.printTable("TOPIC\tPENDING\tOLDEST PENDING\tABANDONED\tCOMPLETED\tUNCHECKED\tHELD KEYS\tLAST SEEN", func(w io.Writer) {
 		for _, st := range sts {
-			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\n", st.Topic, st.Pending, age(st.OldestPending), st.Abandoned, st.Completed, st.Unchecked, st.BlockedKeys, lastSeen(st.Seen, st.SinceSeen))
+			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\n", st.Topic, st.Pending, age(st.OldestPending), st.Abandoned, st.Completed, st.Unchecked, st.HeldKeys, lastSeen(st.Seen, st.SinceSeen))
 		}
 	})
 	if err != nil || !hasRemote(sts) {
