@@ -77,7 +77,7 @@ func (c ConfirmationHandlerConfig) Validate() error {
 // complete is a duplicate and is acknowledged. A database error nacks it,
 // so that it comes back. A confirmation that matched a delivery (completed
 // it, or a duplicate) records its remote consumer as seen, as the
-// middleware records a local one ([recordstore.ReceiverRecorder]).
+// middleware records a local one ([recordstore.ConsumerRecorder]).
 //
 // [AddConfirmationHandler] adds it to a router; use this one to add it
 // yourself (with the subscriber's own middleware, say).

@@ -55,7 +55,7 @@ func foundRecord(o CheckOutcome, err error) bool {
 
 // sawReceiver records, at most once per receiverSeenEvery and process,
 // that consumer checked (or confirmed) a record of the topic, on a store
-// that implements [recordstore.ReceiverRecorder]. The common case is one
+// that implements [recordstore.ConsumerRecorder]. The common case is one
 // atomic load; the write runs in a goroutine of its own, off the handler's
 // path, and its failure is logged at Debug only: the next one a minute
 // later records the receiver.
@@ -68,14 +68,14 @@ func (r *Registry) sawReceiver(t *tracked, slot *atomic.Int64, consumer string, 
 	if last != 0 && now-last < int64(receiverSeenEvery) {
 		return
 	}
-	rr, ok := t.store.(recordstore.ReceiverRecorder)
+	rr, ok := t.store.(recordstore.ConsumerRecorder)
 	if !ok || !slot.CompareAndSwap(last, now) {
 		return
 	}
 	r.background.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), receiverSeenTimeout)
 		defer cancel()
-		if err := rr.SawReceiver(ctx, t.topic, consumer); err != nil {
+		if err := rr.SawConsumer(ctx, t.topic, consumer); err != nil {
 			logger.Debug("Recording a receiver seen failed; the next check records it", watermill.LogFields{"topic": t.topic, "consumer": consumer, "error": err.Error()})
 		}
 	})

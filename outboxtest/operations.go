@@ -354,9 +354,9 @@ func (s *Store) status(ctx context.Context, full bool) ([]recordstore.TopicStatu
 	return out, nil
 }
 
-// SawReceiver implements [recordstore.ReceiverRecorder]: it keeps when the
-// receiver was last seen, by the store's clock.
-func (s *Store) SawReceiver(ctx context.Context, topic, consumer string) error {
+// SawConsumer implements [recordstore.ConsumerRecorder]: it keeps when the
+// consumer was last seen, by the store's clock.
+func (s *Store) SawConsumer(ctx context.Context, topic, consumer string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -369,7 +369,7 @@ func (s *Store) SawReceiver(ctx context.Context, topic, consumer string) error {
 	return nil
 }
 
-// unchecked reports whether a pending record waits for a receiver never
+// unchecked reports whether a pending record waits for a consumer never
 // seen (see [recordstore.TopicStatus.Unchecked]).
 func (s *Store) unchecked(r *record) bool {
 	if len(r.deliveries) == 0 {
@@ -383,7 +383,7 @@ func (s *Store) unchecked(r *record) bool {
 	return false
 }
 
-// topicSeen reports whether a receiver of topic was seen, and how long ago
+// topicSeen reports whether a consumer of topic was seen, and how long ago
 // the latest was.
 func (s *Store) topicSeen(topic string, now time.Time) (bool, time.Duration) {
 	var latest time.Time

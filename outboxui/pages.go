@@ -58,7 +58,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	seen, err := h.ops.ReceiversSeen(ctx)
+	seen, err := h.ops.ConsumersSeen(ctx)
 	if err != nil {
 		h.fail(w, r, err)
 		return

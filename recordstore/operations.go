@@ -229,17 +229,17 @@ type TopicStatus struct {
 	// Both are zero in the result of PendingStatus.
 	Abandoned int64
 	Completed int64
-	// Unchecked is how many of the pending records wait for a receiver
-	// that was never seen ([ReceiverRecorder]): a record saved without
-	// consumers when no receiver of the topic was ever seen, a record
+	// Unchecked is how many of the pending records wait for a consumer
+	// that was never seen ([ConsumerRecorder]): a record saved without
+	// consumers when no consumer of the topic was ever seen, a record
 	// saved with consumers when one of its pending deliveries is of a
 	// consumer never seen. Nothing completes such a record until that
-	// receiver runs; zero on a store that does not implement
-	// [ReceiverRecorder].
+	// consumer runs; zero on a store that does not implement
+	// [ConsumerRecorder].
 	Unchecked int64
-	// Seen reports whether a receiver of the topic was ever seen, and
+	// Seen reports whether a consumer of the topic was ever seen, and
 	// SinceSeen how long ago the most recent one was, by the database
-	// clock (zero when never). The outbox records a receiver at most once
+	// clock (zero when never). The outbox records a consumer at most once
 	// a minute per process, so SinceSeen runs up to a minute late.
 	Seen      bool
 	SinceSeen time.Duration
@@ -258,7 +258,7 @@ type TopicStatus struct {
 // name: Pending counts the records this consumer has still to complete,
 // OldestPending the age of the oldest of them. Abandoned and Completed
 // are zero in the result of PendingStatus. Unchecked is Pending when the
-// consumer was never seen ([ReceiverRecorder]) and zero once it was; Seen
+// consumer was never seen ([ConsumerRecorder]) and zero once it was; Seen
 // and SinceSeen are the consumer's own, as in [TopicStatus].
 //
 // Remote reports a remote consumer (outbox.Tracked.RemoteConsumers), as
@@ -278,19 +278,19 @@ type ConsumerStatus struct {
 	Remote        bool
 }
 
-// ReceiverRecorder is implemented by a [Store] that remembers which
-// receivers of each topic it has seen, so that its [StatusReader] reports
-// the records that wait for a receiver never seen ([TopicStatus.Unchecked]):
+// ConsumerRecorder is implemented by a [Store] that remembers which
+// consumers of each topic it has seen, so that its [StatusReader] reports
+// the records that wait for a consumer never seen ([TopicStatus.Unchecked]):
 // a remote consumer whose service never confirms, a declared consumer never
 // deployed. A store that implements it reports Unchecked, Seen and
 // SinceSeen in its status; one that does not leaves them zero.
-type ReceiverRecorder interface {
-	// SawReceiver records that consumer (a handler name; "" outside a
+type ConsumerRecorder interface {
+	// SawConsumer records that consumer (a handler name; "" outside a
 	// router) checked a record of topic, or confirmed one, now by the
 	// database clock: it keeps when the pair was first and last seen. The
 	// outbox calls it at most once a minute per pair and process, off the
 	// handler's path.
-	SawReceiver(ctx context.Context, topic, consumer string) error
+	SawConsumer(ctx context.Context, topic, consumer string) error
 }
 
 // StatusReader is implemented by a [Store] that can report its backlog, for
@@ -331,7 +331,7 @@ type topicStatusJSON struct {
 
 // MarshalJSON writes the status with snake_case keys and ages in seconds, as
 // dashboards read it (the status handler, outboxctl status -json);
-// last_seen_seconds_ago is null when no receiver was ever seen.
+// last_seen_seconds_ago is null when no consumer was ever seen.
 func (s TopicStatus) MarshalJSON() ([]byte, error) {
 	return json.Marshal(topicStatusJSON{s.Topic, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked,
 		secondsAgo(s.Seen, s.SinceSeen), s.HeldKeys, s.Consumers})

@@ -124,12 +124,12 @@ type queries struct {
 	consumerPendingStatus  string
 	consumerStatus         string
 	listDeliveriesByRecord string // prefix ending in "record_id IN "
-	// sawReceiver records a receiver seen, receivers reads them all,
+	// sawConsumer records a consumer seen, consumersSeen reads them all,
 	// unchecked counts the pending records that wait for one never seen
-	// (receivers.go).
-	sawReceiver string
-	receivers   string
-	unchecked   string
+	// (consumers_seen.go).
+	sawConsumer   string
+	consumersSeen string
+	unchecked     string
 	// declare begins the statement that records a start's declarations,
 	// whose rows follow it, then declareUpsert; declaredConsumer reads
 	// whether a topic's latest declaration lists a consumer, and when;
@@ -243,7 +243,7 @@ func buildQueries(d *Dialect, table tableName, mode Completion, durable bool) *q
 	q.buildFailure(f)
 	q.buildResend(f)
 	q.buildStatus(f)
-	q.buildReceivers(f)
+	q.buildSeen(f)
 	q.buildDeclarations(f)
 	q.buildOperator(f)
 	q.buildDashboard(f)

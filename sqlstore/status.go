@@ -50,7 +50,7 @@ func (s *Store) readStatus(ctx context.Context, names, consumers string, full bo
 	if err := s.addRemote(ctx, db, out); err != nil {
 		return nil, err
 	}
-	return s.addReceivers(ctx, db, out)
+	return s.addSeen(ctx, db, out)
 }
 
 func (s *Store) readNames(ctx context.Context, db executor, q string, full bool) ([]recordstore.TopicStatus, error) {

@@ -38,7 +38,7 @@ func TestCommands(t *testing.T) {
 
 		assert.Contains(t, r.stdout, `"topics": [`)
 		assert.NotContains(t, r.stdout, `"name"`)
-		require.NoError(t, f.store.SawReceiver(t.Context(), "orders", "handler"))
+		require.NoError(t, f.store.SawConsumer(t.Context(), "orders", "handler"))
 		r = f.ctl(t, "status")
 		require.Zero(t, r.code, r.stderr)
 		assert.Regexp(t, `\norders\s+2\s+\S+\s+1\s+1\s+0\s+0\s+\S+ ago\n$`, r.stdout, "its receiver was seen")
