@@ -13,22 +13,22 @@ import (
 
 var _ recordstore.ConsumerRecorder = (*Store)(nil)
 
-// buildSeen builds the statements of the receivers table
-// (<table>_receivers): one row per topic and consumer seen, with when it
-// was first and last seen by the database clock.
+// buildSeen builds the statements of the seen table (<table>_seen): one
+// row per topic and consumer seen, with when it was first and last seen by
+// the database clock.
 func (q *queries) buildSeen(f fragments) {
 	q.sawConsumer = fmt.Sprintf("INSERT INTO %s (topic, consumer, first_seen_at, last_seen_at) VALUES (%s, %s, %s, %s)%s",
-		f.tr, f.p(1), f.p(2), f.clock, f.clock, f.d.upsert("topic, consumer", "last_seen_at = "+f.clock))
-	q.consumersSeen = fmt.Sprintf("SELECT topic, consumer, %s FROM %s", f.d.ageMicros("last_seen_at"), f.tr)
+		f.ts, f.p(1), f.p(2), f.clock, f.clock, f.d.upsert("topic, consumer", "last_seen_at = "+f.clock))
+	q.consumersSeen = fmt.Sprintf("SELECT topic, consumer, %s FROM %s", f.d.ageMicros("last_seen_at"), f.ts)
 	// The records of one topic that wait for more than one consumer never
 	// seen; the status counts every other case from what it read already.
 	q.unchecked = fmt.Sprintf(`SELECT COUNT(DISTINCT c.record_id) FROM %s c JOIN %s r ON r.id = c.record_id
 WHERE r.topic = %s AND %s AND NOT EXISTS (SELECT 1 FROM %s v WHERE v.topic = r.topic AND v.consumer = c.consumer)`,
-		f.tc, f.t, f.p(1), cPending, f.tr)
+		f.tc, f.t, f.p(1), cPending, f.ts)
 }
 
 // SawConsumer implements [recordstore.ConsumerRecorder] with one upsert of
-// the receivers table.
+// the seen table.
 func (s *Store) SawConsumer(ctx context.Context, topic, consumer string) error {
 	db, err := s.pool()
 	if err != nil {
@@ -43,8 +43,8 @@ func (s *Store) SawConsumer(ctx context.Context, topic, consumer string) error {
 // seen is when each consumer of each topic was last seen, as an age.
 type seen map[string]map[string]time.Duration
 
-// readSeen reads the receivers table, which holds a row per topic and
-// consumer ever seen: a few rows.
+// readSeen reads the seen table, which holds a row per topic and consumer
+// ever seen: a few rows.
 func (s *Store) readSeen(ctx context.Context, db executor) (seen, error) {
 	rows, err := db.QueryContext(ctx, s.q.consumersSeen)
 	if err != nil {
@@ -136,7 +136,7 @@ func applySeen(st *recordstore.TopicStatus, consumers map[string]time.Duration) 
 
 // ConsumersSeen reads how long ago each consumer of each topic was last
 // seen ([recordstore.ConsumerRecorder]), by topic then consumer, from the
-// receivers table: a row per pair ever seen. The status tells it only of
+// seen table: a row per pair ever seen. The status tells it only of
 // the consumers with pending deliveries; the dashboard also shows the
 // consumers that have only abandoned ones.
 func (o *Operator) ConsumersSeen(ctx context.Context) (map[string]map[string]time.Duration, error) {

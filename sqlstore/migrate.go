@@ -129,11 +129,24 @@ func (t templateData) ConsumersIndex(suffix string) string {
 	return t.d.quote(t.table.name + "_c_" + suffix)
 }
 
-// ReceiversTable is the table of the receivers seen per topic.
-func (t templateData) ReceiversTable() string { return t.table.in(t.d, receiversTable(t.table.name)) }
+// SeenTable is the table of the consumers seen per topic.
+func (t templateData) SeenTable() string { return t.table.in(t.d, seenTable(t.table.name)) }
 
-// ReceiversIndex names a key of the receivers table, kept short as
-// ConsumersIndex is.
+// SeenName is SeenTable unqualified, as ALTER TABLE … RENAME TO takes it.
+func (t templateData) SeenName() string { return t.d.quote(seenTable(t.table.name)) }
+
+// SeenIndex names a key of the seen table, kept short as ConsumersIndex
+// is.
+func (t templateData) SeenIndex(suffix string) string {
+	return t.d.quote(t.table.name + "_s_" + suffix)
+}
+
+// ReceiversTable and ReceiversIndex are the seen table and its key as
+// migration 6 creates them, before migration 10 (9 on MySQL) renames them.
+func (t templateData) ReceiversTable() string {
+	return t.table.in(t.d, t.table.name+receiversSuffix)
+}
+
 func (t templateData) ReceiversIndex(suffix string) string {
 	return t.d.quote(t.table.name + "_r_" + suffix)
 }

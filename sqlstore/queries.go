@@ -180,7 +180,7 @@ type fragments struct {
 	d     *Dialect
 	table tableName
 	t, tc string // the quoted record and consumers tables
-	tr    string // the quoted receivers table
+	ts    string // the quoted seen table
 	td    string // the quoted declarations table
 	clock string
 	mark  bool
@@ -226,7 +226,7 @@ func (f fragments) wait(col string) string {
 // made, so that its methods only execute them.
 func buildQueries(d *Dialect, table tableName, mode Completion, durable bool) *queries {
 	f := fragments{d: d, table: table, t: table.quoted(d), tc: table.in(d, consumersTable(table.name)),
-		tr: table.in(d, receiversTable(table.name)), td: table.in(d, declaredTable(table.name)),
+		ts: table.in(d, seenTable(table.name)), td: table.in(d, declaredTable(table.name)),
 		clock: d.clock, mark: mode == Mark, pending: "abandoned_at IS NULL"}
 	if !durable {
 		f.lazy = d.lazyCommit

@@ -14,7 +14,7 @@ var _ recordstore.StatusReader = (*Store)(nil)
 
 // PendingStatus implements [recordstore.StatusReader]. It reads the pending
 // records, and the pending deliveries, only, through the pending indexes,
-// the receivers table, a row per topic and consumer seen, and the remote
+// the seen table, a row per topic and consumer seen, and the remote
 // consumers of the declarations table.
 func (s *Store) PendingStatus(ctx context.Context) ([]recordstore.TopicStatus, error) {
 	return s.readStatus(ctx, s.q.pendingStatus, s.q.consumerPendingStatus, false)

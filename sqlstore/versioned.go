@@ -188,7 +188,7 @@ func (v *versioned) prepareVersionTable(ctx context.Context, tx executor, d *Dia
 		return nil
 	}
 	if _, err := tx.ExecContext(ctx, v.vq.addVersionIdentity); err != nil {
-		if d.alreadyApplied != nil && d.alreadyApplied(err) {
+		if d.alreadyApplied != nil && d.alreadyApplied(v.vq.addVersionIdentity, err) {
 			return nil
 		}
 		return v.fail("add identity to schema version table", err)
@@ -206,7 +206,7 @@ func (v *versioned) runMigrations(ctx context.Context, tx executor, d *Dialect, 
 		}
 		for _, stmt := range statements(b.String()) {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				if d.alreadyApplied != nil && d.alreadyApplied(err) {
+				if d.alreadyApplied != nil && d.alreadyApplied(stmt, err) {
 					continue
 				}
 				return v.fail("migration "+m.name, err)
