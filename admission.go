@@ -72,7 +72,7 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, obs
 		m.hold(ctx, m.checks.Failed())
 		return nil, observe.CheckRefused, &CheckError{Topic: topic, ID: id, Err: fmt.Errorf("reading the table identity: %w", err)}
 	}
-	if msg.Metadata[MetadataStore] != identity {
+	if msg.Metadata[MetadataTable] != identity {
 		// Another service tracks a topic of the same name in its own
 		// table: its receiver side.
 		return nil, checkForeign, nil
@@ -117,7 +117,7 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, obs
 		o, err = m.check(ctx, checkCtx, a)
 	}
 	if foundRecord(o, err) {
-		m.reg.sawReceiver(t, a.seen, consumer, m.logger)
+		m.reg.sawConsumer(t, a.seen, consumer, m.logger)
 	}
 	return a, o, err
 }
@@ -365,12 +365,12 @@ func leases(s recordstore.Store) bool {
 // reports the records that wait for a receiver never seen
 // (recordstore.TopicStatus.Unchecked).
 
-// receiverSeenEvery is how often a process records each receiver it sees:
+// consumerSeenEvery is how often a process records each receiver it sees:
 // the status's last-seen times run up to this late.
-const receiverSeenEvery = time.Minute
+const consumerSeenEvery = time.Minute
 
-// receiverSeenTimeout bounds one write of a receiver seen.
-const receiverSeenTimeout = 10 * time.Second
+// consumerSeenTimeout bounds one write of a receiver seen.
+const consumerSeenTimeout = 10 * time.Second
 
 // processStart is the origin of the monotonic times kept in the slots.
 var processStart = time.Now()
@@ -401,29 +401,29 @@ func foundRecord(o observe.CheckOutcome, err error) bool {
 	return true
 }
 
-// sawReceiver records, at most once per receiverSeenEvery and process,
+// sawConsumer records, at most once per consumerSeenEvery and process,
 // that consumer checked (or confirmed) a record of the topic, on a store
-// that implements [recordstore.ReceiverRecorder]. The common case is one
+// that implements [recordstore.ConsumerRecorder]. The common case is one
 // atomic load; the write runs in a goroutine of its own, off the handler's
 // path, and its failure is logged at Debug only: the next one a minute
 // later records the receiver.
-func (r *Registry) sawReceiver(t *tracked, slot *atomic.Int64, consumer string, logger watermill.LoggerAdapter) {
+func (r *Registry) sawConsumer(t *tracked, slot *atomic.Int64, consumer string, logger watermill.LoggerAdapter) {
 	if slot == nil {
 		return
 	}
 	now := int64(time.Since(processStart)) + 1 // 0 is never
 	last := slot.Load()
-	if last != 0 && now-last < int64(receiverSeenEvery) {
+	if last != 0 && now-last < int64(consumerSeenEvery) {
 		return
 	}
-	rr, ok := t.store.(recordstore.ReceiverRecorder)
+	rr, ok := t.store.(recordstore.ConsumerRecorder)
 	if !ok || !slot.CompareAndSwap(last, now) {
 		return
 	}
 	r.background.Spawn(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), receiverSeenTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), consumerSeenTimeout)
 		defer cancel()
-		if err := rr.SawReceiver(ctx, t.topic, consumer); err != nil {
+		if err := rr.SawConsumer(ctx, t.topic, consumer); err != nil {
 			logger.Debug("Recording a receiver seen failed; the next check records it", watermill.LogFields{"topic": t.topic, "consumer": consumer, "error": err.Error()})
 		}
 	})

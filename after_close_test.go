@@ -74,9 +74,9 @@ func (s holdingStore) WaitingKeys(ctx context.Context, topic string, keys []stri
 	return s.Store.WaitingKeys(ctx, topic, keys, olderThan)
 }
 
-func (s holdingStore) SawReceiver(ctx context.Context, topic, consumer string) error {
-	defer s.calls.enter("SawReceiver")()
-	return s.Store.SawReceiver(ctx, topic, consumer)
+func (s holdingStore) SawConsumer(ctx context.Context, topic, consumer string) error {
+	defer s.calls.enter("SawConsumer")()
+	return s.Store.SawConsumer(ctx, topic, consumer)
 }
 
 func (s holdingStore) ClaimStaleBytes(ctx context.Context, topic string, afterID int64, olderThan time.Duration, limit, maxBytes int) ([]recordstore.Record, error) {
@@ -172,7 +172,7 @@ func TestNothingRunsOnceWaitCompletionsReturned(t *testing.T) {
 			{name: "CompletionOnTheRoutersAck", held: "Complete", burst: 1, produce: true},
 			// The first check of the receiver: the record of the receiver
 			// seen.
-			{name: "ReceiverSeen", held: "SawReceiver", burst: 1},
+			{name: "ConsumerSeen", held: "SawConsumer", burst: 1},
 			// The stale resubmitter's round, its claim in flight as the
 			// router closes.
 			{name: "StaleResubmitterRound", held: "ClaimStaleBytes", interval: time.Millisecond},
@@ -207,7 +207,7 @@ func TestNothingRunsOnceWaitCompletionsReturned(t *testing.T) {
 					msg := message.NewMessage(watermill.NewUUID(), []byte("order"))
 					msg.Metadata.Set(outbox.MetadataID, "1")
 					msg.Metadata.Set(outbox.MetadataTopic, "orders")
-					msg.Metadata.Set(outbox.MetadataStore, "another-service")
+					msg.Metadata.Set(outbox.MetadataTable, "another-service")
 					require.NoError(t, s.gc.Publish("orders", msg))
 				}
 				s.closeOnceHeld(t, calls)

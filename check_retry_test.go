@@ -124,7 +124,7 @@ func TestRefusedInboxChecksBackOff(t *testing.T) {
 	msg := message.NewMessage(watermill.NewUUID(), nil)
 	msg.Metadata.Set(outbox.MetadataID, "7")
 	msg.Metadata.Set(outbox.MetadataTopic, b.topic)
-	msg.Metadata.Set(outbox.MetadataStore, "another-service-table")
+	msg.Metadata.Set(outbox.MetadataTable, "another-service-table")
 	go func() { _ = s.gc.Publish(b.topic, msg) }()
 	time.Sleep(window) // a span of failures: nothing to wait for
 	reads := inbox.reads.Load()

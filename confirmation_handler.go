@@ -188,7 +188,7 @@ func (c *confirmer) failed(ctx context.Context, t *tracked, d recordstore.Delive
 // name.
 func (c *confirmer) sawConsumer(t *tracked, conf confirmation) {
 	t.confirmedBy(conf.Consumer)
-	c.reg.sawReceiver(t, t.seenSlot(conf.Consumer), conf.Consumer, c.logger)
+	c.reg.sawConsumer(t, t.seenSlot(conf.Consumer), conf.Consumer, c.logger)
 	if conf.Receiver == "" {
 		return
 	}

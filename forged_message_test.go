@@ -60,7 +60,7 @@ func TestForgedMessageNamingAPendingRecordIsNotHandled(t *testing.T) {
 		// for "any message").
 		forged := message.NewMessage(watermill.NewUUID(), []byte("forged"))
 		for _, msg := range []*message.Message{forged, message.NewMessage("", []byte("forged without a UUID"))} {
-			for _, k := range []string{outbox.MetadataID, outbox.MetadataTopic, outbox.MetadataStore} {
+			for _, k := range []string{outbox.MetadataID, outbox.MetadataTopic, outbox.MetadataTable} {
 				msg.Metadata.Set(k, sent.Metadata.Get(k))
 			}
 			require.NoError(t, gc.Publish(b.topic, msg))

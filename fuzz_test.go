@@ -92,7 +92,7 @@ func FuzzMiddlewareMetadata(f *testing.F) {
 			msg.Metadata.Set(outbox.MetadataID, id)
 		}
 		msg.Metadata.Set(outbox.MetadataTopic, name)
-		msg.Metadata.Set(outbox.MetadataStore, identity)
+		msg.Metadata.Set(outbox.MetadataTable, identity)
 		ran := false
 		_, err := mw(func(*message.Message) ([]*message.Message, error) { ran = true; return nil, nil })(msg)
 		if werr := outbox.WaitBackgroundCompletions(t.Context(), b.reg); werr != nil {

@@ -150,7 +150,7 @@ func TestInboxTxThatDidNotCommitIsNotConfirmed(t *testing.T) {
 			// no signal of B's tells when A has taken it.
 			require.Eventually(t, func() bool { return a.obs.get("abandoned") > 0 }, 30*time.Second, 10*time.Millisecond,
 				"A abandoned nothing; B ran %v", r.ran("billing"))
-			recs, err := a.store.Operator().List(ctx, recordstore.Abandoned, 0, 10)
+			recs, err := a.store.Operator().List(ctx, sqlstore.RecordFilter{State: recordstore.Abandoned}, 0, 10, 0)
 			require.NoError(t, err)
 			require.Len(t, recs, 1, "the record is kept, abandoned, for a requeue")
 			require.Len(t, recs[0].Deliveries, 1)

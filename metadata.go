@@ -16,9 +16,9 @@ const (
 	MetadataID = "outbox_id"
 	// MetadataTopic holds the tracked topic, so the receiver finds the store.
 	MetadataTopic = "outbox_topic"
-	// MetadataStore holds the identity of the table the record lives in
+	// MetadataTable holds the identity of the table the record lives in
 	// ([recordstore.Store.Identity]), so that a receiver acts only on its own records.
-	MetadataStore = "outbox_store"
+	MetadataTable = "outbox_table"
 	// MetadataConfirmTo holds the topic a receiver in another service
 	// confirms its delivery to, in messages of a topic with remote
 	// consumers ([Tracked.RemoteConsumers]).
@@ -28,7 +28,7 @@ const (
 // outboxKeys are the metadata keys the outbox stamps. A message published
 // again (after a failed send, or forwarded by a handler) is saved without
 // them, so that its new record carries no stale id.
-var outboxKeys = [...]string{MetadataID, MetadataTopic, MetadataStore, MetadataConfirmTo}
+var outboxKeys = [...]string{MetadataID, MetadataTopic, MetadataTable, MetadataConfirmTo}
 
 // hasOutboxKeys reports whether md carries any outbox key.
 func hasOutboxKeys(md map[string]string) bool {

@@ -100,7 +100,7 @@ func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 	}
 	stamp(t, identity, msgs, records)
 	var before map[int64]int64
-	if t.firstCopies.On.Load() && t.completedBy == ByReceivers {
+	if t.firstCopies.On.Load() && t.completedBy == ByConsumers {
 		if t.orderKey == "" {
 			t.firstCopies.Saved(records, nil)
 		} else {
@@ -264,7 +264,7 @@ func stamp(t *tracked, identity string, msgs []*message.Message, records []recor
 func stampKeys(md message.Metadata, t *tracked, identity string, id int64) {
 	md[MetadataID] = strconv.FormatInt(id, 10)
 	md[MetadataTopic] = t.topic
-	md[MetadataStore] = identity
+	md[MetadataTable] = identity
 	if t.confirmTo != "" {
 		md[MetadataConfirmTo] = t.confirmTo
 	}

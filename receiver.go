@@ -43,10 +43,10 @@ func (m *middleware) receive(h message.HandlerFunc, msg *message.Message) ([]*me
 		return h(msg)
 	}
 	fields := watermill.LogFields{"message_uuid": msg.UUID, "topic": topic, "consumer": consumer,
-		"outbox_store": truncate(msg.Metadata[MetadataStore], 128), "outbox_id": truncate(msg.Metadata[MetadataID], 64)}
+		"outbox_table": truncate(msg.Metadata[MetadataTable], 128), "outbox_id": truncate(msg.Metadata[MetadataID], 64)}
 	var r *receipt
 	if m.cfg.Inbox != nil && consumer != "" {
-		e := recordstore.InboxEntry{Consumer: consumer, MessageUUID: msg.UUID, Source: msg.Metadata[MetadataStore], RecordID: c.ID}
+		e := recordstore.InboxEntry{Consumer: consumer, MessageUUID: msg.UUID, Source: msg.Metadata[MetadataTable], RecordID: c.ID}
 		if m.cfg.BusinessKey != nil {
 			e.BusinessKey = m.cfg.BusinessKey(msg)
 		}
@@ -203,7 +203,7 @@ func (m *middleware) receiveFailed(ctx context.Context, c confirmation, confirm 
 // confirmationOf is the confirmation the message asks for, if it asks
 // for one and this middleware can publish it.
 func (m *middleware) confirmationOf(msg *message.Message, topic, consumer string) (confirmation, bool) {
-	c := confirmation{Store: msg.Metadata[MetadataStore], Topic: msg.Metadata[MetadataTopic], UUID: msg.UUID, Consumer: consumer}
+	c := confirmation{Store: msg.Metadata[MetadataTable], Topic: msg.Metadata[MetadataTopic], UUID: msg.UUID, Consumer: consumer}
 	c.ID, _ = parseID(msg.Metadata[MetadataID])
 	to := msg.Metadata[MetadataConfirmTo]
 	if to == "" || consumer == "" {

@@ -204,7 +204,7 @@ func TestValuesTheTableCannotKeep(t *testing.T) {
 
 			for _, uuid := range []string{withNUL, notUTF8} {
 				forged := message.NewMessage(uuid, []byte("{}"))
-				for _, k := range []string{outbox.MetadataID, outbox.MetadataTopic, outbox.MetadataStore} {
+				for _, k := range []string{outbox.MetadataID, outbox.MetadataTopic, outbox.MetadataTable} {
 					forged.Metadata.Set(k, sent.Metadata.Get(k))
 				}
 				s.deliver(t, "orders", forged)
@@ -320,7 +320,7 @@ func TestAnotherServicesMessageWithBytesTheInboxCannotKeep(t *testing.T) {
 				msg := message.NewMessage(uuid, []byte("{}"))
 				msg.Metadata.Set(outbox.MetadataID, "7")
 				msg.Metadata.Set(outbox.MetadataTopic, "orders")
-				msg.Metadata.Set(outbox.MetadataStore, source)
+				msg.Metadata.Set(outbox.MetadataTable, source)
 				msg.Metadata.Set("order", key)
 				before := len(logger.Entries("error"))
 				s.deliver(t, "orders", msg)
@@ -459,7 +459,7 @@ func FuzzBytesThePostgresDatabaseRefuses(f *testing.F) {
 		if !own {
 			msg.Metadata.Set(outbox.MetadataID, "7")
 			msg.Metadata.Set(outbox.MetadataTopic, "payments")
-			msg.Metadata.Set(outbox.MetadataStore, source)
+			msg.Metadata.Set(outbox.MetadataTable, source)
 			msg.Metadata.Set("order", key)
 			// Each input its own messages, so that only its own copies
 			// are duplicates.
@@ -482,7 +482,7 @@ func FuzzBytesThePostgresDatabaseRefuses(f *testing.F) {
 		require.NoError(t, store.Insert(ctx, recs))
 		msg.Metadata.Set(outbox.MetadataID, fmt.Sprint(recs[0].ID))
 		msg.Metadata.Set(outbox.MetadataTopic, "orders")
-		msg.Metadata.Set(outbox.MetadataStore, identity)
+		msg.Metadata.Set(outbox.MetadataTable, identity)
 		s.deliver(t, "orders", msg)
 		s.deliver(t, "orders", msg)
 		if errs := s.take(); len(errs) > 0 {

@@ -40,7 +40,7 @@ type Tracked struct {
 	// ConfirmTopic is where the remote consumers confirm; not a tracked
 	// topic. Defaults to [DefaultConfirmTopic].
 	ConfirmTopic string
-	// CompletedBy says who completes the records. Defaults to [ByReceivers].
+	// CompletedBy says who completes the records. Defaults to [ByConsumers].
 	CompletedBy CompletedBy
 	// OrderKey names the metadata key whose value orders the topic's
 	// messages: for each consumer, records of one key are handled one at a
@@ -77,10 +77,10 @@ const (
 type CompletedBy int
 
 const (
-	// ByReceivers: each receiver completes its own delivery once its
+	// ByConsumers: each receiver completes its own delivery once its
 	// handler has succeeded (a remote consumer by a confirmation); the
 	// record is resent until all have. The default.
-	ByReceivers CompletedBy = iota
+	ByConsumers CompletedBy = iota
 	// OnSend: the record is complete once the wrapped publisher returned
 	// nil for it, as in the classic outbox, for receivers that do not run
 	// this plugin: "handed to the broker at least once". It takes no
@@ -88,11 +88,11 @@ const (
 	OnSend
 )
 
-// String returns "by receivers" or "on send".
+// String returns "by consumers" or "on send".
 func (c CompletedBy) String() string {
 	switch c {
-	case ByReceivers:
-		return "by receivers"
+	case ByConsumers:
+		return "by consumers"
 	case OnSend:
 		return "on send"
 	}
@@ -283,7 +283,7 @@ func buildEntries(list []Tracked) (map[string]*tracked, error) {
 			return nil, fmt.Errorf("%w: tracked topic %q sets OrderSkipsAbandoned without an OrderKey", ErrInvalidConfig, t.Topic)
 		}
 		switch t.CompletedBy {
-		case ByReceivers:
+		case ByConsumers:
 		case OnSend:
 			if len(all) > 0 {
 				return nil, fmt.Errorf("%w: tracked topic %q completes on send and so takes no Consumers or RemoteConsumers", ErrInvalidConfig, t.Topic)

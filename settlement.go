@@ -110,7 +110,7 @@ func (m *middleware) failed(ctx context.Context, msg *message.Message, a *admiss
 	}
 	msg.Metadata[MetadataID] = a.idText
 	msg.Metadata[MetadataTopic] = a.t.topic
-	msg.Metadata[MetadataStore] = a.identity
+	msg.Metadata[MetadataTable] = a.identity
 	m.endOrdered(ctx, a, false)
 	if !d.completed.Load() {
 		m.release(ctx, a)

@@ -174,7 +174,7 @@ func (b *bundle) ownMetadata(t *testing.T, msg *message.Message, id string) *mes
 	require.NoError(t, err)
 	msg.Metadata.Set(outbox.MetadataID, id)
 	msg.Metadata.Set(outbox.MetadataTopic, b.topic)
-	msg.Metadata.Set(outbox.MetadataStore, identity)
+	msg.Metadata.Set(outbox.MetadataTable, identity)
 	return msg
 }
 

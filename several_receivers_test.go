@@ -156,7 +156,7 @@ func TestSeveralReceivers(t *testing.T) {
 			msg := b.publishTracked(t, 1)[0]
 			id := idOf(t, msg)
 			foreign := msg.Copy()
-			foreign.Metadata.Set(outbox.MetadataStore, "another-service-table")
+			foreign.Metadata.Set(outbox.MetadataTable, "another-service-table")
 			h := &recordingHandler{}
 			_, err := b.middleware(t)(h.handle)(foreign)
 			require.NoError(t, err)
@@ -194,11 +194,11 @@ func TestSeveralReceivers(t *testing.T) {
 
 			// Names the refund: not this topic's, handled untracked.
 			named := message.NewMessage("names-refunds", nil)
-			named.Metadata = message.Metadata{outbox.MetadataID: fmt.Sprint(refund[0].ID), outbox.MetadataTopic: refunds, outbox.MetadataStore: identity}
+			named.Metadata = message.Metadata{outbox.MetadataID: fmt.Sprint(refund[0].ID), outbox.MetadataTopic: refunds, outbox.MetadataTable: identity}
 			// Claims to be an order but carries the refund's id: the
 			// table has no order with that id, so it is acked unhandled.
 			lying := message.NewMessage("claims-orders", nil)
-			lying.Metadata = message.Metadata{outbox.MetadataID: fmt.Sprint(refund[0].ID), outbox.MetadataTopic: b.topic, outbox.MetadataStore: identity}
+			lying.Metadata = message.Metadata{outbox.MetadataID: fmt.Sprint(refund[0].ID), outbox.MetadataTopic: b.topic, outbox.MetadataTable: identity}
 			require.NoError(t, gc.Publish(b.topic, named, lying))
 			// A real order after them, to know when they went through.
 			pub, err := outbox.NewPublisher(b.reg, gc)

@@ -544,7 +544,7 @@ func (r *replayer) replayClaimed(ctx context.Context, t *tracked, claimer record
 func (r *replayer) reportUncompleted(router *message.Router) {
 	handlers := router.Handlers()
 	for _, t := range r.reg.entries() {
-		if t.completedBy != ByReceivers {
+		if t.completedBy != ByConsumers {
 			continue
 		}
 		if len(t.deliveries) == 0 && !t.subscribed.Load() {

@@ -91,7 +91,7 @@ func BenchmarkTrackedDelivery(b *testing.B) {
 			msgs[i] = message.NewMessage(r.UUID, r.Payload)
 			msgs[i].Metadata.Set(outbox.MetadataID, strconv.FormatInt(r.ID, 10))
 			msgs[i].Metadata.Set(outbox.MetadataTopic, "orders")
-			msgs[i].Metadata.Set(outbox.MetadataStore, identity)
+			msgs[i].Metadata.Set(outbox.MetadataTable, identity)
 		}
 		b.ReportAllocs()
 		b.ResetTimer()

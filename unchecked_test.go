@@ -29,8 +29,8 @@ type seenStore struct {
 	seen chan string
 }
 
-func (s seenStore) SawReceiver(ctx context.Context, topic, consumer string) error {
-	err := s.Store.SawReceiver(ctx, topic, consumer)
+func (s seenStore) SawConsumer(ctx context.Context, topic, consumer string) error {
+	err := s.Store.SawConsumer(ctx, topic, consumer)
 	s.seen <- consumer
 	return err
 }
@@ -232,7 +232,7 @@ func TestStatusHandlerServesTheDocumentedJSON(t *testing.T) {
 	reg, err := outbox.NewTrackingRegistry(outbox.Tracked{Topic: "orders", Store: store, Consumers: []string{"ship"}, RemoteConsumers: []string{"billing"}})
 	require.NoError(t, err)
 	ctx := testCtx(t)
-	require.NoError(t, store.SawReceiver(ctx, "orders", "ship"))
+	require.NoError(t, store.SawConsumer(ctx, "orders", "ship"))
 	set(now.Add(40400 * time.Millisecond))
 	recs := []recordstore.Record{{Topic: "orders", UUID: "a", Consumers: []string{"ship", "billing"}}, {Topic: "orders", UUID: "b", Consumers: []string{"ship", "billing"}}}
 	require.NoError(t, store.Insert(ctx, recs))

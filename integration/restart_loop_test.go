@@ -133,7 +133,7 @@ func TestRestartLoopOnGoChannelLosesNothing(t *testing.T) {
 	for payload, n := range handled {
 		require.Equal(t, 1, n, "record %s handled once", payload)
 	}
-	pending, err := store.Operator().List(context.Background(), sqlstore.Pending, 0, 10)
+	pending, err := store.Operator().List(context.Background(), sqlstore.RecordFilter{}, 0, 10, 0)
 	require.NoError(t, err)
 	assert.Empty(t, pending, "every record is complete")
 	t.Logf("GoChannel: %d starts on a backlog of %d lost nothing: the last handled every record once", restartLoopRestarts, restartLoopBacklog)

@@ -65,10 +65,10 @@ type Collector struct {
 	// for a receiver never seen (outboxops.TopicStatus.Unchecked).
 	unchecked         *prometheus.Desc
 	consumerUnchecked *prometheus.Desc
-	// blockedKeys are the order keys an abandoned record holds
-	// (outboxops.TopicStatus.BlockedKeys).
-	blockedKeys *prometheus.Desc
-	scrapeE     *prometheus.Desc
+	// heldKeys are the order keys an abandoned record holds
+	// (outboxops.TopicStatus.HeldKeys).
+	heldKeys *prometheus.Desc
+	scrapeE  *prometheus.Desc
 }
 
 var (
@@ -120,7 +120,7 @@ func NewCollector(reg *outbox.Registry, cfg Config, logger watermill.LoggerAdapt
 	c.consumerOldest = prometheus.NewDesc(fq("consumer_oldest_pending_age_seconds"), "Age of the oldest record a declared consumer has still to complete; 0 when none.", perConsumer, nil)
 	c.unchecked = prometheus.NewDesc(fq("unchecked_records"), "Pending records that wait for a receiver never seen checking the topic's records: a remote consumer that never confirmed, a declared consumer never deployed.", []string{nameLabel}, nil)
 	c.consumerUnchecked = prometheus.NewDesc(fq("consumer_unchecked_records"), "Records a declared consumer has still to complete while it was never seen checking one; 0 once it was.", perConsumer, nil)
-	c.blockedKeys = prometheus.NewDesc(fq("blocked_keys"), "Order keys (outbox.Tracked.OrderKey) whose later records wait for an abandoned record to be requeued.", []string{nameLabel}, nil)
+	c.heldKeys = prometheus.NewDesc(fq("held_keys"), "Order keys (outbox.Tracked.OrderKey) whose later records are held until an abandoned record is requeued.", []string{nameLabel}, nil)
 	c.scrapeE = prometheus.NewDesc(fq("status_read_errors"), "1 when the last scrape could not read the backlog.", nil, nil)
 	return c, nil
 }
@@ -136,7 +136,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.consumerOldest
 	ch <- c.unchecked
 	ch <- c.consumerUnchecked
-	ch <- c.blockedKeys
+	ch <- c.heldKeys
 	ch <- c.scrapeE
 }
 
@@ -159,7 +159,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(st.Pending), st.Topic)
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, st.OldestPending.Seconds(), st.Topic)
 		ch <- prometheus.MustNewConstMetric(c.unchecked, prometheus.GaugeValue, float64(st.Unchecked), st.Topic)
-		ch <- prometheus.MustNewConstMetric(c.blockedKeys, prometheus.GaugeValue, float64(st.BlockedKeys), st.Topic)
+		ch <- prometheus.MustNewConstMetric(c.heldKeys, prometheus.GaugeValue, float64(st.HeldKeys), st.Topic)
 		for _, cs := range st.Consumers {
 			ch <- prometheus.MustNewConstMetric(c.consumerPending, prometheus.GaugeValue, float64(cs.Pending), st.Topic, cs.Consumer)
 			ch <- prometheus.MustNewConstMetric(c.consumerOldest, prometheus.GaugeValue, cs.OldestPending.Seconds(), st.Topic, cs.Consumer)

@@ -114,7 +114,7 @@ func TestCollectorCountsTheFlowAndReadsTheBacklog(t *testing.T) {
 				// The receiver's check is recorded off the handler's path:
 				// 1 or 0 here (TestCollectorReportsUncheckedRecords).
 				"app_outbox_unchecked_records{orders}": got["app_outbox_unchecked_records{orders}"],
-				"app_outbox_blocked_keys{orders}":      0,
+				"app_outbox_held_keys{orders}":         0,
 				"app_outbox_status_read_errors":        0,
 			}, got)
 			age := got["app_outbox_oldest_pending_age_seconds{orders}"]
@@ -149,8 +149,8 @@ func TestCollectorReportsUncheckedRecords(t *testing.T) {
 			deliveries := []string{"ship", "billing"}
 			recs := []recordstore.Record{{Topic: "orders", UUID: "a", Consumers: deliveries}, {Topic: "orders", UUID: "b", Consumers: deliveries}}
 			require.NoError(t, store.Insert(ctx, recs))
-			rr := store.(recordstore.ReceiverRecorder)
-			require.NoError(t, rr.SawReceiver(ctx, "orders", "ship"))
+			rr := store.(recordstore.ConsumerRecorder)
+			require.NoError(t, rr.SawConsumer(ctx, "orders", "ship"))
 			for _, r := range recs {
 				require.NoError(t, store.Complete(ctx, recordstore.Delivery{ID: r.ID, Topic: "orders", Consumer: "ship"}))
 			}
@@ -159,7 +159,7 @@ func TestCollectorReportsUncheckedRecords(t *testing.T) {
 			assert.Equal(t, 2.0, got["outbox_unchecked_records{orders}"], "both records wait for billing, never seen")
 			assert.Equal(t, 2.0, got["outbox_consumer_unchecked_records{billing}{orders}"])
 
-			require.NoError(t, rr.SawReceiver(ctx, "orders", "billing"))
+			require.NoError(t, rr.SawConsumer(ctx, "orders", "billing"))
 			got = gather(t, c)
 			assert.Equal(t, 2.0, got["outbox_pending_records{orders}"])
 			assert.Zero(t, got["outbox_unchecked_records{orders}"], "billing was seen")

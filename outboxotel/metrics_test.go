@@ -141,7 +141,7 @@ func TestMetricsReportUncheckedRecords(t *testing.T) {
 	ctx := testContext(t)
 	recs := []recordstore.Record{{Topic: topic, UUID: "a", Consumers: b.reg.Consumers(topic)}, {Topic: topic, UUID: "b", Consumers: b.reg.Consumers(topic)}}
 	require.NoError(t, b.store.Insert(ctx, recs))
-	require.NoError(t, b.store.SawReceiver(ctx, topic, "email"))
+	require.NoError(t, b.store.SawConsumer(ctx, topic, "email"))
 	require.NoError(t, b.store.Complete(ctx, recordstore.Delivery{ID: recs[0].ID, Topic: topic, Consumer: "email"}))
 
 	got := collect(t, reader)
@@ -149,7 +149,7 @@ func TestMetricsReportUncheckedRecords(t *testing.T) {
 	assert.Equal(t, 2.0, got["outbox.consumer_unchecked_records{stats}{orders}"])
 	assert.Equal(t, 0.0, got["outbox.consumer_unchecked_records{email}{orders}"])
 
-	require.NoError(t, b.store.SawReceiver(ctx, topic, "stats"))
+	require.NoError(t, b.store.SawConsumer(ctx, topic, "stats"))
 	got = collect(t, reader)
 	assert.Equal(t, 0.0, got["outbox.unchecked_records{orders}"])
 	assert.Equal(t, 0.0, got["outbox.consumer_unchecked_records{stats}{orders}"])

@@ -122,7 +122,7 @@ func TestDeliverToDeclaredConsumers(t *testing.T) {
 	assert.Equal(t, outboxtest.Outcome{Acked: true, Tracked: true, Runs: 0}, outboxtest.Deliver(t, k.reg, "billing", "orders", ok, msg), "billing's copy")
 	assert.Equal(t, outboxtest.Outcome{Acked: true, Tracked: true, Runs: 1}, outboxtest.Deliver(t, k.reg, "shipping", "orders", ok, msg))
 	done := outboxtest.RequireCompleted(t, k.store, id)
-	assert.Equal(t, []outboxtest.DeliveryInfo{
+	assert.Equal(t, []recordstore.DeliveryInfo{
 		{Consumer: "billing", State: outboxtest.Completed},
 		{Consumer: "shipping", State: outboxtest.Completed},
 	}, done.Deliveries)

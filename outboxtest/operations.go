@@ -316,9 +316,9 @@ func (s *Store) status(ctx context.Context, full bool) ([]recordstore.TopicStatu
 			topics[r.rec.Topic].Unchecked++
 		}
 	}
-	// A key is blocked when an abandoned record of it has pending ones
-	// after it.
-	abandonedKeys, blocked := map[[2]string]bool{}, map[[2]string]bool{}
+	// A key is held when an abandoned record of it has pending ones after
+	// it.
+	abandonedKeys, held := map[[2]string]bool{}, map[[2]string]bool{}
 	for _, id := range s.order {
 		r := s.byID[id]
 		k := [2]string{r.rec.Topic, r.orderKey}
@@ -326,9 +326,9 @@ func (s *Store) status(ctx context.Context, full bool) ([]recordstore.TopicStatu
 		case r.orderKey == "":
 		case !r.abandoned.IsZero():
 			abandonedKeys[k] = true
-		case r.pending() && abandonedKeys[k] && !blocked[k]:
-			blocked[k] = true
-			topics[r.rec.Topic].BlockedKeys++
+		case r.pending() && abandonedKeys[k] && !held[k]:
+			held[k] = true
+			topics[r.rec.Topic].HeldKeys++
 		}
 	}
 	for topic := range s.seen {
@@ -354,9 +354,9 @@ func (s *Store) status(ctx context.Context, full bool) ([]recordstore.TopicStatu
 	return out, nil
 }
 
-// SawReceiver implements [recordstore.ReceiverRecorder]: it keeps when the
-// receiver was last seen, by the store's clock.
-func (s *Store) SawReceiver(ctx context.Context, topic, consumer string) error {
+// SawConsumer implements [recordstore.ConsumerRecorder]: it keeps when the
+// consumer was last seen, by the store's clock.
+func (s *Store) SawConsumer(ctx context.Context, topic, consumer string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -369,7 +369,7 @@ func (s *Store) SawReceiver(ctx context.Context, topic, consumer string) error {
 	return nil
 }
 
-// unchecked reports whether a pending record waits for a receiver never
+// unchecked reports whether a pending record waits for a consumer never
 // seen (see [recordstore.TopicStatus.Unchecked]).
 func (s *Store) unchecked(r *record) bool {
 	if len(r.deliveries) == 0 {
@@ -383,7 +383,7 @@ func (s *Store) unchecked(r *record) bool {
 	return false
 }
 
-// topicSeen reports whether a receiver of topic was seen, and how long ago
+// topicSeen reports whether a consumer of topic was seen, and how long ago
 // the latest was.
 func (s *Store) topicSeen(topic string, now time.Time) (bool, time.Duration) {
 	var latest time.Time

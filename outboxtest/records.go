@@ -22,38 +22,12 @@ const (
 	Abandoned = recordstore.Abandoned
 )
 
-// RecordInfo is a record as the store saved it, with its bookkeeping.
-type RecordInfo struct {
-	// Record is the record as saved, with the consumers it declared.
-	recordstore.Record
-	State     State
-	Attempts  int
-	LastError string
-	// CompletedBy is the handler that completed a record without declared
-	// consumers; "" otherwise.
-	CompletedBy string
-	// Deliveries are the per-consumer deliveries of a record saved with
-	// consumers, in consumer order; nil for a record with one receiver.
-	Deliveries []DeliveryInfo
-	// Gone is true when the store no longer holds the record: it deleted
-	// it on completion (StoreConfig.DeleteCompleted) or cleaned it.
-	Gone bool
-}
-
-// DeliveryInfo is one consumer's delivery of a record.
-type DeliveryInfo struct {
-	Consumer  string
-	State     State
-	Attempts  int
-	LastError string
-}
-
 // Records returns every record saved for the topic, in id order, whatever
 // became of it: also the ones the store has since deleted or cleaned.
-func (s *Store) Records(topic string) []RecordInfo {
+func (s *Store) Records(topic string) []recordstore.RecordInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []RecordInfo
+	var out []recordstore.RecordInfo
 	for _, r := range s.all {
 		if r.rec.Topic == topic {
 			out = append(out, r.info())
@@ -64,7 +38,7 @@ func (s *Store) Records(topic string) []RecordInfo {
 
 // Record returns the record with the id, whatever became of it; false when
 // the store never saved it.
-func (s *Store) Record(id int64) (RecordInfo, bool) {
+func (s *Store) Record(id int64) (recordstore.RecordInfo, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	i, found := slices.BinarySearchFunc(s.all, id, func(r *record, id int64) int {
@@ -77,7 +51,7 @@ func (s *Store) Record(id int64) (RecordInfo, bool) {
 		return 0
 	})
 	if !found {
-		return RecordInfo{}, false
+		return recordstore.RecordInfo{}, false
 	}
 	return s.all[i].info(), true
 }
@@ -96,8 +70,8 @@ func (s *Store) topics() []string {
 	return out
 }
 
-func (r *record) info() RecordInfo {
-	info := RecordInfo{
+func (r *record) info() recordstore.RecordInfo {
+	info := recordstore.RecordInfo{
 		Record:      copyRecord(r.rec),
 		State:       stateOf(r.completed.IsZero(), r.abandoned.IsZero()),
 		Attempts:    r.attempt.attempts,
@@ -108,7 +82,7 @@ func (r *record) info() RecordInfo {
 	info.Consumers = slices.Clone(r.consumers)
 	for _, c := range slices.Sorted(slices.Values(r.consumers)) {
 		dl := r.deliveries[c]
-		info.Deliveries = append(info.Deliveries, DeliveryInfo{
+		info.Deliveries = append(info.Deliveries, recordstore.DeliveryInfo{
 			Consumer:  c,
 			State:     stateOf(dl.completed.IsZero(), dl.abandoned.IsZero()),
 			Attempts:  dl.attempts,

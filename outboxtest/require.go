@@ -94,26 +94,26 @@ func RequirePending(tb testing.TB, store *Store, topic string, n int) []recordst
 
 // RequireCompleted fails the test unless the record with the id was
 // completed (by every consumer it declared), and returns it.
-func RequireCompleted(tb testing.TB, store *Store, id int64) RecordInfo {
+func RequireCompleted(tb testing.TB, store *Store, id int64) recordstore.RecordInfo {
 	tb.Helper()
 	return requireState(tb, store, id, Completed)
 }
 
 // RequireAbandoned fails the test unless the record with the id was
 // abandoned after its last allowed attempt, and returns it.
-func RequireAbandoned(tb testing.TB, store *Store, id int64) RecordInfo {
+func RequireAbandoned(tb testing.TB, store *Store, id int64) recordstore.RecordInfo {
 	tb.Helper()
 	return requireState(tb, store, id, Abandoned)
 }
 
-func requireState(tb testing.TB, store *Store, id int64, want State) RecordInfo {
+func requireState(tb testing.TB, store *Store, id int64, want State) recordstore.RecordInfo {
 	tb.Helper()
 	info, found := store.Record(id)
 	switch {
 	case !found:
 		tb.Fatalf("outboxtest: no record %d was saved%s", id, savedElsewhere(store))
 	case info.State != want:
-		tb.Fatalf("outboxtest: record %d is %s, want %s:\n%s", id, info.State, want, describe([]RecordInfo{info}))
+		tb.Fatalf("outboxtest: record %d is %s, want %s:\n%s", id, info.State, want, describe([]recordstore.RecordInfo{info}))
 	}
 	return info
 }
@@ -129,7 +129,7 @@ func savedElsewhere(store *Store) string {
 }
 
 // describe lists records one a line, for a failure message.
-func describe(infos []RecordInfo) string {
+func describe(infos []recordstore.RecordInfo) string {
 	var b strings.Builder
 	for _, info := range infos {
 		fmt.Fprintf(&b, "\trecord %d (uuid %s): %s", info.ID, info.UUID, info.State)

@@ -56,7 +56,7 @@ type Store struct {
 	all    []*record         // every record ever saved, in id order
 	// byOrigin holds the records of byID saved with an Origin.
 	byOrigin map[string]*record
-	// seen is when each receiver of each topic was last seen.
+	// seen is when each consumer of each topic was last seen.
 	seen map[string]map[string]time.Time
 	// completing holds the deliveries ("id\x00consumer") an open
 	// transaction completes (CompleteTx).
@@ -120,7 +120,7 @@ var (
 	_ recordstore.StatusReader     = (*Store)(nil)
 	_ recordstore.SendStamper      = (*Store)(nil)
 	_ recordstore.ConsumerRetirer  = (*Store)(nil)
-	_ recordstore.ReceiverRecorder = (*Store)(nil)
+	_ recordstore.ConsumerRecorder = (*Store)(nil)
 )
 
 // Lease is the delivery lease the store was configured with

@@ -204,7 +204,7 @@ func browserRetireAsksFirst(t *testing.T, b testenv.Backend) {
 		require.NoError(t, d.store.DeclareConsumers(testCtx(t), []recordstore.Declaration{decl}))
 	}
 	declare(recordstore.Declaration{Topic: "payments", Consumers: []string{"ship"}, RemoteConsumers: []string{"stats"}})
-	require.NoError(t, d.store.SawReceiver(testCtx(t), "payments", "stats"))
+	require.NoError(t, d.store.SawConsumer(testCtx(t), "payments", "stats"))
 	stats := consumerRow("payments", "stats")
 
 	visit(t, ctx, base, "#topics")
@@ -288,7 +288,7 @@ func browserOverviewShowsWhyABacklogIsStuck(t *testing.T, b testenv.Backend) {
 	ctx := browser(t)
 	base := d.server.URL + "/outbox/"
 	require.NoError(t, d.store.DeclareConsumers(testCtx(t), []recordstore.Declaration{{Topic: "payments", Consumers: []string{"ship"}, RemoteConsumers: []string{"stats"}}}))
-	require.NoError(t, d.store.SawReceiver(testCtx(t), "payments", "ship"))
+	require.NoError(t, d.store.SawConsumer(testCtx(t), "payments", "ship"))
 	orders, payments := topicRow("orders"), topicRow("payments")
 	ship, stats := consumerRow("payments", "ship"), consumerRow("payments", "stats")
 	seconds, ago := `^\d+s$`, `^\d+s ago$`
@@ -309,8 +309,8 @@ func browserOverviewShowsWhyABacklogIsStuck(t *testing.T, b testenv.Backend) {
 	assert.Regexp(t, ago, got[1])
 	assert.Regexp(t, seconds, got[3])
 
-	require.NoError(t, d.store.SawReceiver(testCtx(t), "orders", ""))
-	require.NoError(t, d.store.SawReceiver(testCtx(t), "payments", "stats"))
+	require.NoError(t, d.store.SawConsumer(testCtx(t), "orders", ""))
+	require.NoError(t, d.store.SawConsumer(testCtx(t), "payments", "stats"))
 	visit(t, ctx, base, "#topics")
 	got = texts(t, ctx, cell(orders, "unchecked"), cell(orders, "last-seen"), cell(stats, "unchecked"), cell(stats, "last-seen"), cell(stats, "awaiting"), cell(payments, "unchecked"))
 	assert.Equal(t, []string{"0", "0", "1", "0"}, []string{got[0], got[2], got[4], got[5]}, "seen, nothing is unchecked; stats' delivery still awaits its confirmation")

@@ -27,7 +27,7 @@
 //     consumer, the sender's identity and record, the message UUID and
 //     when it was handled.
 //
-// Every page reads through the table's indexes (see [sqlstore.Operator.Browse]
+// Every page reads through the table's indexes (see [sqlstore.Operator.List]
 // and [sqlstore.Operator.Activity]), never the whole table, so it answers as
 // fast on a table of millions of completed records as on an empty one; the
 // pending and abandoned records are read for the overview.

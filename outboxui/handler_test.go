@@ -159,7 +159,7 @@ func TestRetireAsksBeforeItActs(t *testing.T) {
 	t.Parallel()
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend) {
 		d := seed(t, b, outboxui.Config{Actions: true})
-		require.NoError(t, d.store.SawReceiver(testCtx(t), "payments", "stats"))
+		require.NoError(t, d.store.SawConsumer(testCtx(t), "payments", "stats"))
 		target := d.server.URL + "/outbox/retire"
 
 		code, body := post(t, target, retireForm(t, d, false), nil)
@@ -295,7 +295,7 @@ func TestOverviewTellsWhenAConsumerOfOnlyAbandonedDeliveriesWasSeen(t *testing.T
 	d := seed(t, backend(t, "SQLite"), outboxui.Config{})
 	ctx := testCtx(t)
 	require.NoError(t, d.store.Complete(ctx, recordstore.Delivery{ID: d.shared, Topic: "payments", Consumer: "ship"}))
-	require.NoError(t, d.store.SawReceiver(ctx, "payments", "ship"))
+	require.NoError(t, d.store.SawConsumer(ctx, "payments", "ship"))
 	_, page := get(t, d.server.URL+"/outbox/")
 	ship := regexp.MustCompile(`(?s)data-consumer="ship">.*?<td class="n pending">(\d+)</td>.*?<td class="last-seen">([^<]*)</td>`).FindStringSubmatch(page)
 	require.NotNil(t, ship, page)

@@ -58,7 +58,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	seen, err := h.ops.ReceiversSeen(ctx)
+	seen, err := h.ops.ConsumersSeen(ctx)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -121,7 +121,7 @@ func (h *Handler) overview(w http.ResponseWriter, r *http.Request) {
 type recordsData struct {
 	Filter  sqlstore.RecordFilter
 	After   int64
-	Records []sqlstore.RecordInfo
+	Records []recordstore.RecordInfo
 	// Next is the address of the next page, "" on the last.
 	Next template.URL
 }
@@ -139,7 +139,7 @@ func (h *Handler) records(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := h.ctx(r)
 	defer cancel()
-	recs, err := h.ops.Browse(ctx, f, after, h.cfg.PageSize)
+	recs, err := h.ops.List(ctx, f, after, h.cfg.PageSize, 0)
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -177,7 +177,7 @@ func optionalID(s string) (int64, error) {
 }
 
 type recordData struct {
-	Record sqlstore.RecordInfo
+	Record recordstore.RecordInfo
 	Retry  sqlstore.RetryTimes
 	// Payload is the payload shown, as text, or as a hex dump when
 	// Binary; Cut tells that it was cut at Limit bytes of Size.

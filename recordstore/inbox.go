@@ -21,7 +21,7 @@ type InboxEntry struct {
 	// UUID and the same business key is a duplicate for this consumer too.
 	BusinessKey string
 	// Source is the table identity of the sending service's record
-	// (outbox.MetadataStore), and RecordID its record id; both are kept
+	// (outbox.MetadataTable), and RecordID its record id; both are kept
 	// for operators and may be empty or zero.
 	Source   string
 	RecordID int64

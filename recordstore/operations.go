@@ -229,26 +229,26 @@ type TopicStatus struct {
 	// Both are zero in the result of PendingStatus.
 	Abandoned int64
 	Completed int64
-	// Unchecked is how many of the pending records wait for a receiver
-	// that was never seen ([ReceiverRecorder]): a record saved without
-	// consumers when no receiver of the topic was ever seen, a record
+	// Unchecked is how many of the pending records wait for a consumer
+	// that was never seen ([ConsumerRecorder]): a record saved without
+	// consumers when no consumer of the topic was ever seen, a record
 	// saved with consumers when one of its pending deliveries is of a
 	// consumer never seen. Nothing completes such a record until that
-	// receiver runs; zero on a store that does not implement
-	// [ReceiverRecorder].
+	// consumer runs; zero on a store that does not implement
+	// [ConsumerRecorder].
 	Unchecked int64
-	// Seen reports whether a receiver of the topic was ever seen, and
+	// Seen reports whether a consumer of the topic was ever seen, and
 	// SinceSeen how long ago the most recent one was, by the database
-	// clock (zero when never). The outbox records a receiver at most once
+	// clock (zero when never). The outbox records a consumer at most once
 	// a minute per process, so SinceSeen runs up to a minute late.
 	Seen      bool
 	SinceSeen time.Duration
-	// BlockedKeys is how many order keys ([Record.OrderKey]) have an
-	// abandoned record followed by pending ones: the later records wait
-	// for the abandoned one to be requeued (unless the topic skips
+	// HeldKeys is how many order keys ([Record.OrderKey]) have an
+	// abandoned record followed by pending ones: the later records are
+	// held until the abandoned one is requeued (unless the topic skips
 	// abandoned records, outbox.Tracked.OrderSkipsAbandoned). Zero on a
 	// store without order keys.
-	BlockedKeys int64
+	HeldKeys int64
 	// Consumers breaks the counts down per declared consumer, for names
 	// whose records declare consumers, in consumer order; nil otherwise.
 	Consumers []ConsumerStatus
@@ -258,7 +258,7 @@ type TopicStatus struct {
 // name: Pending counts the records this consumer has still to complete,
 // OldestPending the age of the oldest of them. Abandoned and Completed
 // are zero in the result of PendingStatus. Unchecked is Pending when the
-// consumer was never seen ([ReceiverRecorder]) and zero once it was; Seen
+// consumer was never seen ([ConsumerRecorder]) and zero once it was; Seen
 // and SinceSeen are the consumer's own, as in [TopicStatus].
 //
 // Remote reports a remote consumer (outbox.Tracked.RemoteConsumers), as
@@ -278,19 +278,19 @@ type ConsumerStatus struct {
 	Remote        bool
 }
 
-// ReceiverRecorder is implemented by a [Store] that remembers which
-// receivers of each topic it has seen, so that its [StatusReader] reports
-// the records that wait for a receiver never seen ([TopicStatus.Unchecked]):
+// ConsumerRecorder is implemented by a [Store] that remembers which
+// consumers of each topic it has seen, so that its [StatusReader] reports
+// the records that wait for a consumer never seen ([TopicStatus.Unchecked]):
 // a remote consumer whose service never confirms, a declared consumer never
 // deployed. A store that implements it reports Unchecked, Seen and
 // SinceSeen in its status; one that does not leaves them zero.
-type ReceiverRecorder interface {
-	// SawReceiver records that consumer (a handler name; "" outside a
+type ConsumerRecorder interface {
+	// SawConsumer records that consumer (a handler name; "" outside a
 	// router) checked a record of topic, or confirmed one, now by the
 	// database clock: it keeps when the pair was first and last seen. The
 	// outbox calls it at most once a minute per pair and process, off the
 	// handler's path.
-	SawReceiver(ctx context.Context, topic, consumer string) error
+	SawConsumer(ctx context.Context, topic, consumer string) error
 }
 
 // StatusReader is implemented by a [Store] that can report its backlog, for
@@ -315,37 +315,71 @@ type SendStamper interface {
 	StampSent(ctx context.Context, ids []int64) error
 }
 
+// topicStatusJSON is the JSON shape of a [TopicStatus], written by its
+// MarshalJSON and read by its UnmarshalJSON.
+type topicStatusJSON struct {
+	Topic         string           `json:"topic"`
+	Pending       int64            `json:"pending"`
+	OldestPending float64          `json:"oldest_pending_seconds"`
+	Abandoned     int64            `json:"abandoned"`
+	Completed     int64            `json:"completed"`
+	Unchecked     int64            `json:"unchecked"`
+	LastSeen      *float64         `json:"last_seen_seconds_ago"`
+	HeldKeys      int64            `json:"held_keys"`
+	Consumers     []ConsumerStatus `json:"consumers,omitempty"`
+}
+
 // MarshalJSON writes the status with snake_case keys and ages in seconds, as
-// dashboards read it; last_seen_seconds_ago is null when no receiver was
-// ever seen.
+// dashboards read it (the status handler, outboxctl status -json);
+// last_seen_seconds_ago is null when no consumer was ever seen.
 func (s TopicStatus) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Topic         string           `json:"topic"`
-		Pending       int64            `json:"pending"`
-		OldestPending float64          `json:"oldest_pending_seconds"`
-		Abandoned     int64            `json:"abandoned"`
-		Completed     int64            `json:"completed"`
-		Unchecked     int64            `json:"unchecked"`
-		LastSeen      *float64         `json:"last_seen_seconds_ago"`
-		BlockedKeys   int64            `json:"blocked_keys"`
-		Consumers     []ConsumerStatus `json:"consumers,omitempty"`
-	}{s.Topic, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked, secondsAgo(s.Seen, s.SinceSeen), s.BlockedKeys, s.Consumers})
+	return json.Marshal(topicStatusJSON{s.Topic, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked,
+		secondsAgo(s.Seen, s.SinceSeen), s.HeldKeys, s.Consumers})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes, so that a client of the
+// status handler or of outboxctl decodes it into the type.
+func (s *TopicStatus) UnmarshalJSON(b []byte) error {
+	var j topicStatusJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	seen, since := lastSeenOf(j.LastSeen)
+	*s = TopicStatus{Topic: j.Topic, Pending: j.Pending, OldestPending: seconds(j.OldestPending), Abandoned: j.Abandoned, Completed: j.Completed,
+		Unchecked: j.Unchecked, Seen: seen, SinceSeen: since, HeldKeys: j.HeldKeys, Consumers: j.Consumers}
+	return nil
+}
+
+// consumerStatusJSON is the JSON shape of a [ConsumerStatus].
+type consumerStatusJSON struct {
+	Consumer      string   `json:"consumer"`
+	Remote        bool     `json:"remote"`
+	Pending       int64    `json:"pending"`
+	OldestPending float64  `json:"oldest_pending_seconds"`
+	Abandoned     int64    `json:"abandoned"`
+	Completed     int64    `json:"completed"`
+	Unchecked     int64    `json:"unchecked"`
+	LastSeen      *float64 `json:"last_seen_seconds_ago"`
 }
 
 // MarshalJSON writes the status with snake_case keys and ages in seconds;
 // a remote consumer's pending deliveries are those awaiting its
 // confirmation.
 func (s ConsumerStatus) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Consumer      string   `json:"consumer"`
-		Remote        bool     `json:"remote"`
-		Pending       int64    `json:"pending"`
-		OldestPending float64  `json:"oldest_pending_seconds"`
-		Abandoned     int64    `json:"abandoned"`
-		Completed     int64    `json:"completed"`
-		Unchecked     int64    `json:"unchecked"`
-		LastSeen      *float64 `json:"last_seen_seconds_ago"`
-	}{s.Consumer, s.Remote, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked, secondsAgo(s.Seen, s.SinceSeen)})
+	return json.Marshal(consumerStatusJSON{s.Consumer, s.Remote, s.Pending, s.OldestPending.Seconds(), s.Abandoned, s.Completed, s.Unchecked,
+		secondsAgo(s.Seen, s.SinceSeen)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (s *ConsumerStatus) UnmarshalJSON(b []byte) error {
+	var j consumerStatusJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	seen, since := lastSeenOf(j.LastSeen)
+	*s = ConsumerStatus{Consumer: j.Consumer, Remote: j.Remote, Pending: j.Pending, OldestPending: seconds(j.OldestPending), Abandoned: j.Abandoned,
+		Completed: j.Completed, Unchecked: j.Unchecked, Seen: seen, SinceSeen: since}
+	return nil
 }
 
 // secondsAgo is a last-seen age in seconds, nil when never seen.
@@ -356,3 +390,14 @@ func secondsAgo(seen bool, since time.Duration) *float64 {
 	s := since.Seconds()
 	return &s
 }
+
+// lastSeenOf reads a last-seen age in seconds, nil when never seen.
+func lastSeenOf(secs *float64) (seen bool, since time.Duration) {
+	if secs == nil {
+		return false, 0
+	}
+	return true, seconds(*secs)
+}
+
+// seconds is an age in seconds as a duration.
+func seconds(secs float64) time.Duration { return time.Duration(secs * float64(time.Second)) }

@@ -124,7 +124,7 @@ type Store interface {
 	// Identity returns the stable identity of the store's table: created
 	// with the table, the same for every store value on that table, and
 	// different for every other table. The publisher stamps it into each
-	// message (outbox.MetadataStore) so that a receiver acts only on its own
+	// message (outbox.MetadataTable) so that a receiver acts only on its own
 	// records. It may read the database the first time.
 	Identity(ctx context.Context) (string, error)
 

@@ -39,7 +39,7 @@ type Activity struct {
 // index: the pending records through the pending index, the records
 // completed in the window through the processed index, the abandoned ones
 // through the abandoned index, their deliveries by primary key.
-func (b *browseQueries) buildActivity(f fragments) {
+func (b *dashboardQueries) buildActivity(f fragments) {
 	t, tc := f.t, f.tc
 	bucket := func(col string) string {
 		a := f.d.ageMicros(col)
@@ -73,7 +73,7 @@ func (o *Operator) Activity(ctx context.Context) ([]Activity, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &s.q.browse
+	b := &s.q.dashboard
 	byTopic := map[string]*Activity{}
 	var order []string
 	get := func(topic string) *Activity {
@@ -144,7 +144,7 @@ func (o *Operator) Activity(ctx context.Context) ([]Activity, error) {
 }
 
 func (s *Store) readAbandonedDeliveries(ctx context.Context, db executor, get func(string) *Activity) error {
-	rows, err := db.QueryContext(ctx, s.q.browse.abandonedConsumers)
+	rows, err := db.QueryContext(ctx, s.q.dashboard.abandonedConsumers)
 	if err != nil {
 		return s.fail("activity", err)
 	}

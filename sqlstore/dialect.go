@@ -215,11 +215,12 @@ type Dialect struct {
 	// schema's: schema is the record table's, "" for the connection's own.
 	lockSession   func(ctx context.Context, conn *sqlx.Conn, schema string) error
 	unlockSession func(ctx context.Context, conn *sqlx.Conn, schema string) error
-	// alreadyApplied reports, where DDL commits on its own (MySQL), that a
-	// statement of a migration run again after it was cut short (after its
-	// DDL, before its version was written) was refused because its column
-	// or index already exists: it has already done its work.
-	alreadyApplied func(err error) bool
+	// alreadyApplied reports, where DDL commits on its own (MySQL), that
+	// stmt, a statement of a migration run again after it was cut short
+	// (after its DDL, before its version was written), was refused because
+	// its column or index already exists, or its table was renamed: it has
+	// already done its work.
+	alreadyApplied func(stmt string, err error) bool
 }
 
 // Name is the dialect's name, used in the schema version table and in

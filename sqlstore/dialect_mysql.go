@@ -435,16 +435,30 @@ func mysqlInvalidValue(err error) bool {
 
 // MySQL error numbers of DDL whose change is already there.
 const (
-	mysqlDupColumn  = 1060 // ER_DUP_FIELDNAME
-	mysqlDupKeyName = 1061 // ER_DUP_KEYNAME
+	mysqlDupColumn   = 1060 // ER_DUP_FIELDNAME
+	mysqlDupKeyName  = 1061 // ER_DUP_KEYNAME
+	mysqlTableExists = 1050 // ER_TABLE_EXISTS_ERROR
 )
 
-// mysqlAlreadyApplied: MySQL 8 has no ADD COLUMN IF NOT EXISTS or ADD KEY IF NOT
-// EXISTS, so each ALTER of migration 002 is all or nothing on its own, and a
-// rerun of one that was applied is refused with these.
-func mysqlAlreadyApplied(err error) bool {
+// mysqlAlreadyApplied: MySQL 8 has no ADD COLUMN IF NOT EXISTS, ADD KEY IF
+// NOT EXISTS nor RENAME TABLE IF EXISTS, so each ALTER of migration 002 and
+// the RENAME TABLE of migration 009 is all or nothing on its own, and a
+// rerun of one that was applied is refused: the column or key exists, or
+// the table to rename is gone. A rerun from before migration 006, which
+// creates the old table again, empty, finds the new name taken instead;
+// the empty table stays.
+func mysqlAlreadyApplied(stmt string, err error) bool {
 	var myErr *mysqldriver.MySQLError
-	return errors.As(err, &myErr) && (myErr.Number == mysqlDupColumn || myErr.Number == mysqlDupKeyName)
+	if !errors.As(err, &myErr) {
+		return false
+	}
+	switch myErr.Number {
+	case mysqlDupColumn, mysqlDupKeyName:
+		return true
+	case mysqlNoSuchTable, mysqlTableExists:
+		return strings.HasPrefix(stmt, "RENAME TABLE ")
+	}
+	return false
 }
 
 // mysqlRecordError reports the server refusing a row's data: a value too long or

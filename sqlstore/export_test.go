@@ -70,11 +70,11 @@ func WatchChecks(s *Store) *QueueWatch {
 	return watch(s.checks)
 }
 
-// BrowseStatements returns the statements of Browse: one topic's pending
-// and abandoned pages, and a consumer's pending page.
-func BrowseStatements(s *Store) (pending, abandoned, consumer string) {
-	b := &s.q.browse
-	return b.byTopic[Pending], b.byTopic[Abandoned], b.byConsumer
+// TopicListStatements returns the statements of List by topic: one
+// topic's pending and abandoned pages, and a consumer's pending page.
+func TopicListStatements(s *Store) (pending, abandoned, consumer string) {
+	l := &s.q.list
+	return l.byTopic[Pending], l.byTopic[Abandoned], l.byConsumer
 }
 
 // Prepared is how many statements s keeps prepared on its pool.

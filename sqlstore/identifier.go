@@ -11,16 +11,17 @@ const maxIdentifier = 63
 
 // maxTableName leaves room, within maxIdentifier, for the longest name the
 // store derives from the table: its index names (<table>_abandoned), its
-// consumers table (<table>_consumers), its receivers table
-// (<table>_receivers) and its declarations table (<table>_declared).
+// consumers table (<table>_consumers), its declarations table
+// (<table>_declared), and the name its seen table had before migration 10
+// (<table>_receivers).
 const maxTableName = 48
 
 // derivedSuffixes are appended to the table name to name the other objects
 // of its schema: indexes, the consumers table and its own index and key,
-// the receivers table and its key, the declarations table and its key, and
-// the keys and index of an inbox table.
-var derivedSuffixes = []string{"_pending", "_abandoned", "_processed", "_origin", consumersSuffix, "_c_pending", "_c_pkey", receiversSuffix, "_r_pkey",
-	declaredSuffix, "_d_pkey", "_id_seq", "_pkey", "_bkey", "_handled"}
+// the seen table and its key (and the names migration 6 gave them), the
+// declarations table and its key, and the keys and index of an inbox table.
+var derivedSuffixes = []string{"_pending", "_abandoned", "_processed", "_origin", consumersSuffix, "_c_pending", "_c_pkey", seenSuffix, "_s_pkey",
+	receiversSuffix, "_r_pkey", declaredSuffix, "_d_pkey", "_id_seq", "_pkey", "_bkey", "_handled"}
 
 // consumersSuffix names the table of per-consumer deliveries.
 const consumersSuffix = "_consumers"
@@ -28,11 +29,15 @@ const consumersSuffix = "_consumers"
 // consumersTable is the name of the deliveries table of a record table.
 func consumersTable(table string) string { return table + consumersSuffix }
 
-// receiversSuffix names the table of the receivers seen per topic.
-const receiversSuffix = "_receivers"
+// seenSuffix names the table of the consumers seen per topic.
+const seenSuffix = "_seen"
 
-// receiversTable is the name of the receivers table of a record table.
-func receiversTable(table string) string { return table + receiversSuffix }
+// seenTable is the name of the seen table of a record table.
+func seenTable(table string) string { return table + seenSuffix }
+
+// receiversSuffix is the seen table's suffix as migration 6 creates it;
+// migration 10 (9 on MySQL) renames it.
+const receiversSuffix = "_receivers"
 
 // declaredSuffix names the table of the consumers each topic's latest
 // start declared.
@@ -110,12 +115,13 @@ func validateTable(name string) error {
 		return fmt.Errorf("%w: %q must match [A-Za-z_][A-Za-z0-9_]*", ErrInvalidTable, name)
 	}
 	// The names of the store's own tables: the version table, which every
-	// store of a schema shares, and another store's consumers or
-	// declarations table.
+	// store of a schema shares, and another store's consumers, seen or
+	// declarations table, or the name its migrations give the seen table
+	// before they rename it.
 	if strings.EqualFold(name, VersionTable) {
 		return fmt.Errorf("%w: %q is the name of the stores' schema version table", ErrInvalidTable, name)
 	}
-	for _, own := range []struct{ suffix, what string }{{consumersSuffix, "consumers"}, {declaredSuffix, "declarations"}} {
+	for _, own := range []struct{ suffix, what string }{{consumersSuffix, "consumers"}, {seenSuffix, "seen"}, {receiversSuffix, "seen"}, {declaredSuffix, "declarations"}} {
 		if len(name) > len(own.suffix) && strings.EqualFold(name[len(name)-len(own.suffix):], own.suffix) {
 			return fmt.Errorf("%w: %q ends in %q, which names the %s table of the store of %q", ErrInvalidTable, name, own.suffix, own.what, name[:len(name)-len(own.suffix)])
 		}

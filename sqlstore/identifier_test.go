@@ -17,7 +17,7 @@ func TestValidateTable(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "1abc", `a"b`, "a.b", "a b", "ordres_é", "a;drop", "a-b", "a`b", "a'b",
-		"abcdefghijabcdefghijabcdefghijabcdefghijabcdefghij", VersionTable, "WATERMILL_OUTBOX_SCHEMA", "orders" + consumersSuffix} {
+		"abcdefghijabcdefghijabcdefghijabcdefghijabcdefghij", VersionTable, "WATERMILL_OUTBOX_SCHEMA", "orders" + consumersSuffix, "orders" + seenSuffix, "orders" + receiversSuffix} {
 		err := validateTable(bad)
 		if !errors.Is(err, ErrInvalidTable) {
 			t.Errorf("%q accepted (err %v)", bad, err)
@@ -75,6 +75,7 @@ func TestQualifiedStatementsOnlyQualifyTheTables(t *testing.T) {
 			q("t"), q("s")+"."+q("t"),
 			q("t_consumers"), q("s")+"."+q("t_consumers"),
 			q("t_receivers"), q("s")+"."+q("t_receivers"),
+			q("t_seen"), q("s")+"."+q("t_seen"),
 			q("t_declared"), q("s")+"."+q("t_declared"),
 			q(VersionTable), q("s")+"."+q(VersionTable),
 			"table_schema = DATABASE()", "table_schema = 's'", // MySQL's version table lookup
@@ -88,10 +89,12 @@ func TestQualifiedStatementsOnlyQualifyTheTables(t *testing.T) {
 					open := q("t")[:1] + "t_"
 					w = strings.Replace(w, open, q("s")+"."+open, 1)
 				}
+				// ALTER TABLE … RENAME TO takes the new name unqualified.
+				w = strings.ReplaceAll(w, "RENAME TO "+q("s")+".", "RENAME TO ")
 				if got[name] != w {
 					t.Errorf("%s %v %s:\n got %s\nwant %s", d.Name(), mode, name, got[name], w)
 				}
-				if !dropIndex && strings.Contains(strings.NewReplacer(q("s")+"."+q("t_consumers"), "", q("s")+"."+q("t_receivers"), "", q("s")+"."+q("t_declared"), "").Replace(got[name]), q("s")+"."+q("t_")) {
+				if !dropIndex && strings.Contains(strings.NewReplacer(q("s")+"."+q("t_consumers"), "", q("s")+"."+q("t_receivers"), "", q("s")+"."+q("t_seen"), "", q("s")+"."+q("t_declared"), "").Replace(got[name]), q("s")+"."+q("t_")) {
 					t.Errorf("%s %v %s qualifies an index name: %s", d.Name(), mode, name, got[name])
 				}
 			}
@@ -153,7 +156,7 @@ func TestValidateTableLeavesRoomForDerivedNames(t *testing.T) {
 		}
 	}
 	data := templateData{d: Postgres(), table: tableName{name: longest}}
-	for _, name := range []string{data.ConsumersTable(), data.ConsumersIndex("pending"), data.ConsumersIndex("pkey"), data.ReceiversTable(), data.ReceiversIndex("pkey"), data.DeclaredTable(), data.DeclaredIndex("pkey")} {
+	for _, name := range []string{data.ConsumersTable(), data.ConsumersIndex("pending"), data.ConsumersIndex("pkey"), data.SeenTable(), data.SeenIndex("pkey"), data.ReceiversTable(), data.ReceiversIndex("pkey"), data.DeclaredTable(), data.DeclaredIndex("pkey")} {
 		if n := len(strings.Trim(name, `"`)); n > maxIdentifier {
 			t.Errorf("%s is %d bytes, over the limit", name, n)
 		}

@@ -140,7 +140,7 @@ func NewInbox(cfg InboxConfig) (*Inbox, error) {
 		return nil, err
 	}
 	in := &Inbox{db: cfg.DB, q: buildInboxQueries(cfg.Dialect, name)}
-	in.versioned = versioned{dialect: cfg.Dialect, table: cfg.Table, name: name, kind: inboxKind, vq: &in.q.versionQueries}
+	in.versioned = versioned{dialect: cfg.Dialect, table: cfg.Table, name: name, kind: inboxKind, identityFrom: 1, vq: &in.q.versionQueries}
 	return in, nil
 }
 

@@ -2,11 +2,7 @@ package sqlstore
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"path"
-
-	"github.com/jmoiron/sqlx"
 )
 
 // inboxMigrations is the directory of an inbox table's migrations, apart
@@ -39,59 +35,7 @@ func (in *Inbox) migrate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return in.withMigrationLock(ctx, in.db, d, func(conn *sqlx.Conn) error {
-		tx, err := in.beginMigration(ctx, conn, d)
-		if err != nil {
-			return err
-		}
-		defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
-		version, kind, err := in.readVersion(ctx, tx)
-		if err != nil {
-			return err
-		}
-		if version > 0 && kind != inboxKind || version > len(ms) {
-			return in.checkVersion("migrate", version, kind, len(ms))
-		}
-		identity := ""
-		if version > 0 {
-			if identity, err = in.readIdentity(ctx, tx); err != nil {
-				return err
-			}
-		}
-		if version == len(ms) && identity != "" {
-			return tx.Commit()
-		}
-		if err := in.runMigrations(ctx, tx, d, ms[version:], templateData{d: d, table: in.name}); err != nil {
-			return err
-		}
-		if identity == "" {
-			// The receiving service's identity in its confirmations.
-			identity = newIdentity()
-		}
-		if err := in.writeVersion(ctx, tx, version, len(ms), identity); err != nil {
-			return err
-		}
-		if err := tx.Commit(); err != nil {
-			return in.fail("migrate", err)
-		}
-		return nil
-	})
-}
-
-// checkVersion compares the table's version row with the version this code
-// has, want.
-func (in *Inbox) checkVersion(op string, version int, kind string, want int) error {
-	switch {
-	case version == 0:
-		return &TableError{Table: in.table, Op: op, Err: ErrTableMissing}
-	case kind != inboxKind:
-		return &TableError{Table: in.table, Op: op, Err: fmt.Errorf("%w: not an inbox, its row in %s is a record table's (completion %q); give the inbox another name", ErrSchemaVersion, VersionTable, kind)}
-	case version < want:
-		return &TableError{Table: in.table, Op: op, Err: fmt.Errorf("%w: inbox table is at version %d, this code needs %d; run Inbox.Migrate", ErrSchemaVersion, version, want)}
-	case version > want:
-		return &TableError{Table: in.table, Op: op, Err: fmt.Errorf("%w: inbox table is at version %d, newer than this code's %d; upgrade the code", ErrSchemaVersion, version, want)}
-	}
-	return nil
+	return in.versioned.migrate(ctx, in.db, d, ms, len(ms), templateData{d: d, table: in.name}, nil)
 }
 
 // Verify checks that the inbox table exists at the schema version this code
@@ -106,12 +50,5 @@ func (in *Inbox) verify(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	version, kind, err := in.readVersion(ctx, in.db)
-	if errors.Is(err, ErrTableMissing) {
-		return &TableError{Table: in.table, Op: "verify", Err: ErrTableMissing}
-	}
-	if err != nil {
-		return err
-	}
-	return in.checkVersion("verify", version, kind, want)
+	return in.verifyVersion(ctx, in.db, want)
 }

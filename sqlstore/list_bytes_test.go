@@ -13,9 +13,9 @@ import (
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-// TestListBytesStopsAtTheBudget: an operator's page of records with large
+// TestListStopsAtTheByteBudget: an operator's page of records with large
 // payloads holds about the byte budget, not the limit's worth of payloads.
-func TestListBytesStopsAtTheBudget(t *testing.T) {
+func TestListStopsAtTheByteBudget(t *testing.T) {
 	t.Parallel()
 	testenv.ForEachBackend(t, func(t *testing.T, b testenv.Backend) {
 		ctx := testCtx(t)
@@ -25,10 +25,10 @@ func TestListBytesStopsAtTheBudget(t *testing.T) {
 			rec := []recordstore.Record{{Topic: "orders", UUID: fmt.Sprintf("big-%d", i), Payload: bytes.Repeat([]byte{'x'}, 4*mib)}}
 			require.NoError(t, store.Insert(ctx, rec))
 		}
-		page, err := store.Operator().ListBytes(ctx, sqlstore.Pending, 0, 10, 8*mib)
+		page, err := store.Operator().List(ctx, sqlstore.RecordFilter{}, 0, 10, 8*mib)
 		require.NoError(t, err)
 		assert.Len(t, page, 2, "the record that reaches 8 MiB ends the page")
-		all, err := store.Operator().ListBytes(ctx, sqlstore.Pending, page[len(page)-1].ID, 10, 0)
+		all, err := store.Operator().List(ctx, sqlstore.RecordFilter{}, page[len(page)-1].ID, 10, 0)
 		require.NoError(t, err)
 		assert.Len(t, all, 3, "the rest, unbounded")
 	})

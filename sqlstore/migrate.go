@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -130,11 +129,24 @@ func (t templateData) ConsumersIndex(suffix string) string {
 	return t.d.quote(t.table.name + "_c_" + suffix)
 }
 
-// ReceiversTable is the table of the receivers seen per topic.
-func (t templateData) ReceiversTable() string { return t.table.in(t.d, receiversTable(t.table.name)) }
+// SeenTable is the table of the consumers seen per topic.
+func (t templateData) SeenTable() string { return t.table.in(t.d, seenTable(t.table.name)) }
 
-// ReceiversIndex names a key of the receivers table, kept short as
-// ConsumersIndex is.
+// SeenName is SeenTable unqualified, as ALTER TABLE … RENAME TO takes it.
+func (t templateData) SeenName() string { return t.d.quote(seenTable(t.table.name)) }
+
+// SeenIndex names a key of the seen table, kept short as ConsumersIndex
+// is.
+func (t templateData) SeenIndex(suffix string) string {
+	return t.d.quote(t.table.name + "_s_" + suffix)
+}
+
+// ReceiversTable and ReceiversIndex are the seen table and its key as
+// migration 6 creates them, before migration 10 (9 on MySQL) renames them.
+func (t templateData) ReceiversTable() string {
+	return t.table.in(t.d, t.table.name+receiversSuffix)
+}
+
 func (t templateData) ReceiversIndex(suffix string) string {
 	return t.d.quote(t.table.name + "_r_" + suffix)
 }
@@ -194,57 +206,10 @@ func (s *Store) migrateTo(ctx context.Context, version int) error {
 	if version > 0 {
 		target = version
 	}
-	return s.withMigrationLock(ctx, db, d, func(conn *sqlx.Conn) error {
-		return s.migrate(ctx, conn, d, ms, target)
-	})
-}
-
-// migrate runs the migrations the table lacks, in a transaction on conn.
-func (s *Store) migrate(ctx context.Context, conn *sqlx.Conn, d *Dialect, ms []migration, target int) error {
-	tx, err := s.beginMigration(ctx, conn, d)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
-	version, mode, err := s.readVersion(ctx, tx)
-	if err != nil {
-		return err
-	}
-	if version > 0 && mode != s.mode.String() {
-		return &TableError{Table: s.table, Op: "migrate", Err: fmt.Errorf("%w: table was created for completion %q, store is configured for %q (set Config.Completion to the table's)", ErrSchemaVersion, mode, s.mode)}
-	}
-	if version > len(ms) {
-		return &TableError{Table: s.table, Op: "migrate", Err: fmt.Errorf("%w: table is at version %d, newer than this code's %d", ErrSchemaVersion, version, len(ms))}
-	}
-	if version > 0 {
-		if err := s.checkPartitioned(ctx, tx, d, "migrate"); err != nil {
-			return err
-		}
-	}
 	data := templateData{d: d, table: s.name, Mark: s.mode == Mark, Partitioned: s.partitionEvery > 0}
-	if version >= target && target < len(ms) {
-		return tx.Commit() // at or past the version asked for
-	}
-	if err := s.runMigrations(ctx, tx, d, ms[version:target], data); err != nil {
-		return err
-	}
-	identity, err := s.readIdentity(ctx, tx)
-	if err != nil {
-		return err
-	}
-	hasIdentity := identity != ""
-	if identity == "" && target >= identityVersion {
-		identity = newIdentity()
-	}
-	if version < target || identity != "" && !hasIdentity {
-		if err := s.writeVersion(ctx, tx, version, target, identity); err != nil {
-			return err
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return s.fail("migrate", err)
-	}
-	return nil
+	return s.versioned.migrate(ctx, db, d, ms, target, data, func(q executor) error {
+		return s.checkPartitioned(ctx, q, d, "migrate")
+	})
 }
 
 // migrationTx is the migration's transaction: database/sql's, or one begun
@@ -303,21 +268,8 @@ func (s *Store) verify(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	want := len(ms)
-	version, mode, err := s.readVersion(ctx, db)
-	if errors.Is(err, ErrTableMissing) || (err == nil && version == 0) {
-		return &TableError{Table: s.table, Op: "verify", Err: ErrTableMissing}
-	}
-	if err != nil {
+	if err := s.verifyVersion(ctx, db, len(ms)); err != nil {
 		return err
-	}
-	switch {
-	case mode != s.mode.String():
-		return &TableError{Table: s.table, Op: "verify", Err: fmt.Errorf("%w: table was created for completion %q, store is configured for %q (set Config.Completion to the table's)", ErrSchemaVersion, mode, s.mode)}
-	case version < want:
-		return &TableError{Table: s.table, Op: "verify", Err: fmt.Errorf("%w: table is at version %d, this code needs %d; run Store.Migrate", ErrSchemaVersion, version, want)}
-	case version > want:
-		return &TableError{Table: s.table, Op: "verify", Err: fmt.Errorf("%w: table is at version %d, newer than this code's %d; upgrade the code", ErrSchemaVersion, version, want)}
 	}
 	if err := s.checkPartitioned(ctx, db, d, "verify"); err != nil {
 		return err

@@ -1,9 +1,10 @@
 package sqlstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"time"
+	"slices"
 
 	"github.com/jmoiron/sqlx"
 
@@ -11,8 +12,8 @@ import (
 )
 
 // Operator runs the queries of operators' tools (cmd/outboxctl, the
-// outboxui dashboard) on a store's table: listing, reading and browsing
-// records, and making them due. No [recordstore] interface needs them, so
+// outboxui dashboard) on a store's table: listing and reading records, and
+// making them due. No [recordstore] interface needs them, so
 // they are kept off [Store]. Get one with [Store.Operator].
 type Operator struct {
 	s *Store
@@ -32,41 +33,8 @@ const (
 	Completed = recordstore.Completed
 )
 
-// RecordInfo is a record with its bookkeeping, as operators see it. Ages
-// are by the database clock.
-type RecordInfo struct {
-	recordstore.Record
-	State     State
-	Attempts  int
-	LastError string
-	// Age is the time since the record was saved; SinceSent the time since
-	// it was last sent (by the publish that saved it, or a resend), 0 when
-	// the record is Due.
-	Age       time.Duration
-	SinceSent time.Duration
-	// Resent reports whether the record was sent again after the publish
-	// that saved it, by a stale resubmit round or a startup replay. When
-	// it was not, SinceSent is Age.
-	Resent bool
-	// Due reports that the record was made due by [Operator.MakeDue] or
-	// [Operator.RequeueLater] and not sent since: the service's next stale
-	// resubmit round sends it.
-	Due bool
-	// Deliveries are the per-consumer deliveries of a record saved with
-	// consumers, in consumer order; nil for a record with one receiver.
-	Deliveries []DeliveryInfo
-}
-
-// DeliveryInfo is one consumer's delivery of a record, as operators see it.
-type DeliveryInfo struct {
-	Consumer  string
-	State     State
-	Attempts  int
-	LastError string
-}
-
 // addDeliveries fills in the deliveries of the records.
-func (s *Store) addDeliveries(ctx context.Context, db *sqlx.DB, d *Dialect, infos []RecordInfo) error {
+func (s *Store) addDeliveries(ctx context.Context, db *sqlx.DB, d *Dialect, infos []recordstore.RecordInfo) error {
 	at := make(map[int64]int, len(infos))
 	for i, r := range infos {
 		at[r.ID] = i
@@ -82,17 +50,6 @@ func (s *Store) addDeliveries(ctx context.Context, db *sqlx.DB, d *Dialect, info
 		}
 		return s.scanDeliveryInfos(rows, infos, at)
 	})
-}
-
-// listQuery is the statement of List for a state.
-func (s *Store) listQuery(st State) (string, error) {
-	if q, ok := s.q.list[st]; ok {
-		return q, nil
-	}
-	if st == Completed {
-		return "", fmt.Errorf("%w: a deleting table keeps no completed records", ErrInvalidConfig)
-	}
-	return "", fmt.Errorf("%w: unknown record state %q (pending, abandoned or completed)", ErrInvalidConfig, st)
 }
 
 // The kinds of last send a record can have, as sendKind reads them.
@@ -112,19 +69,37 @@ func sendKind() string {
 
 const dueBefore = "2000-01-02"
 
-// List returns up to limit records in the state whose id is greater than
-// afterID, ordered by id.
-func (o *Operator) List(ctx context.Context, st State, afterID int64, limit int) ([]RecordInfo, error) {
-	return o.ListBytes(ctx, st, afterID, limit, 0)
+// RecordFilter selects the records [Operator.List] reads.
+type RecordFilter struct {
+	// Topic, when set, keeps the records of this topic.
+	Topic string
+	// Consumer, when set, keeps the records of Topic in which this
+	// consumer's delivery is in State: pending for it (whatever the
+	// others'), or abandoned by it (the record pending for others, or
+	// abandoned). It needs a Topic.
+	Consumer string
+	// State is Pending, Abandoned or, on a table that keeps completed
+	// records (Mark), Completed. Defaults to Pending.
+	State State
 }
 
-// ListBytes is List that also stops at the record whose payload and
-// metadata bring the page to maxBytes (0: no bound), so that a page of
-// large payloads holds about maxBytes rather than limit payloads.
-func (o *Operator) ListBytes(ctx context.Context, st State, afterID int64, limit, maxBytes int) ([]RecordInfo, error) {
+// List returns up to limit records of the filter whose id is greater than
+// afterID, ordered by id, with their deliveries: a page of outboxctl list
+// or of the dashboard's records. With maxBytes > 0 the page also ends at
+// the record whose payload and metadata bring it to maxBytes, so that a
+// page of large payloads holds about maxBytes rather than limit payloads.
+//
+// A topic's pending or abandoned records are read through the table's
+// indexes only (the topic's pending or abandoned index, the consumers
+// table's pending index and primary key), so that a page costs the same
+// however many records the table keeps. Completed records, which no index
+// keeps by topic, are listed across topics only.
+func (o *Operator) List(ctx context.Context, f RecordFilter, afterID int64, limit, maxBytes int) ([]recordstore.RecordInfo, error) {
 	s := o.s
-	query, err := s.listQuery(st)
-	if err != nil {
+	if f.State == "" {
+		f.State = Pending
+	}
+	if err := s.checkFilter(f); err != nil {
 		return nil, err
 	}
 	if limit < 1 {
@@ -134,37 +109,92 @@ func (o *Operator) ListBytes(ctx context.Context, st State, afterID int64, limit
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.QueryContext(ctx, query, afterID, limit)
-	if err != nil {
-		return nil, s.fail("list", err)
+	l := &s.q.list
+	var infos []recordstore.RecordInfo
+	switch {
+	case f.Topic == "":
+		infos, err = s.listPage(ctx, db, maxBytes, l.allTopics[f.State], afterID, limit)
+	case f.Consumer == "":
+		infos, err = s.listPage(ctx, db, maxBytes, l.byTopic[f.State], f.Topic, afterID, limit)
+	case f.State == Pending:
+		infos, err = s.listPage(ctx, db, maxBytes, l.byConsumer, f.Consumer, f.Topic, afterID, limit)
+	default:
+		// A consumer's abandoned delivery is in a pending record (others
+		// have still to complete it) or an abandoned one: a page of each,
+		// merged by id.
+		var other []recordstore.RecordInfo
+		if infos, err = s.listPage(ctx, db, maxBytes, l.abandonedOf[Pending], f.Topic, afterID, f.Consumer, limit); err == nil {
+			other, err = s.listPage(ctx, db, maxBytes, l.abandonedOf[Abandoned], f.Topic, afterID, f.Consumer, limit)
+		}
+		infos = append(infos, other...)
+		slices.SortFunc(infos, func(a, b recordstore.RecordInfo) int { return cmp.Compare(a.ID, b.ID) })
+		infos = upToBytes(infos[:min(limit, len(infos))], maxBytes)
 	}
-	infos, err := s.scanInfos(rows, maxBytes)
 	if err != nil {
 		return nil, err
 	}
 	return infos, s.addDeliveries(ctx, db, d, infos)
 }
 
+// checkFilter refuses a filter that List has no statement for.
+func (s *Store) checkFilter(f RecordFilter) error {
+	switch {
+	case f.State != Pending && f.State != Abandoned && f.State != Completed:
+		return fmt.Errorf("%w: unknown record state %q (pending, abandoned or completed)", ErrInvalidConfig, f.State)
+	case f.State == Completed && !s.q.mark:
+		return fmt.Errorf("%w: a deleting table keeps no completed records", ErrInvalidConfig)
+	case f.State == Completed && f.Topic != "":
+		return fmt.Errorf("%w: completed records are listed across topics: no index keeps them by topic", ErrInvalidConfig)
+	case f.Consumer != "" && f.Topic == "":
+		return fmt.Errorf("%w: a consumer's records are listed by topic: set the filter's Topic", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// listPage runs one of List's statements and reads its page.
+func (s *Store) listPage(ctx context.Context, db executor, maxBytes int, q string, args ...any) ([]recordstore.RecordInfo, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, s.fail("list", err)
+	}
+	return s.scanInfos(rows, maxBytes)
+}
+
+// upToBytes is infos up to the record whose payload and metadata bring
+// them to maxBytes (0: all of them), as scanInfos ends a page.
+func upToBytes(infos []recordstore.RecordInfo, maxBytes int) []recordstore.RecordInfo {
+	if maxBytes == 0 {
+		return infos
+	}
+	n := 0
+	for i := range infos {
+		if n += infos[i].Size(); n >= maxBytes {
+			return infos[:i+1]
+		}
+	}
+	return infos
+}
+
 // Get returns one record, or an error wrapping [ErrRecordNotFound].
-func (o *Operator) Get(ctx context.Context, id int64) (RecordInfo, error) {
+func (o *Operator) Get(ctx context.Context, id int64) (recordstore.RecordInfo, error) {
 	s := o.s
 	db, d, err := s.bound(ctx)
 	if err != nil {
-		return RecordInfo{}, err
+		return recordstore.RecordInfo{}, err
 	}
 	rows, err := db.QueryContext(ctx, s.q.get, id)
 	if err != nil {
-		return RecordInfo{}, s.fail("get", err)
+		return recordstore.RecordInfo{}, s.fail("get", err)
 	}
 	infos, err := s.scanInfos(rows, 0)
 	if err != nil {
-		return RecordInfo{}, err
+		return recordstore.RecordInfo{}, err
 	}
 	if len(infos) == 0 {
-		return RecordInfo{}, &TableError{Table: s.table, Op: "get", Err: fmt.Errorf("record %d: %w", id, ErrRecordNotFound)}
+		return recordstore.RecordInfo{}, &TableError{Table: s.table, Op: "get", Err: fmt.Errorf("record %d: %w", id, ErrRecordNotFound)}
 	}
 	if err := s.addDeliveries(ctx, db, d, infos); err != nil {
-		return RecordInfo{}, err
+		return recordstore.RecordInfo{}, err
 	}
 	return infos[0], nil
 }

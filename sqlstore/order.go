@@ -28,8 +28,8 @@ type orderQueries struct {
 	// moves a record's last send to dueLongAgo (PutBack).
 	claimKey string
 	putBack  string
-	// blockedKeys counts, per topic, the keys an abandoned record holds.
-	blockedKeys string
+	// heldKeys counts, per topic, the keys an abandoned record holds.
+	heldKeys string
 	// predecessors is Predecessors' statement, without its id list;
 	// waitingKeys is WaitingKeys', without its key list. On a dialect
 	// with arrays (Dialect.idArray) they take the ids, or the keys, as
@@ -121,7 +121,7 @@ var _ recordstore.KeyClaimer = (*Store)(nil)
 // pending record of one key, on the order index.
 func (q *queries) buildClaimKey(f fragments) {
 	t, tc, p, d := f.t, f.tc, f.p, f.d
-	q.order.blockedKeys = fmt.Sprintf(`SELECT a.topic, COUNT(DISTINCT a.order_key) FROM %s a
+	q.order.heldKeys = fmt.Sprintf(`SELECT a.topic, COUNT(DISTINCT a.order_key) FROM %s a
 WHERE a.abandoned_at IS NOT NULL AND a.order_key IS NOT NULL
   AND EXISTS (SELECT 1 FROM %s p WHERE p.topic = a.topic AND p.order_key = a.order_key AND p.id > a.id AND p.%s)
 GROUP BY a.topic`, t, t, f.pending)
@@ -257,9 +257,9 @@ func (s *Store) PutBack(ctx context.Context, topic string, id int64) error {
 	return nil
 }
 
-// addBlockedKeys sets the BlockedKeys of the topics of out.
-func (s *Store) addBlockedKeys(ctx context.Context, db executor, out []recordstore.TopicStatus) error {
-	rows, err := db.QueryContext(ctx, s.q.order.blockedKeys)
+// addHeldKeys sets the HeldKeys of the topics of out.
+func (s *Store) addHeldKeys(ctx context.Context, db executor, out []recordstore.TopicStatus) error {
+	rows, err := db.QueryContext(ctx, s.q.order.heldKeys)
 	if err != nil {
 		return s.fail("status", err)
 	}
@@ -272,7 +272,7 @@ func (s *Store) addBlockedKeys(ctx context.Context, db executor, out []recordsto
 		}
 		for i := range out {
 			if out[i].Topic == topic {
-				out[i].BlockedKeys = n
+				out[i].HeldKeys = n
 			}
 		}
 	}

@@ -124,12 +124,12 @@ type queries struct {
 	consumerPendingStatus  string
 	consumerStatus         string
 	listDeliveriesByRecord string // prefix ending in "record_id IN "
-	// sawReceiver records a receiver seen, receivers reads them all,
+	// sawConsumer records a consumer seen, consumersSeen reads them all,
 	// unchecked counts the pending records that wait for one never seen
-	// (receivers.go).
-	sawReceiver string
-	receivers   string
-	unchecked   string
+	// (consumers_seen.go).
+	sawConsumer   string
+	consumersSeen string
+	unchecked     string
 	// declare begins the statement that records a start's declarations,
 	// whose rows follow it, then declareUpsert; declaredConsumer reads
 	// whether a topic's latest declaration lists a consumer, and when;
@@ -140,9 +140,9 @@ type queries struct {
 	declaredConsumer string
 	remoteConsumers  string
 
-	// list reads the records of a state (no Completed on a deleting
-	// table), get one record, both with the columns scanInfos reads.
-	list map[State]string
+	// list holds the statements of Operator.List; get reads one record,
+	// with the columns scanInfos reads too.
+	list listQueries
 	get  string
 	// makeDueSelect picks pending records to make due; makeDueStamp is
 	// the prefix, ending in "id IN ", that sets their send time from its
@@ -151,8 +151,9 @@ type queries struct {
 	makeDueStamp  string
 	requeueLater  string
 
-	// browse holds the dashboard's statements (browse.go, activity.go).
-	browse browseQueries
+	// dashboard holds the dashboard's other statements (dashboard.go,
+	// activity.go).
+	dashboard dashboardQueries
 
 	versionQueries
 }
@@ -179,7 +180,7 @@ type fragments struct {
 	d     *Dialect
 	table tableName
 	t, tc string // the quoted record and consumers tables
-	tr    string // the quoted receivers table
+	ts    string // the quoted seen table
 	td    string // the quoted declarations table
 	clock string
 	mark  bool
@@ -225,7 +226,7 @@ func (f fragments) wait(col string) string {
 // made, so that its methods only execute them.
 func buildQueries(d *Dialect, table tableName, mode Completion, durable bool) *queries {
 	f := fragments{d: d, table: table, t: table.quoted(d), tc: table.in(d, consumersTable(table.name)),
-		tr: table.in(d, receiversTable(table.name)), td: table.in(d, declaredTable(table.name)),
+		ts: table.in(d, seenTable(table.name)), td: table.in(d, declaredTable(table.name)),
 		clock: d.clock, mark: mode == Mark, pending: "abandoned_at IS NULL"}
 	if !durable {
 		f.lazy = d.lazyCommit
@@ -242,10 +243,10 @@ func buildQueries(d *Dialect, table tableName, mode Completion, durable bool) *q
 	q.buildFailure(f)
 	q.buildResend(f)
 	q.buildStatus(f)
-	q.buildReceivers(f)
+	q.buildSeen(f)
 	q.buildDeclarations(f)
-	q.buildAdmin(f)
-	q.buildBrowse(f)
+	q.buildOperator(f)
+	q.buildDashboard(f)
 	q.buildSchema(f)
 	return q
 }
@@ -337,8 +338,8 @@ FROM %s c JOIN %s r ON r.id = c.record_id GROUP BY r.topic, c.consumer`,
 		cPending, d.ageMicros("MIN(CASE WHEN "+cPending+" THEN r.created_at END)"), tc, t)
 }
 
-// adminColumns are the columns of a record that scanInfos reads.
-func (f fragments) adminColumns() string {
+// operatorColumns are the columns of a record that scanInfos reads.
+func (f fragments) operatorColumns() string {
 	state := "CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' ELSE 'pending' END"
 	if f.mark {
 		state = "CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' WHEN processed_at IS NOT NULL THEN 'completed' ELSE 'pending' END"
@@ -347,19 +348,48 @@ func (f fragments) adminColumns() string {
 		state, f.d.ageMicros("created_at"), f.d.ageMicros("COALESCE(last_sent_at, created_at)"), sendKind())
 }
 
-// buildAdmin builds the statements of the operator's methods: List, Get,
-// MakeDue and RequeueLater.
-func (q *queries) buildAdmin(f fragments) {
+// listQueries are the statements of Operator.List, each a page of records
+// in id order with the columns scanInfos reads.
+type listQueries struct {
+	// allTopics reads the records of a state across topics (no Completed
+	// on a deleting table); byTopic one topic's, through the (topic, id)
+	// index of the state; byConsumer a page of one consumer's pending
+	// deliveries, through the consumers table's pending index;
+	// abandonedOf the records, pending or abandoned, in which a consumer's
+	// delivery was abandoned, by state.
+	allTopics   map[State]string
+	byTopic     map[State]string
+	byConsumer  string
+	abandonedOf map[State]string
+}
+
+// buildOperator builds the statements of the operator's methods: List,
+// Get, MakeDue and RequeueLater.
+func (q *queries) buildOperator(f fragments) {
 	t, tc, p, d := f.t, f.tc, f.p, f.d
-	columns := f.adminColumns()
+	columns := f.operatorColumns()
 	conds := map[State]string{Pending: f.pending, Abandoned: "abandoned_at IS NOT NULL"}
-	if f.mark {
-		conds[Completed] = "processed_at IS NOT NULL AND abandoned_at IS NULL"
-	}
-	q.list = make(map[State]string, len(conds))
+	l := &q.list
+	l.allTopics = make(map[State]string, len(conds)+1)
+	l.byTopic = make(map[State]string, len(conds))
+	l.abandonedOf = make(map[State]string, len(conds))
 	for st, cond := range conds {
-		q.list[st] = fmt.Sprintf("SELECT %s FROM %s WHERE %s AND id > %s ORDER BY id LIMIT %s", columns, t, cond, p(1), p(2))
+		l.allTopics[st] = fmt.Sprintf("SELECT %s FROM %s WHERE %s AND id > %s ORDER BY id LIMIT %s", columns, t, cond, p(1), p(2))
+		l.byTopic[st] = fmt.Sprintf("SELECT %s FROM %s WHERE topic = %s AND %s AND id > %s ORDER BY id LIMIT %s",
+			columns, t, p(1), cond, p(2), p(3))
+		l.abandonedOf[st] = fmt.Sprintf(`SELECT %s FROM %s r WHERE topic = %s AND %s AND id > %s
+  AND EXISTS (SELECT 1 FROM %s c WHERE c.record_id = r.id AND c.consumer = %s AND c.abandoned_at IS NOT NULL)
+ORDER BY id LIMIT %s`, columns, t, p(1), cond, p(2), tc, p(3), p(4))
 	}
+	if f.mark {
+		l.allTopics[Completed] = fmt.Sprintf("SELECT %s FROM %s WHERE processed_at IS NOT NULL AND abandoned_at IS NULL AND id > %s ORDER BY id LIMIT %s",
+			columns, t, p(1), p(2))
+	}
+	// The page is a derived table rather than an IN (subquery), which
+	// MySQL refuses with a LIMIT.
+	l.byConsumer = fmt.Sprintf(`SELECT %s FROM %s JOIN (SELECT c.record_id AS page_id FROM %s c JOIN %s r ON r.id = c.record_id
+  WHERE c.consumer = %s AND r.topic = %s AND c.record_id > %s AND %s ORDER BY c.record_id LIMIT %s) page ON id = page.page_id
+ORDER BY id`, columns, t, tc, t, p(1), p(2), p(3), cPending, p(4))
 	q.get = fmt.Sprintf("SELECT %s FROM %s WHERE id = %s", columns, t, p(1))
 	q.listDeliveriesByRecord = fmt.Sprintf(`SELECT record_id, consumer,
     CASE WHEN abandoned_at IS NOT NULL THEN 'abandoned' WHEN processed_at IS NOT NULL THEN 'completed' ELSE 'pending' END,

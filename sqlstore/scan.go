@@ -67,13 +67,13 @@ func completeRecord(r *recordstore.Record, md string) error {
 	return nil
 }
 
-// scanInfos reads the rows of q.list and q.get, the columns of buildAdmin,
+// scanInfos reads the rows of q.list and q.get (operatorColumns),
 // until their payloads and metadata reach maxBytes (0: no bound).
-func (s *Store) scanInfos(rows rowsScanner, maxBytes int) ([]RecordInfo, error) {
+func (s *Store) scanInfos(rows rowsScanner, maxBytes int) ([]recordstore.RecordInfo, error) {
 	defer rows.Close()
-	var out []RecordInfo
+	var out []recordstore.RecordInfo
 	for bytes := 0; (maxBytes == 0 || bytes < maxBytes) && rows.Next(); bytes += out[len(out)-1].Size() {
-		var r RecordInfo
+		var r recordstore.RecordInfo
 		var md, state string
 		var age, sent int64
 		var kind int
@@ -99,11 +99,11 @@ func (s *Store) scanInfos(rows rowsScanner, maxBytes int) ([]RecordInfo, error) 
 
 // scanDeliveryInfos reads the rows of q.listDeliveriesByRecord into the
 // records of infos, found by id through at.
-func (s *Store) scanDeliveryInfos(rows rowsScanner, infos []RecordInfo, at map[int64]int) error {
+func (s *Store) scanDeliveryInfos(rows rowsScanner, infos []recordstore.RecordInfo, at map[int64]int) error {
 	defer rows.Close()
 	for rows.Next() {
 		var id int64
-		var di DeliveryInfo
+		var di recordstore.DeliveryInfo
 		var state string
 		if err := rows.Scan(&id, &di.Consumer, &state, &di.Attempts, &di.LastError); err != nil {
 			return s.fail("list deliveries", err)

@@ -160,7 +160,7 @@ func testSchemasSideBySide(t *testing.T, tn *tenants) {
 	}
 	n, err := tn.a.Clean(ctx, time.Hour, 10)
 	require.NoError(t, err)
-	kept, err := tn.other.Operator().List(ctx, sqlstore.Pending, 0, 10)
+	kept, err := tn.other.Operator().List(ctx, sqlstore.RecordFilter{}, 0, 10, 0)
 	require.NoError(t, err)
 	assert.Len(t, kept, 2, "tenant_b keeps its pending records")
 	if tn.mode == sqlstore.Mark {

@@ -14,7 +14,7 @@ var _ recordstore.StatusReader = (*Store)(nil)
 
 // PendingStatus implements [recordstore.StatusReader]. It reads the pending
 // records, and the pending deliveries, only, through the pending indexes,
-// the receivers table, a row per topic and consumer seen, and the remote
+// the seen table, a row per topic and consumer seen, and the remote
 // consumers of the declarations table.
 func (s *Store) PendingStatus(ctx context.Context) ([]recordstore.TopicStatus, error) {
 	return s.readStatus(ctx, s.q.pendingStatus, s.q.consumerPendingStatus, false)
@@ -44,13 +44,13 @@ func (s *Store) readStatus(ctx context.Context, names, consumers string, full bo
 	for i := range out {
 		out[i].Consumers = byName[out[i].Topic]
 	}
-	if err := s.addBlockedKeys(ctx, db, out); err != nil {
+	if err := s.addHeldKeys(ctx, db, out); err != nil {
 		return nil, err
 	}
 	if err := s.addRemote(ctx, db, out); err != nil {
 		return nil, err
 	}
-	return s.addReceivers(ctx, db, out)
+	return s.addSeen(ctx, db, out)
 }
 
 func (s *Store) readNames(ctx context.Context, db executor, q string, full bool) ([]recordstore.TopicStatus, error) {

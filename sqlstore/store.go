@@ -172,7 +172,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{mode: cfg.Completion, lease: cfg.Lease, partitionEvery: cfg.PartitionEvery, migrations: migrationFiles}
 	s.q = buildQueries(cfg.Dialect, name, cfg.Completion, cfg.DurableCompletion)
-	s.versioned = versioned{dialect: cfg.Dialect, table: cfg.Table, name: name, kind: cfg.Completion.String(), vq: &s.q.versionQueries}
+	s.versioned = versioned{dialect: cfg.Dialect, table: cfg.Table, name: name, kind: cfg.Completion.String(), identityFrom: identityVersion, vq: &s.q.versionQueries}
 	s.leaseArg = cfg.Dialect.leaseArg(cfg.Lease)
 	co := cfg.Coalescing
 	s.coalescing = co

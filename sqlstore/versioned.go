@@ -25,7 +25,106 @@ type versioned struct {
 	// kind is what the version row's completion column holds for the
 	// table: the completion mode of a record table, "inbox" for an inbox.
 	kind string
-	vq   *versionQueries
+	// identityFrom is the schema version from which the table has an
+	// identity: identityVersion for a record table, 1 for an inbox.
+	identityFrom int
+	vq           *versionQueries
+}
+
+// migrate brings the table to version target of its migrations, ms, as
+// Store.MigrateTo and Inbox.Migrate ask. On a connection of its own that
+// holds the migration lock of the table's schema, in one transaction that
+// takes the in-transaction lock and makes sure the version table exists,
+// it reads the table's version row and refuses a table of another kind or
+// of a newer version, or one that check refuses (nil: none); it then runs
+// the migrations the table lacks, rendered with data, gives the table an
+// identity from version identityFrom on, and writes the row.
+func (v *versioned) migrate(ctx context.Context, db *sqlx.DB, d *Dialect, ms []migration, target int, data templateData, check func(q executor) error) error {
+	return v.withMigrationLock(ctx, db, d, func(conn *sqlx.Conn) error {
+		tx, err := v.beginMigration(ctx, conn, d)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
+		version, kind, err := v.readVersion(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if version > 0 {
+			if err := v.checkVersion("migrate", version, kind, len(ms), true); err != nil {
+				return err
+			}
+			if check != nil {
+				if err := check(tx); err != nil {
+					return err
+				}
+			}
+		}
+		if version >= target && target < len(ms) {
+			return tx.Commit() // at or past the version asked for
+		}
+		if err := v.runMigrations(ctx, tx, d, ms[version:target], data); err != nil {
+			return err
+		}
+		identity, err := v.readIdentity(ctx, tx)
+		if err != nil {
+			return err
+		}
+		hasIdentity := identity != ""
+		if !hasIdentity && target >= v.identityFrom {
+			identity = newIdentity()
+		}
+		if version < target || identity != "" && !hasIdentity {
+			if err := v.writeVersion(ctx, tx, version, target, identity); err != nil {
+				return err
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return v.fail("migrate", err)
+		}
+		return nil
+	})
+}
+
+// verifyVersion checks, through q, that the table has a version row of its
+// kind at version want, the version of this code's migrations.
+func (v *versioned) verifyVersion(ctx context.Context, q executor, want int) error {
+	version, kind, err := v.readVersion(ctx, q)
+	if errors.Is(err, ErrTableMissing) {
+		return &TableError{Table: v.table, Op: "verify", Err: ErrTableMissing}
+	}
+	if err != nil {
+		return err
+	}
+	return v.checkVersion("verify", version, kind, want, false)
+}
+
+// checkVersion compares the table's version row (version 0: none) with
+// want, the version of this code's migrations. A migration takes a missing
+// or older table: it is what the migration is for.
+func (v *versioned) checkVersion(op string, version int, kind string, want int, migrating bool) error {
+	what, migrate := "table", "Store.Migrate"
+	if v.kind == inboxKind {
+		what, migrate = "inbox table", "Inbox.Migrate"
+	}
+	var err error
+	switch {
+	case version == 0 && migrating:
+	case version == 0:
+		err = ErrTableMissing
+	case kind != v.kind && v.kind == inboxKind:
+		err = fmt.Errorf("%w: not an inbox, its row in %s is a record table's (completion %q); give the inbox another name", ErrSchemaVersion, VersionTable, kind)
+	case kind != v.kind:
+		err = fmt.Errorf("%w: table was created for completion %q, store is configured for %q (set Config.Completion to the table's)", ErrSchemaVersion, kind, v.kind)
+	case version > want:
+		err = fmt.Errorf("%w: %s is at version %d, newer than this code's %d; upgrade the code", ErrSchemaVersion, what, version, want)
+	case version < want && !migrating:
+		err = fmt.Errorf("%w: %s is at version %d, this code needs %d; run %s", ErrSchemaVersion, what, version, want, migrate)
+	}
+	if err != nil {
+		return &TableError{Table: v.table, Op: op, Err: err}
+	}
+	return nil
 }
 
 // withMigrationLock runs fn on a connection of its own that holds the
@@ -89,7 +188,7 @@ func (v *versioned) prepareVersionTable(ctx context.Context, tx executor, d *Dia
 		return nil
 	}
 	if _, err := tx.ExecContext(ctx, v.vq.addVersionIdentity); err != nil {
-		if d.alreadyApplied != nil && d.alreadyApplied(err) {
+		if d.alreadyApplied != nil && d.alreadyApplied(v.vq.addVersionIdentity, err) {
 			return nil
 		}
 		return v.fail("add identity to schema version table", err)
@@ -107,7 +206,7 @@ func (v *versioned) runMigrations(ctx context.Context, tx executor, d *Dialect, 
 		}
 		for _, stmt := range statements(b.String()) {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
-				if d.alreadyApplied != nil && d.alreadyApplied(err) {
+				if d.alreadyApplied != nil && d.alreadyApplied(stmt, err) {
 					continue
 				}
 				return v.fail("migration "+m.name, err)

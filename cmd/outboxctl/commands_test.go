@@ -23,7 +23,7 @@ func TestCommands(t *testing.T) {
 
 		r := f.ctl(t, "status")
 		require.Zero(t, r.code, r.stderr)
-		assert.Regexp(t, `^TOPIC\s+PENDING\s+OLDEST PENDING\s+ABANDONED\s+COMPLETED\s+UNCHECKED\s+BLOCKED KEYS\s+LAST SEEN\n`, r.stdout)
+		assert.Regexp(t, `^TOPIC\s+PENDING\s+OLDEST PENDING\s+ABANDONED\s+COMPLETED\s+UNCHECKED\s+HELD KEYS\s+LAST SEEN\n`, r.stdout)
 		assert.Regexp(t, `\norders\s+2\s+\S+\s+1\s+1\s+2\s+0\s+never\n$`, r.stdout, "no receiver of orders was ever seen")
 
 		r = f.ctl(t, "-json", "status")
@@ -33,12 +33,12 @@ func TestCommands(t *testing.T) {
 		assert.Equal(t, "mark", status.Completion)
 		assert.Equal(t, f.store.Table(), status.Table)
 		require.Len(t, status.Topics, 1)
-		assert.Equal(t, topicJSON{Topic: "orders", Pending: 2, OldestPending: status.Topics[0].OldestPending, Abandoned: 1, Completed: 1, Unchecked: 2}, status.Topics[0])
+		assert.Equal(t, recordstore.TopicStatus{Topic: "orders", Pending: 2, OldestPending: status.Topics[0].OldestPending, Abandoned: 1, Completed: 1, Unchecked: 2}, status.Topics[0])
 		assert.Contains(t, r.stdout, `"last_seen_seconds_ago": null`)
 
 		assert.Contains(t, r.stdout, `"topics": [`)
 		assert.NotContains(t, r.stdout, `"name"`)
-		require.NoError(t, f.store.SawReceiver(t.Context(), "orders", "handler"))
+		require.NoError(t, f.store.SawConsumer(t.Context(), "orders", "handler"))
 		r = f.ctl(t, "status")
 		require.Zero(t, r.code, r.stderr)
 		assert.Regexp(t, `\norders\s+2\s+\S+\s+1\s+1\s+0\s+0\s+\S+ ago\n$`, r.stdout, "its receiver was seen")

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/wmoutbox/outbox/outboxops"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -16,15 +16,14 @@ func (c *cli) status(ctx context.Context, s *sqlstore.Store) error {
 		return err
 	}
 	if c.json {
-		topics := make([]topicJSON, len(sts))
-		for i, st := range sts {
-			topics[i] = toTopicJSON(st)
+		if sts == nil {
+			sts = []recordstore.TopicStatus{} // "topics": [], not null
 		}
-		return c.printJSON(statusJSON{Table: s.Table(), Completion: s.Completion().String(), Topics: topics})
+		return c.printJSON(statusJSON{Table: s.Table(), Completion: s.Completion().String(), Topics: sts})
 	}
-	err = c.printTable("TOPIC\tPENDING\tOLDEST PENDING\tABANDONED\tCOMPLETED\tUNCHECKED\tBLOCKED KEYS\tLAST SEEN", func(w io.Writer) {
+	err = c.printTable("TOPIC\tPENDING\tOLDEST PENDING\tABANDONED\tCOMPLETED\tUNCHECKED\tHELD KEYS\tLAST SEEN", func(w io.Writer) {
 		for _, st := range sts {
-			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\n", st.Topic, st.Pending, age(st.OldestPending), st.Abandoned, st.Completed, st.Unchecked, st.BlockedKeys, lastSeen(st.Seen, st.SinceSeen))
+			fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%d\t%d\t%d\t%s\n", st.Topic, st.Pending, age(st.OldestPending), st.Abandoned, st.Completed, st.Unchecked, st.HeldKeys, lastSeen(st.Seen, st.SinceSeen))
 		}
 	})
 	if err != nil || !hasRemote(sts) {
@@ -44,7 +43,7 @@ func (c *cli) status(ctx context.Context, s *sqlstore.Store) error {
 
 // hasRemote reports whether a topic of the status has a remote consumer,
 // which status lists with its deliveries awaiting confirmation.
-func hasRemote(sts []outboxops.TopicStatus) bool {
+func hasRemote(sts []recordstore.TopicStatus) bool {
 	for _, st := range sts {
 		for _, cs := range st.Consumers {
 			if cs.Remote {
@@ -58,7 +57,7 @@ func hasRemote(sts []outboxops.TopicStatus) bool {
 // listBytes bounds what one page of list holds in payloads and metadata.
 const listBytes = 16 << 20
 
-func pageBytes(infos []sqlstore.RecordInfo) int {
+func pageBytes(infos []recordstore.RecordInfo) int {
 	n := 0
 	for i := range infos {
 		n += infos[i].Size()
@@ -69,7 +68,7 @@ func pageBytes(infos []sqlstore.RecordInfo) int {
 func (c *cli) list(ctx context.Context, s *sqlstore.Store) error {
 	// One more tells whether there are more; a page of large payloads
 	// stops at listBytes, and then there may be more too.
-	infos, err := s.Operator().ListBytes(ctx, sqlstore.State(c.state), c.after, c.limit+1, listBytes)
+	infos, err := s.Operator().List(ctx, sqlstore.RecordFilter{State: sqlstore.State(c.state)}, c.after, c.limit+1, listBytes)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/wmoutbox/outbox/outboxops"
+	"github.com/wmoutbox/outbox/recordstore"
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
@@ -50,59 +50,12 @@ type listJSON struct {
 	NextAfter int64        `json:"next_after,omitempty"`
 }
 
-// statusJSON is the status of a table as -json prints it.
+// statusJSON is the status of a table as -json prints it: each topic as
+// the status handler writes it (recordstore.TopicStatus.MarshalJSON).
 type statusJSON struct {
-	Table      string      `json:"table"`
-	Completion string      `json:"completion"`
-	Topics     []topicJSON `json:"topics"`
-}
-
-// topicJSON is the status of a topic; consumers appear for records saved
-// with consumers. Unchecked and LastSeenSecsAgo are as in the status
-// handler's JSON: last_seen_seconds_ago is null when no receiver was ever
-// seen.
-type topicJSON struct {
-	Topic           string         `json:"topic"`
-	Pending         int64          `json:"pending"`
-	OldestPending   float64        `json:"oldest_pending_seconds"`
-	Abandoned       int64          `json:"abandoned"`
-	Completed       int64          `json:"completed"`
-	Unchecked       int64          `json:"unchecked"`
-	LastSeenSecsAgo *float64       `json:"last_seen_seconds_ago"`
-	BlockedKeys     int64          `json:"blocked_keys"`
-	Consumers       []consumerJSON `json:"consumers,omitempty"`
-}
-
-// consumerJSON is a consumer's share of a topic's status; a remote
-// consumer's pending deliveries await its confirmation.
-type consumerJSON struct {
-	Consumer        string   `json:"consumer"`
-	Remote          bool     `json:"remote"`
-	Pending         int64    `json:"pending"`
-	OldestPending   float64  `json:"oldest_pending_seconds"`
-	Abandoned       int64    `json:"abandoned"`
-	Completed       int64    `json:"completed"`
-	Unchecked       int64    `json:"unchecked"`
-	LastSeenSecsAgo *float64 `json:"last_seen_seconds_ago"`
-}
-
-func toTopicJSON(st outboxops.TopicStatus) topicJSON {
-	j := topicJSON{Topic: st.Topic, Pending: st.Pending, OldestPending: st.OldestPending.Seconds(), Abandoned: st.Abandoned, Completed: st.Completed,
-		Unchecked: st.Unchecked, LastSeenSecsAgo: secondsAgo(st.Seen, st.SinceSeen), BlockedKeys: st.BlockedKeys}
-	for _, cs := range st.Consumers {
-		j.Consumers = append(j.Consumers, consumerJSON{Consumer: cs.Consumer, Remote: cs.Remote, Pending: cs.Pending, OldestPending: cs.OldestPending.Seconds(),
-			Abandoned: cs.Abandoned, Completed: cs.Completed, Unchecked: cs.Unchecked, LastSeenSecsAgo: secondsAgo(cs.Seen, cs.SinceSeen)})
-	}
-	return j
-}
-
-// secondsAgo is a last-seen age in seconds, nil when never seen.
-func secondsAgo(seen bool, since time.Duration) *float64 {
-	if !seen {
-		return nil
-	}
-	s := since.Seconds()
-	return &s
+	Table      string                    `json:"table"`
+	Completion string                    `json:"completion"`
+	Topics     []recordstore.TopicStatus `json:"topics"`
 }
 
 // lastSeen is a LAST SEEN column: when a receiver of the topic, or the
@@ -114,7 +67,7 @@ func lastSeen(seen bool, since time.Duration) string {
 	return age(since) + " ago"
 }
 
-func toJSON(r sqlstore.RecordInfo, full bool) recordJSON {
+func toJSON(r recordstore.RecordInfo, full bool) recordJSON {
 	j := recordJSON{ID: r.ID, Topic: r.Topic, UUID: r.UUID, State: string(r.State), Attempts: r.Attempts, LastError: r.LastError,
 		AgeSeconds: r.Age.Seconds(), Resent: r.Resent, Due: r.Due}
 	if !r.Due {
@@ -137,7 +90,7 @@ func toJSON(r sqlstore.RecordInfo, full bool) recordJSON {
 
 // resent is the RESENT column of a record: when it was last sent again
 // after the publish that saved it.
-func resent(r sqlstore.RecordInfo) string {
+func resent(r recordstore.RecordInfo) string {
 	switch {
 	case r.Due:
 		return "due now"
@@ -149,7 +102,7 @@ func resent(r sqlstore.RecordInfo) string {
 }
 
 // lastSent says when, and by what, a record was last sent.
-func lastSent(r sqlstore.RecordInfo) string {
+func lastSent(r recordstore.RecordInfo) string {
 	switch {
 	case r.Due:
 		return "due now (made due by outboxctl due or requeue)"
@@ -163,7 +116,7 @@ func lastSent(r sqlstore.RecordInfo) string {
 // attemptsAndError are a list row's ATTEMPTS and LAST ERROR: the record's
 // own, or for a record with deliveries the most attempts of one of them
 // and the last error of the one that failed most.
-func attemptsAndError(r sqlstore.RecordInfo) (int, string) {
+func attemptsAndError(r recordstore.RecordInfo) (int, string) {
 	attempts, lastError := r.Attempts, r.LastError
 	for _, d := range r.Deliveries {
 		if d.Attempts > attempts || (d.Attempts == attempts && lastError == "") {
@@ -178,7 +131,7 @@ func attemptsAndError(r sqlstore.RecordInfo) (int, string) {
 
 // deliveriesLine summarizes the per-consumer deliveries of a record for a
 // table row: "billing=completed shipping=pending(2)"; "-" when it has none.
-func deliveriesLine(ds []sqlstore.DeliveryInfo) string {
+func deliveriesLine(ds []recordstore.DeliveryInfo) string {
 	if len(ds) == 0 {
 		return "-"
 	}

@@ -39,7 +39,7 @@ func TestTableInSchema(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(r.stdout), &status), r.stdout)
 			assert.Equal(t, f.store.Table(), status.Table)
 			require.Len(t, status.Topics, 1)
-			assert.Equal(t, topicJSON{Topic: "orders", Pending: 2, OldestPending: status.Topics[0].OldestPending, Abandoned: 1, Completed: 1, Unchecked: 2}, status.Topics[0])
+			assert.Equal(t, recordstore.TopicStatus{Topic: "orders", Pending: 2, OldestPending: status.Topics[0].OldestPending, Abandoned: 1, Completed: 1, Unchecked: 2}, status.Topics[0])
 
 			r = f.ctl(t, "show", f.id(1))
 			require.Zero(t, r.code, r.stderr)

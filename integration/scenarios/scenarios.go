@@ -220,19 +220,19 @@ func metadataSurvives(t *testing.T, e *env) {
 		id := e.recordID(m.UUID)
 		assert.Equal(t, fmt.Sprint(id), d.Received.Get(outbox.MetadataID), "%s: record id as delivered", m.UUID)
 		assert.Equal(t, e.topic, d.Received.Get(outbox.MetadataTopic), "%s: tracked topic as delivered", m.UUID)
-		assert.Equal(t, identity, d.Received.Get(outbox.MetadataStore), "%s: table identity as delivered", m.UUID)
+		assert.Equal(t, identity, d.Received.Get(outbox.MetadataTable), "%s: table identity as delivered", m.UUID)
 		assert.True(t, d.Tracked, "%s: handler sees the record", m.UUID)
 		assert.Equal(t, outbox.RecordRef{Topic: e.topic, ID: id, Consumer: "handle_" + e.topic}, d.Record)
 		assert.Equal(t, string(m.Payload), d.Payload)
 		for k, v := range m.Metadata {
-			if k == outbox.MetadataID || k == outbox.MetadataTopic || k == outbox.MetadataStore {
+			if k == outbox.MetadataID || k == outbox.MetadataTopic || k == outbox.MetadataTable {
 				continue
 			}
 			assert.Equal(t, v, d.Seen.Get(k), "%s: metadata %q", m.UUID, k)
 		}
 		assert.NotContains(t, d.Seen, outbox.MetadataID, "the handler does not see the outbox keys")
 		assert.NotContains(t, d.Seen, outbox.MetadataTopic)
-		assert.NotContains(t, d.Seen, outbox.MetadataStore)
+		assert.NotContains(t, d.Seen, outbox.MetadataTable)
 	}
 	e.requireTable(completedAll(replayed.UUID, live.UUID))
 }
@@ -252,7 +252,7 @@ func untrackedPassThrough(t *testing.T, e *env) {
 		assert.False(t, d.Tracked, "no record for an untracked message")
 		assert.NotContains(t, d.Received, outbox.MetadataID)
 		assert.NotContains(t, d.Received, outbox.MetadataTopic)
-		assert.NotContains(t, d.Received, outbox.MetadataStore)
+		assert.NotContains(t, d.Received, outbox.MetadataTable)
 		assert.Equal(t, msgs[i].Metadata.Get("trace_id"), d.Seen.Get("trace_id"))
 		assert.Equal(t, string(msgs[i].Payload), d.Payload)
 		assert.NotContains(t, msgs[i].Metadata, outbox.MetadataID, "the publisher leaves untracked messages as they are")

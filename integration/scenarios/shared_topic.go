@@ -175,10 +175,10 @@ func assertTrackedOnlyOwn(t *testing.T, topic string, services []*sharingService
 			if own[u] {
 				assert.True(t, d.Tracked, "%s handles its own %s tracked", s.name, u)
 				assert.Equal(t, outbox.RecordRef{Topic: topic, ID: d.Record.ID, Consumer: s.name}, d.Record)
-				assert.Equal(t, ownID, d.Received.Get(outbox.MetadataStore))
+				assert.Equal(t, ownID, d.Received.Get(outbox.MetadataTable))
 			} else {
 				assert.False(t, d.Tracked, "%s handles the other's %s untracked", s.name, u)
-				assert.NotEqual(t, ownID, d.Received.Get(outbox.MetadataStore))
+				assert.NotEqual(t, ownID, d.Received.Get(outbox.MetadataTable))
 				assert.NotEmpty(t, d.Received.Get(outbox.MetadataID), "the other's message carries its record id")
 			}
 		}

@@ -175,7 +175,7 @@ func (d *database) newPartitionedStore(ctx context.Context, co sqlstore.Coalesci
 func (d *database) drop(ctx context.Context, s *sqlstore.Store) {
 	_, _ = d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+s.Table())
 	_, _ = d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+s.Table()+"_consumers")
-	_, _ = d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+s.Table()+"_receivers")
+	_, _ = d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+s.Table()+"_seen")
 	_, _ = d.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+s.Table()+"_declared")
 	_, _ = d.db.ExecContext(ctx, d.db.Rebind("DELETE FROM "+sqlstore.VersionTable+" WHERE table_name = ?"), s.Table())
 }

@@ -74,7 +74,7 @@ func prepareRecords(t *testing.T, db *sqlx.DB, d *sqlstore.Dialect, table string
 	}
 	t.Cleanup(func() {
 		_, _ = db.Exec("DROP TABLE IF EXISTS " + table + "_consumers")
-		_, _ = db.Exec("DROP TABLE IF EXISTS " + table + "_receivers")
+		_, _ = db.Exec("DROP TABLE IF EXISTS " + table + "_seen")
 		_, _ = db.Exec("DROP TABLE IF EXISTS " + table + "_declared")
 		_, _ = db.Exec("DROP TABLE IF EXISTS " + table)
 		_, _ = db.Exec(db.Rebind("DELETE FROM "+sqlstore.VersionTable+" WHERE table_name = ?"), table)

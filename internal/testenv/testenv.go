@@ -192,14 +192,16 @@ func NewStore(tb testing.TB, b Backend, db *sqlx.DB, mode sqlstore.Completion) *
 	return s
 }
 
-// DropTable removes a test table, its consumers table and its schema
-// version row. A schema-qualified table's row is in its schema's version
-// table, keyed by the name without the schema.
+// DropTable removes a test table, the other tables of its store (the seen
+// table also by its name before migration 10, for a table left at an older
+// version) and its schema version row. A schema-qualified table's row is
+// in its schema's version table, keyed by the name without the schema.
 func DropTable(tb testing.TB, db *sqlx.DB, d *sqlstore.Dialect, table string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table) // table names here are generated identifiers
 	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table+"_consumers")
+	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table+"_seen")
 	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table+"_receivers")
 	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+table+"_declared")
 	versions, key := VersionRow(table)

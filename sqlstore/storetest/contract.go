@@ -169,7 +169,7 @@ func RunContract(t *testing.T, c Contract) {
 	t.Run("DeclaredConsumers", s.testDeclaredConsumers)
 	t.Run("Retire", s.testRetire)
 	t.Run("Declarations", s.testDeclarations)
-	t.Run("Receivers", s.testReceivers)
+	t.Run("ConsumersSeen", s.testConsumersSeen)
 	t.Run("Order", s.testOrder)
 }
 

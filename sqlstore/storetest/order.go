@@ -109,7 +109,7 @@ func (s *contract) testOrder(t *testing.T) {
 			assert.False(t, errors.Is(err, recordstore.ErrHeld))
 		})
 	})
-	t.Run("BlockedKeysAreReported", s.testBlockedKeys)
+	t.Run("HeldKeysAreReported", s.testHeldKeys)
 	t.Run("StaleClaimTakesOnlyTheHeadOfAKey", func(t *testing.T) {
 		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
@@ -218,7 +218,7 @@ func (s *contract) testOrder(t *testing.T) {
 	})
 }
 
-func (s *contract) testBlockedKeys(t *testing.T) {
+func (s *contract) testHeldKeys(t *testing.T) {
 	s.forEachMode(t, func(t *testing.T, mode Completion) {
 		store := s.store(t, mode)
 		fr := need[recordstore.FailureRecorder](t, store)
@@ -234,7 +234,7 @@ func (s *contract) testBlockedKeys(t *testing.T) {
 			sts, err := read(ctx(t))
 			require.NoError(t, err)
 			require.Len(t, sts, 1)
-			assert.Equal(t, int64(1), sts[0].BlockedKeys, "key a: its abandoned record holds a pending one; b's is complete, c has none after it")
+			assert.Equal(t, int64(1), sts[0].HeldKeys, "key a: its abandoned record holds a pending one; b's is complete, c has none after it")
 		}
 	})
 }

@@ -19,9 +19,9 @@
 //
 // [Run] is the suite of the sqlstore stores: the contract, and what only a
 // SQL store has (migrations, table names, schema versions, the upgrade from
-// an older schema, the admin queries, InsertTx and CompleteTx, the database
-// clock). It runs against a real database; sqlstore runs it for PostgreSQL,
-// MySQL/MariaDB and SQLite:
+// an older schema, the operator's queries, InsertTx and CompleteTx, the
+// database clock). It runs against a real database; sqlstore runs it for
+// PostgreSQL, MySQL/MariaDB and SQLite:
 //
 //	func TestStoreContract(t *testing.T) {
 //		storetest.Run(t, storetest.Features{Now: ..., ProcessedAt: ...},
@@ -86,8 +86,8 @@ type NewStore func(t *testing.T, cfg sqlstore.Config) *sqlstore.Store
 // the store contract ([RunContract]) on sqlstore's stores, under
 // "Contract", and what only a SQL store has (migrations, table names,
 // schema versions, the identity kept in the version table, the upgrade
-// from schema version 3, the admin queries, InsertTx and CompleteTx, the
-// database clock).
+// from schema version 3, the operator's queries, InsertTx and CompleteTx,
+// the database clock).
 func Run(t *testing.T, f Features, newStore NewStore) {
 	require.NoError(t, f.Validate())
 	in := sqlInspector{f: f}
@@ -103,7 +103,7 @@ func Run(t *testing.T, f Features, newStore NewStore) {
 	t.Run("CompleteTxOfAnotherMessage", s.testCompleteTxOfAnotherMessage)
 	t.Run("Attempts", s.testAttempts)
 	t.Run("ClaimStale", s.testClaimStale)
-	t.Run("Admin", s.testAdmin)
+	t.Run("Operator", s.testOperator)
 	t.Run("Identity", s.testIdentity)
 	t.Run("UpgradeFromVersion3", s.testUpgrade)
 	t.Run("Consumers", s.testConsumers)

@@ -11,11 +11,11 @@ import (
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-// TestBrowsePagesThroughTheIndexes: on PostgreSQL, with a table of many
+// TestListByTopicPagesThroughTheIndexes: on PostgreSQL, with a table of many
 // completed records, the dashboard's pages of a topic's pending or
 // abandoned records, and of a consumer's pending deliveries, read through
 // the partial indexes, never a scan of the table.
-func TestBrowsePagesThroughTheIndexes(t *testing.T) {
+func TestListByTopicPagesThroughTheIndexes(t *testing.T) {
 	t.Parallel()
 	db := testenv.Postgres(t)
 	ctx := testCtx(t)
@@ -28,7 +28,7 @@ FROM generate_series(1, 50000) AS i`)
 	require.NoError(t, err)
 	_, err = db.ExecContext(ctx, "ANALYZE "+s.Table()+"; ANALYZE "+s.Table()+"_consumers")
 	require.NoError(t, err)
-	pending, abandoned, consumer := sqlstore.BrowseStatements(s)
+	pending, abandoned, consumer := sqlstore.TopicListStatements(s)
 	for _, c := range []struct {
 		name, query, index string
 		args               []any

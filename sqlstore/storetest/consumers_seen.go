@@ -14,7 +14,7 @@ import (
 // for a receiver never seen: n, or 0 on a store that remembers no
 // receivers.
 func unchecked(store recordstore.Store, n int64) int64 {
-	if _, ok := store.(recordstore.ReceiverRecorder); ok {
+	if _, ok := store.(recordstore.ConsumerRecorder); ok {
 		return n
 	}
 	return 0
@@ -39,29 +39,29 @@ func pendingStatus(t *testing.T, sr recordstore.StatusReader) map[string]records
 	return out
 }
 
-// receiverStore is a fresh store in the mode as a ReceiverRecorder and a
+// seenStore is a fresh store in the mode as a ConsumerRecorder and a
 // StatusReader, skipping the test when it is not both.
-func (s *contract) receiverStore(t *testing.T, mode Completion) (recordstore.Store, recordstore.ReceiverRecorder, recordstore.StatusReader) {
+func (s *contract) seenStore(t *testing.T, mode Completion) (recordstore.Store, recordstore.ConsumerRecorder, recordstore.StatusReader) {
 	t.Helper()
 	store := s.store(t, mode)
-	return store, need[recordstore.ReceiverRecorder](t, store), need[recordstore.StatusReader](t, store)
+	return store, need[recordstore.ConsumerRecorder](t, store), need[recordstore.StatusReader](t, store)
 }
 
-// testReceivers: the receivers a store has seen, and the pending records
-// that wait for one never seen ([recordstore.ReceiverRecorder]).
-func (s *contract) testReceivers(t *testing.T) {
-	t.Run("OneReceiverNeverSeen", func(t *testing.T) {
+// testConsumersSeen: the consumers a store has seen, and the pending
+// records that wait for one never seen ([recordstore.ConsumerRecorder]).
+func (s *contract) testConsumersSeen(t *testing.T) {
+	t.Run("OneConsumerNeverSeen", func(t *testing.T) {
 		t.Parallel()
 		s.forEachMode(t, func(t *testing.T, mode Completion) {
-			store, rr, sr := s.receiverStore(t, mode)
+			store, cr, sr := s.seenStore(t, mode)
 			insert(t, store, records("orders", 2))
 			orders := pendingStatus(t, sr)["orders"]
 			assert.Equal(t, int64(2), orders.Unchecked, "no receiver of the topic was ever seen: every pending record is unchecked")
 			assert.False(t, orders.Seen)
 			assert.Zero(t, orders.SinceSeen)
 
-			require.NoError(t, rr.SawReceiver(ctx(t), "orders", consumer))
-			require.NoError(t, rr.SawReceiver(ctx(t), "orders", consumer), "seeing a receiver again updates it")
+			require.NoError(t, cr.SawConsumer(ctx(t), "orders", consumer))
+			require.NoError(t, cr.SawConsumer(ctx(t), "orders", consumer), "seeing a consumer again updates it")
 			orders = pendingStatus(t, sr)["orders"]
 			assert.Equal(t, int64(2), orders.Pending)
 			assert.Zero(t, orders.Unchecked, "its receiver was seen")
@@ -70,12 +70,12 @@ func (s *contract) testReceivers(t *testing.T) {
 			assert.Nil(t, orders.Consumers)
 		})
 	})
-	t.Run("ReceiversArePerTopic", func(t *testing.T) {
+	t.Run("ConsumersSeenArePerTopic", func(t *testing.T) {
 		t.Parallel()
 		s.forEachMode(t, func(t *testing.T, mode Completion) {
-			store, rr, sr := s.receiverStore(t, mode)
+			store, cr, sr := s.seenStore(t, mode)
 			insert(t, store, records("orders", 1))
-			require.NoError(t, rr.SawReceiver(ctx(t), "refunds", consumer))
+			require.NoError(t, cr.SawConsumer(ctx(t), "refunds", consumer))
 			got := pendingStatus(t, sr)
 			assert.Equal(t, int64(1), got["orders"].Unchecked, "a receiver of another topic checks none of these")
 			refunds, ok := got["refunds"]
@@ -86,9 +86,9 @@ func (s *contract) testReceivers(t *testing.T) {
 	t.Run("DeclaredConsumerNeverSeen", func(t *testing.T) {
 		t.Parallel()
 		s.forEachMode(t, func(t *testing.T, mode Completion) {
-			store, rr, sr := s.receiverStore(t, mode)
+			store, cr, sr := s.seenStore(t, mode)
 			recs := insert(t, store, withConsumers(3, twoConsumers...))
-			require.NoError(t, rr.SawReceiver(ctx(t), "orders", "billing"))
+			require.NoError(t, cr.SawConsumer(ctx(t), "orders", "billing"))
 			require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[0].ID, "billing")))
 			require.NoError(t, store.Complete(ctx(t), consumerDlv(recs[1].ID, "billing")))
 
@@ -104,7 +104,7 @@ func (s *contract) testReceivers(t *testing.T) {
 			assert.Equal(t, int64(3), shipping.Unchecked, "a consumer never seen: its pending deliveries")
 			assert.False(t, shipping.Seen)
 
-			require.NoError(t, rr.SawReceiver(ctx(t), "orders", "shipping"))
+			require.NoError(t, cr.SawConsumer(ctx(t), "orders", "shipping"))
 			orders = pendingStatus(t, sr)["orders"]
 			assert.Zero(t, orders.Unchecked)
 			assert.Zero(t, orders.Consumers[1].Unchecked)
@@ -114,9 +114,9 @@ func (s *contract) testReceivers(t *testing.T) {
 	t.Run("TwoConsumersNeverSeen", func(t *testing.T) {
 		t.Parallel()
 		s.forEachMode(t, func(t *testing.T, mode Completion) {
-			store, rr, sr := s.receiverStore(t, mode)
+			store, cr, sr := s.seenStore(t, mode)
 			recs := insert(t, store, withConsumers(3, "audit", "billing", "shipping"))
-			require.NoError(t, rr.SawReceiver(ctx(t), "orders", "audit"))
+			require.NoError(t, cr.SawConsumer(ctx(t), "orders", "audit"))
 			for _, r := range recs {
 				require.NoError(t, store.Complete(ctx(t), consumerDlv(r.ID, "audit")))
 			}

@@ -11,31 +11,31 @@ import (
 	"github.com/wmoutbox/outbox/recordstore"
 )
 
-var _ recordstore.ReceiverRecorder = (*Store)(nil)
+var _ recordstore.ConsumerRecorder = (*Store)(nil)
 
-// buildReceivers builds the statements of the receivers table
-// (<table>_receivers): one row per topic and consumer seen, with when it
-// was first and last seen by the database clock.
-func (q *queries) buildReceivers(f fragments) {
-	q.sawReceiver = fmt.Sprintf("INSERT INTO %s (topic, consumer, first_seen_at, last_seen_at) VALUES (%s, %s, %s, %s)%s",
-		f.tr, f.p(1), f.p(2), f.clock, f.clock, f.d.upsert("topic, consumer", "last_seen_at = "+f.clock))
-	q.receivers = fmt.Sprintf("SELECT topic, consumer, %s FROM %s", f.d.ageMicros("last_seen_at"), f.tr)
+// buildSeen builds the statements of the seen table (<table>_seen): one
+// row per topic and consumer seen, with when it was first and last seen by
+// the database clock.
+func (q *queries) buildSeen(f fragments) {
+	q.sawConsumer = fmt.Sprintf("INSERT INTO %s (topic, consumer, first_seen_at, last_seen_at) VALUES (%s, %s, %s, %s)%s",
+		f.ts, f.p(1), f.p(2), f.clock, f.clock, f.d.upsert("topic, consumer", "last_seen_at = "+f.clock))
+	q.consumersSeen = fmt.Sprintf("SELECT topic, consumer, %s FROM %s", f.d.ageMicros("last_seen_at"), f.ts)
 	// The records of one topic that wait for more than one consumer never
 	// seen; the status counts every other case from what it read already.
 	q.unchecked = fmt.Sprintf(`SELECT COUNT(DISTINCT c.record_id) FROM %s c JOIN %s r ON r.id = c.record_id
 WHERE r.topic = %s AND %s AND NOT EXISTS (SELECT 1 FROM %s v WHERE v.topic = r.topic AND v.consumer = c.consumer)`,
-		f.tc, f.t, f.p(1), cPending, f.tr)
+		f.tc, f.t, f.p(1), cPending, f.ts)
 }
 
-// SawReceiver implements [recordstore.ReceiverRecorder] with one upsert of
-// the receivers table.
-func (s *Store) SawReceiver(ctx context.Context, topic, consumer string) error {
+// SawConsumer implements [recordstore.ConsumerRecorder] with one upsert of
+// the seen table.
+func (s *Store) SawConsumer(ctx context.Context, topic, consumer string) error {
 	db, err := s.pool()
 	if err != nil {
 		return err
 	}
-	if _, err := db.ExecContext(ctx, s.q.sawReceiver, topic, consumer); err != nil {
-		return s.fail("record receiver", err)
+	if _, err := db.ExecContext(ctx, s.q.sawConsumer, topic, consumer); err != nil {
+		return s.fail("record consumer seen", err)
 	}
 	return nil
 }
@@ -43,10 +43,10 @@ func (s *Store) SawReceiver(ctx context.Context, topic, consumer string) error {
 // seen is when each consumer of each topic was last seen, as an age.
 type seen map[string]map[string]time.Duration
 
-// readReceivers reads the receivers table, which holds a row per topic and
-// consumer ever seen: a few rows.
-func (s *Store) readReceivers(ctx context.Context, db executor) (seen, error) {
-	rows, err := db.QueryContext(ctx, s.q.receivers)
+// readSeen reads the seen table, which holds a row per topic and consumer
+// ever seen: a few rows.
+func (s *Store) readSeen(ctx context.Context, db executor) (seen, error) {
+	rows, err := db.QueryContext(ctx, s.q.consumersSeen)
 	if err != nil {
 		return nil, s.fail("status", err)
 	}
@@ -69,12 +69,12 @@ func (s *Store) readReceivers(ctx context.Context, db executor) (seen, error) {
 	return out, nil
 }
 
-// addReceivers fills the receiver fields of the status (see
+// addSeen fills the seen fields of the status (see
 // [recordstore.TopicStatus.Unchecked]) and adds the topics seen that have
 // no records in it. Only a topic with more than one consumer never seen
 // that has pending deliveries needs a query, to count its records once.
-func (s *Store) addReceivers(ctx context.Context, db executor, out []recordstore.TopicStatus) ([]recordstore.TopicStatus, error) {
-	byTopic, err := s.readReceivers(ctx, db)
+func (s *Store) addSeen(ctx context.Context, db executor, out []recordstore.TopicStatus) ([]recordstore.TopicStatus, error) {
+	byTopic, err := s.readSeen(ctx, db)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func (s *Store) addReceivers(ctx context.Context, db executor, out []recordstore
 	return out, nil
 }
 
-// applySeen fills the receiver fields of a topic's status from when its
+// applySeen fills the seen fields of a topic's status from when its
 // consumers were last seen. It reports whether st.Unchecked is left for the
 // caller to count: when the topic was seen and more than one of its
 // consumers with pending deliveries was not, since their records may
@@ -134,15 +134,15 @@ func applySeen(st *recordstore.TopicStatus, consumers map[string]time.Duration) 
 	return st.Seen && unseen > 1
 }
 
-// ReceiversSeen reads how long ago each consumer of each topic was last
-// seen ([recordstore.ReceiverRecorder]), by topic then consumer, from the
-// receivers table: a row per pair ever seen. The status tells it only of
+// ConsumersSeen reads how long ago each consumer of each topic was last
+// seen ([recordstore.ConsumerRecorder]), by topic then consumer, from the
+// seen table: a row per pair ever seen. The status tells it only of
 // the consumers with pending deliveries; the dashboard also shows the
 // consumers that have only abandoned ones.
-func (o *Operator) ReceiversSeen(ctx context.Context) (map[string]map[string]time.Duration, error) {
+func (o *Operator) ConsumersSeen(ctx context.Context) (map[string]map[string]time.Duration, error) {
 	db, err := o.s.pool()
 	if err != nil {
 		return nil, err
 	}
-	return o.s.readReceivers(ctx, db)
+	return o.s.readSeen(ctx, db)
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-func (s *suite) testAdmin(t *testing.T) {
+func (s *suite) testOperator(t *testing.T) {
 	t.Run("ListGetAndMakeDue", func(t *testing.T) {
 		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
 			store := s.store(t, mode)
@@ -20,7 +20,7 @@ func (s *suite) testAdmin(t *testing.T) {
 			_, _, err := store.RecordFailure(ctx(t), dlv(recs[1].ID), "poison", 1, nil)
 			require.NoError(t, err)
 
-			pending, err := store.Operator().List(ctx(t), sqlstore.Pending, 0, 10)
+			pending, err := store.Operator().List(ctx(t), sqlstore.RecordFilter{}, 0, 10, 0)
 			require.NoError(t, err)
 			require.Len(t, pending, 2)
 			assert.Equal(t, recs[2].ID, pending[0].ID)
@@ -29,11 +29,11 @@ func (s *suite) testAdmin(t *testing.T) {
 			assert.False(t, pending[0].Resent, "only the publish that saved it sent it")
 			assert.False(t, pending[0].Due)
 			assert.Equal(t, pending[0].Age, pending[0].SinceSent)
-			page, err := store.Operator().List(ctx(t), sqlstore.Pending, recs[2].ID, 10)
+			page, err := store.Operator().List(ctx(t), sqlstore.RecordFilter{}, recs[2].ID, 10, 0)
 			require.NoError(t, err)
 			assert.Equal(t, []int64{recs[3].ID}, claimedIDs(infosRecords(page)), "pages by id")
 
-			abandoned, err := store.Operator().List(ctx(t), sqlstore.Abandoned, 0, 10)
+			abandoned, err := store.Operator().List(ctx(t), sqlstore.RecordFilter{State: sqlstore.Abandoned}, 0, 10, 0)
 			require.NoError(t, err)
 			require.Len(t, abandoned, 1)
 			assert.Equal(t, "poison", abandoned[0].LastError)
@@ -46,7 +46,7 @@ func (s *suite) testAdmin(t *testing.T) {
 			assert.Equal(t, recs[1].Metadata, got.Metadata)
 			_, err = store.Operator().Get(ctx(t), neverID)
 			assert.ErrorIs(t, err, sqlstore.ErrRecordNotFound)
-			_, err = store.Operator().List(ctx(t), "stuck", 0, 10)
+			_, err = store.Operator().List(ctx(t), sqlstore.RecordFilter{State: "stuck"}, 0, 10, 0)
 			assert.ErrorIs(t, err, sqlstore.ErrInvalidConfig)
 
 			ids, err := store.Operator().MakeDue(ctx(t), 0, 10, true)
@@ -93,20 +93,59 @@ func (s *suite) testAdmin(t *testing.T) {
 			}
 			require.NoError(t, store.Complete(ctx(t), shipping))
 
-			abandonedRecs, err := store.Operator().List(ctx(t), sqlstore.Abandoned, 0, 10)
+			abandonedRecs, err := store.Operator().List(ctx(t), sqlstore.RecordFilter{State: sqlstore.Abandoned}, 0, 10, 0)
 			require.NoError(t, err)
 			require.Len(t, abandonedRecs, 1)
 			info := abandonedRecs[0]
 			assert.Equal(t, id, info.ID)
-			assert.Equal(t, []sqlstore.DeliveryInfo{
+			assert.Equal(t, []recordstore.DeliveryInfo{
 				{Consumer: "billing", State: sqlstore.Abandoned, Attempts: 2, LastError: "last boom"},
 				{Consumer: "shipping", State: sqlstore.Completed, Attempts: 1, LastError: "other boom"},
-			}, info.Deliveries, "the admin view shows each delivery")
+			}, info.Deliveries, "the operator sees each delivery")
+		})
+	})
+	t.Run("ListByTopicAndConsumer", func(t *testing.T) {
+		forEachMode(t, func(t *testing.T, mode sqlstore.Completion) {
+			store := s.store(t, mode)
+			refund := insert(t, store, records("refunds", 1))[0].ID
+			recs := insert(t, store, withConsumers(3, twoConsumers...))
+			a, b, c := recs[0].ID, recs[1].ID, recs[2].ID
+			abandon := func(id int64) {
+				_, abandoned, err := store.RecordFailure(ctx(t), consumerDlv(id, "billing"), "boom", 1, nil)
+				require.NoError(t, err)
+				require.True(t, abandoned)
+			}
+			abandon(a) // pending for shipping
+			require.NoError(t, store.Complete(ctx(t), consumerDlv(b, "billing")))
+			abandon(c)
+			require.NoError(t, store.Complete(ctx(t), consumerDlv(c, "shipping"))) // abandoned
+
+			list := func(f sqlstore.RecordFilter, after int64, limit, maxBytes int) []int64 {
+				t.Helper()
+				infos, err := store.Operator().List(ctx(t), f, after, limit, maxBytes)
+				require.NoError(t, err)
+				return claimedIDs(infosRecords(infos))
+			}
+			assert.Equal(t, []int64{refund, a, b}, list(sqlstore.RecordFilter{}, 0, 10, 0), "every topic")
+			assert.Equal(t, []int64{a, b}, list(sqlstore.RecordFilter{Topic: "orders"}, 0, 10, 0))
+			assert.Equal(t, []int64{c}, list(sqlstore.RecordFilter{Topic: "orders", State: sqlstore.Abandoned}, 0, 10, 0))
+			assert.Empty(t, list(sqlstore.RecordFilter{Topic: "orders", Consumer: "billing"}, 0, 10, 0), "billing has nothing pending")
+			assert.Equal(t, []int64{a, b}, list(sqlstore.RecordFilter{Topic: "orders", Consumer: "shipping"}, 0, 10, 0))
+			billing := sqlstore.RecordFilter{Topic: "orders", Consumer: "billing", State: sqlstore.Abandoned}
+			assert.Equal(t, []int64{a, c}, list(billing, 0, 10, 0), "a pending record and an abandoned one")
+			assert.Equal(t, []int64{a}, list(billing, 0, 1, 0), "the limit")
+			assert.Equal(t, []int64{a}, list(billing, 0, 10, 1), "the byte budget")
+			assert.Equal(t, []int64{c}, list(billing, a, 10, 0), "pages by id")
+
+			for _, f := range []sqlstore.RecordFilter{{Topic: "orders", State: sqlstore.Completed}, {Consumer: "billing"}} {
+				_, err := store.Operator().List(ctx(t), f, 0, 10, 0)
+				assert.ErrorIs(t, err, sqlstore.ErrInvalidConfig, "%+v", f)
+			}
 		})
 	})
 }
 
-func infosRecords(infos []sqlstore.RecordInfo) []recordstore.Record {
+func infosRecords(infos []recordstore.RecordInfo) []recordstore.Record {
 	out := make([]recordstore.Record, len(infos))
 	for i, r := range infos {
 		out[i] = r.Record

@@ -1,0 +1,1 @@
+RENAME TABLE {{.ReceiversTable}} TO {{.SeenTable}};

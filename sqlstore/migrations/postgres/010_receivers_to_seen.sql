@@ -1,0 +1,2 @@
+ALTER TABLE {{.ReceiversTable}} RENAME TO {{.SeenName}};
+ALTER TABLE {{.SeenTable}} RENAME CONSTRAINT {{.ReceiversIndex "pkey"}} TO {{.SeenIndex "pkey"}};

@@ -1,0 +1,1 @@
+ALTER TABLE {{.ReceiversTable}} RENAME TO {{.SeenName}};
