@@ -126,6 +126,41 @@ func (s *resender) send(ctx context.Context, t *tracked, identity string, recs [
 	return nil
 }
 
+// sendClaimed walks t's records by id, claiming a page at a time with claim
+// (each bounded by timeout) from a cursor, so that each record is claimed
+// once per walk whatever its age, and sends each page's records (those that
+// keep returns, when set) with their table identity; it stops at a claim
+// that says no more follow, and returns how many it sent. A failed claim is
+// a [*ResendError] claiming what.
+func (s *resender) sendClaimed(ctx context.Context, t *tracked, identity string, timeout time.Duration, what string,
+	claim func(ctx context.Context, after int64) ([]recordstore.Record, bool, error), keep func([]recordstore.Record) []recordstore.Record) (int, error) {
+	var after int64
+	sent := 0
+	for {
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		recs, more, err := claim(cctx, after)
+		cancel()
+		if err != nil {
+			return sent, &ResendError{Topic: t.topic, Err: fmt.Errorf("claiming %s: %w", what, err)}
+		}
+		if len(recs) > 0 {
+			after = recs[len(recs)-1].ID
+			if keep != nil {
+				recs = keep(recs)
+			}
+			if len(recs) > 0 {
+				if err := s.send(ctx, t, identity, recs); err != nil {
+					return sent, err
+				}
+				sent += len(recs)
+			}
+		}
+		if !more {
+			return sent, nil
+		}
+	}
+}
+
 // sendCopies publishes messages that carry their records' outbox keys
 // already, traced and counted as resent.
 func (s *resender) sendCopies(t *tracked, msgs ...*message.Message) error {

@@ -170,36 +170,15 @@ func (r *StaleResubmitter) resubmitTopic(ctx context.Context, t *tracked, claime
 	// than the round, its first claims would be stale again before its
 	// last, and a round without a cursor would go on for ever on records
 	// that are not being completed.
-	var after int64
-	sent := 0
 	reads := pages.New(r.cfg.BatchSize, r.cfg.MaxBatchBytes)
-	for {
-		sctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-		var recs []recordstore.Record
-		var more bool
+	claim := func(ctx context.Context, after int64) ([]recordstore.Record, bool, error) {
 		if spaced != nil {
-			recs, more, err = reads.Spaced(sctx, spaced, t.topic, after, r.cfg.ConfirmWithin, r.cfg.OlderThan)
-		} else {
-			recs, more, err = reads.Stale(sctx, claimer, t.topic, after, r.cfg.OlderThan)
+			return reads.Spaced(ctx, spaced, t.topic, after, r.cfg.ConfirmWithin, r.cfg.OlderThan)
 		}
-		cancel()
-		if err != nil {
-			return sent, &ResendError{Topic: t.topic, Err: fmt.Errorf("claiming stale records: %w", err)}
-		}
-		if len(recs) == 0 {
-			return sent, nil
-		}
-		after = recs[len(recs)-1].ID
-		if recs = dueNow(recs, time.Now()); len(recs) > 0 {
-			if err := r.out.send(ctx, t, id, recs); err != nil {
-				return sent, err
-			}
-			sent += len(recs)
-		}
-		if !more {
-			return sent, nil
-		}
+		return reads.Stale(ctx, claimer, t.topic, after, r.cfg.OlderThan)
 	}
+	due := func(recs []recordstore.Record) []recordstore.Record { return dueNow(recs, time.Now()) }
+	return r.out.sendClaimed(ctx, t, id, r.cfg.StatementTimeout, "stale records", claim, due)
 }
 
 // unconfirmed warns, at most once per ConfirmWithin and topic, that records

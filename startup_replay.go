@@ -514,27 +514,11 @@ func (r *replayer) countSubscription(topic string) {
 // sent, so another instance replaying at the same moment claims other
 // records, and no start claims them again before ClaimGrace has passed.
 func (r *replayer) replayClaimed(ctx context.Context, t *tracked, claimer recordstore.StaleClaimer, identity string) (int, error) {
-	sent := 0
-	var after int64 // the cursor: each record is claimed once, whatever ClaimGrace
 	reads := pages.New(r.cfg.PageSize, r.cfg.MaxPageBytes)
-	for {
-		cctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
-		recs, more, err := reads.Replay(cctx, claimer, t.topic, after, r.cfg.ClaimGrace)
-		cancel()
-		if err != nil {
-			return sent, &ResendError{Topic: t.topic, Err: fmt.Errorf("claiming pending records: %w", err)}
-		}
-		if len(recs) > 0 {
-			after = recs[len(recs)-1].ID
-			if err := r.out.send(ctx, t, identity, recs); err != nil {
-				return sent, err
-			}
-			sent += len(recs)
-		}
-		if !more {
-			return sent, nil
-		}
+	claim := func(ctx context.Context, after int64) ([]recordstore.Record, bool, error) {
+		return reads.Replay(ctx, claimer, t.topic, after, r.cfg.ClaimGrace)
 	}
+	return r.out.sendClaimed(ctx, t, identity, r.cfg.StatementTimeout, "pending records", claim, nil)
 }
 
 // reportUncompleted logs, at start, each tracked topic whose records
