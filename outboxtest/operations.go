@@ -125,6 +125,35 @@ func (s *Store) ClaimKey(ctx context.Context, topic, key string, afterID int64, 
 	return s.claim(ctx, topic, &key, afterID, olderThan, 1, 0, false)
 }
 
+// PredecessorMessages implements [recordstore.KeyPredecessorMessages].
+func (s *Store) PredecessorMessages(ctx context.Context, topic string, ids []int64, skipAbandoned bool) (map[int64]recordstore.Predecessor, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[int64]recordstore.Predecessor, len(ids))
+	for _, id := range ids {
+		r := s.byID[id]
+		if r == nil || r.rec.Topic != topic || r.orderKey == "" || !r.completed.IsZero() {
+			continue
+		}
+		var p recordstore.Predecessor
+		for _, eid := range s.order {
+			if eid >= id {
+				break
+			}
+			e := s.byID[eid]
+			if e.rec.Topic != topic || e.orderKey != r.orderKey || !e.completed.IsZero() || (skipAbandoned && !e.abandoned.IsZero()) {
+				continue
+			}
+			p = recordstore.Predecessor{ID: e.rec.ID, UUID: e.rec.UUID}
+		}
+		out[id] = p
+	}
+	return out, nil
+}
+
 // ClaimReplay implements [recordstore.ReplayClaimer].
 func (s *Store) ClaimReplay(ctx context.Context, topic string, afterID int64, grace time.Duration, limit, maxBytes int) ([]recordstore.Record, error) {
 	return s.claim(ctx, topic, nil, afterID, grace, limit, maxBytes, true)

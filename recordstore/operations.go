@@ -98,6 +98,27 @@ type KeyPredecessors interface {
 	Predecessors(ctx context.Context, topic string, ids []int64) (map[int64]int64, error)
 }
 
+// KeyPredecessorMessages is implemented by a [KeyPredecessors] that can
+// also name the message of each earlier record: the outbox stamps it into
+// the messages of a topic with an order key and receivers in other
+// services (outbox.MetadataAfter), whose inboxes then hold a message until
+// the one it names is handled.
+type KeyPredecessorMessages interface {
+	// PredecessorMessages is [KeyPredecessors.Predecessors] with the UUID
+	// of each earlier record; a record with none maps to a zero
+	// [Predecessor]. With skipAbandoned, a record abandoned for every
+	// consumer (no delivery of it pending) is passed over, as it holds no
+	// consumer's key (outbox.Tracked.OrderSkipsAbandoned).
+	PredecessorMessages(ctx context.Context, topic string, ids []int64, skipAbandoned bool) (map[int64]Predecessor, error)
+}
+
+// Predecessor is the latest earlier record of a record's order key that is
+// not complete for some consumer: its id and its message's UUID.
+type Predecessor struct {
+	ID   int64
+	UUID string
+}
+
 // KeyWaiters is implemented by a [KeyClaimer] that can tell, in one
 // statement, which of many order keys have a record waiting to be sent
 // again: the outbox asks it after a batch of completions, and claims the

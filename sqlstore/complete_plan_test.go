@@ -81,6 +81,12 @@ func TestOrderStatementsPlanCachedOnAnEmptyTable(t *testing.T) {
 			assert.Contains(t, text, "_pkey", text)
 			assert.Contains(t, text, "_order", text)
 			assert.NotContains(t, text, "Seq Scan", text)
+			for _, query := range sqlstore.PredecessorMessagesStatements(s) {
+				text := genericPlan(t, db, query, "text, bigint[]", "'orders', '{1,2,3}'")
+				assert.Contains(t, text, "_pkey", text)
+				assert.Contains(t, text, "_order", text)
+				assert.NotContains(t, text, "Seq Scan", text)
+			}
 			text = genericPlan(t, db, waitingKeys, "text, bigint, text[]", "'orders', 250000, '{a,b}'")
 			assert.Contains(t, text, "_order", text)
 			assert.NotContains(t, text, "Seq Scan", text)

@@ -39,6 +39,9 @@ type orderQueries struct {
 	predecessors string
 	waitingKeys  string
 	listed       bool
+	// predecessorMessages is PredecessorMessages' statement, one per
+	// policy as state, without its id list.
+	predecessorMessages [2]string
 }
 
 // heldBy is the column that names the earliest earlier record of r's topic
@@ -135,17 +138,33 @@ GROUP BY a.topic`, t, t, f.pending)
 	// order index for them; each one's latest earlier record of its key
 	// that the order index holds (not complete), or -1 for a record to
 	// leave out.
-	latest := fmt.Sprintf(`CASE WHEN r.topic = %s AND r.order_key IS NOT NULL%s
-    THEN COALESCE((SELECT e.id FROM %s e WHERE e.topic = r.topic AND e.order_key = r.order_key AND e.id < r.id%s ORDER BY e.id DESC LIMIT 1), 0)
-    ELSE -1 END`, p(1), notDone("r"), t, notDone("e"))
+	ordered := fmt.Sprintf("r.topic = %s AND r.order_key IS NOT NULL%s", p(1), notDone("r"))
+	earlier := func(col, cond string) string {
+		return fmt.Sprintf("(SELECT e.%s FROM %s e WHERE e.topic = r.topic AND e.order_key = r.order_key AND e.id < r.id%s ORDER BY e.id DESC LIMIT 1)", col, t, cond)
+	}
+	latest := fmt.Sprintf("CASE WHEN %s\n    THEN COALESCE(%s, 0)\n    ELSE -1 END", ordered, earlier("id", notDone("e")))
+	// PredecessorMessages' earlier record, per policy: not complete, or
+	// (skipping abandoned records) pending.
+	conds := [2]string{notDone("e"), " AND e." + f.pending}
 	waiting := fmt.Sprintf("topic = %s AND %s AND COALESCE(last_sent_at, created_at) < %s", p(1), f.pending, d.ago(2))
 	if ids := d.idArray; ids != "" {
-		q.order.predecessors = fmt.Sprintf(`SELECT u.id, %s
-FROM %s CROSS JOIN LATERAL (SELECT * FROM %s WHERE id = u.id LIMIT 1) AS r`, latest, fill(ids, "{arg}", p(2)), t)
+		from := fmt.Sprintf("%s CROSS JOIN LATERAL (SELECT * FROM %s WHERE id = u.id LIMIT 1) AS r", fill(ids, "{arg}", p(2)), t)
+		q.order.predecessors = fmt.Sprintf("SELECT u.id, %s\nFROM %s", latest, from)
+		for i, cond := range conds {
+			// One walk of the order index for the id and the UUID.
+			q.order.predecessorMessages[i] = fmt.Sprintf(`SELECT u.id, CASE WHEN %s THEN COALESCE(e.id, 0) ELSE -1 END, e.uuid
+FROM %s
+LEFT JOIN LATERAL (SELECT e.id, e.uuid FROM %s e WHERE e.topic = r.topic AND e.order_key = r.order_key AND e.id < r.id%s ORDER BY e.id DESC LIMIT 1) AS e ON TRUE`,
+				ordered, from, t, cond)
+		}
 		q.order.waitingKeys = fmt.Sprintf(`SELECT u.k FROM %s CROSS JOIN LATERAL (SELECT 1 FROM %s WHERE order_key = u.k AND %s LIMIT 1) AS w`, fill(d.keyArray, "{arg}", p(3)), t, waiting)
 	} else {
 		q.order.listed = true
 		q.order.predecessors = fmt.Sprintf("SELECT r.id, %s\nFROM %s r WHERE r.id IN ", latest, t)
+		for i, cond := range conds {
+			q.order.predecessorMessages[i] = fmt.Sprintf("SELECT r.id, CASE WHEN %s\n    THEN COALESCE(%s, 0)\n    ELSE -1 END, %s\nFROM %s r WHERE r.id IN ",
+				ordered, earlier("id", cond), earlier("uuid", cond), t)
+		}
 		q.order.waitingKeys = fmt.Sprintf("SELECT DISTINCT order_key FROM %s\nWHERE %s AND order_key IN ", t, waiting)
 	}
 	q.order.putBack = fmt.Sprintf("UPDATE %s SET last_sent_at = %s WHERE id = %s AND topic = %s AND %s", t, p(1), p(2), p(3), f.pending)
@@ -196,6 +215,27 @@ func (s *Store) Predecessors(ctx context.Context, topic string, ids []int64) (ma
 		}
 		if before >= 0 {
 			out[id] = before
+		}
+		return nil
+	})
+	return out, err
+}
+
+var _ recordstore.KeyPredecessorMessages = (*Store)(nil)
+
+// PredecessorMessages implements [recordstore.KeyPredecessorMessages], in
+// one statement per thousand ids.
+func (s *Store) PredecessorMessages(ctx context.Context, topic string, ids []int64, skipAbandoned bool) (map[int64]recordstore.Predecessor, error) {
+	out := make(map[int64]recordstore.Predecessor, len(ids))
+	query := s.q.order.predecessorMessages[policy(recordstore.Delivery{SkipAbandoned: skipAbandoned})]
+	err := queryOrder(ctx, s, "predecessor messages", query, []any{topic}, ids, func(rows *sql.Rows) error {
+		var id, before int64
+		var uuid sql.NullString
+		if err := rows.Scan(&id, &before, &uuid); err != nil {
+			return err
+		}
+		if before >= 0 {
+			out[id] = recordstore.Predecessor{ID: before, UUID: uuid.String}
 		}
 		return nil
 	})

@@ -57,3 +57,7 @@ func UnheldCompletionStatement(s *Store) string { return s.q.completeUnheld }
 func OrderStatements(s *Store) (predecessors, waitingKeys string) {
 	return s.q.order.predecessors, s.q.order.waitingKeys
 }
+
+// PredecessorMessagesStatements are PredecessorMessages' statements, one
+// per policy.
+func PredecessorMessagesStatements(s *Store) [2]string { return s.q.order.predecessorMessages }

@@ -179,6 +179,39 @@ func (s *contract) testOrder(t *testing.T) {
 			assert.Empty(t, other, "another topic's records are left out")
 		})
 	})
+	t.Run("PredecessorMessagesNameTheEarlierRecordsMessage", func(t *testing.T) {
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			store := s.store(t, mode)
+			kp := need[recordstore.KeyPredecessorMessages](t, store)
+			fr := need[recordstore.FailureRecorder](t, store)
+			recs := insert(t, store, keyed("a", "a", "a", "b", ""))
+			a1, a2, a3, b1, none := recs[0], recs[1], recs[2], recs[3].ID, recs[4].ID
+			ids := []int64{a1.ID, a2.ID, a3.ID, b1, none}
+			read := func(skip bool) map[int64]recordstore.Predecessor {
+				t.Helper()
+				got, err := kp.PredecessorMessages(ctx(t), "orders", ids, skip)
+				require.NoError(t, err)
+				return got
+			}
+			want := map[int64]recordstore.Predecessor{a1.ID: {}, a2.ID: {ID: a1.ID, UUID: a1.UUID}, a3.ID: {ID: a2.ID, UUID: a2.UUID}, b1: {}}
+			assert.Equal(t, want, read(false), "the latest earlier record of the key, by id and message; a record without a key is left out")
+			assert.Equal(t, want, read(true))
+
+			_, abandoned, err := fr.RecordFailure(ctx(t), dlv(a2.ID), "poison", 1, nil)
+			require.NoError(t, err)
+			require.True(t, abandoned)
+			assert.Equal(t, recordstore.Predecessor{ID: a2.ID, UUID: a2.UUID}, read(false)[a3.ID], "an abandoned record still precedes")
+			assert.Equal(t, recordstore.Predecessor{ID: a1.ID, UUID: a1.UUID}, read(true)[a3.ID], "unless abandoned records are skipped")
+
+			require.NoError(t, store.Complete(ctx(t), dlv(a1.ID)))
+			assert.Equal(t, recordstore.Predecessor{}, read(true)[a3.ID], "nothing earlier is pending")
+			_, found := read(false)[a1.ID]
+			assert.False(t, found, "a complete record is left out")
+			other, err := kp.PredecessorMessages(ctx(t), "refunds", ids, false)
+			require.NoError(t, err)
+			assert.Empty(t, other, "another topic's records are left out")
+		})
+	})
 	t.Run("WaitingKeysNameTheKeysOfRecordsPutBack", func(t *testing.T) {
 		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
