@@ -125,8 +125,12 @@ func (c *confirmer) handle(msg *message.Message) error {
 	// and tells a duplicate from a confirmation that matches nothing; the
 	// completion then acts on the delivery it checked.
 	d := recordstore.Delivery{ID: conf.ID, Topic: t.topic, Consumer: conf.Consumer, UUID: conf.UUID, Declared: t.deliveries}
-	err = t.store.CheckPending(ctx, d)
 	fields := c.fields(msg, conf)
+	if conf.HeldID != 0 {
+		c.sawConsumer(t, conf)
+		return c.held(ctx, msg, t, d, conf, fields)
+	}
+	err = t.store.CheckPending(ctx, d)
 	if err == nil || errors.Is(err, recordstore.ErrNotDue) {
 		if conf.Failed != "" {
 			c.sawConsumer(t, conf)
@@ -139,6 +143,9 @@ func (c *confirmer) handle(msg *message.Message) error {
 		c.reg.observer().Completed(t.topic, conf.Consumer)
 		c.logger.Trace("Remote consumer confirmed its delivery", fields)
 		c.sawConsumer(t, conf)
+		if conf.Key != "" && t.ordersRemote() {
+			c.confirmedKey(t, conf.Key, conf.ID)
+		}
 		return nil
 	case errors.Is(err, recordstore.ErrNotPending):
 		c.reg.observer().DuplicateSkipped(t.topic, conf.Consumer)
@@ -250,6 +257,13 @@ type confirmation struct {
 	Consumer string `json:"consumer"`
 	Failed   string `json:"failed,omitempty"`
 	Receiver string `json:"receiver,omitempty"`
+	// HeldID, instead of ID and with the message's order key, reports
+	// that the receiver holds the message: the earlier message of its key
+	// is not in its inbox (remote_order.go). Its id is 0, so that a sender
+	// of an earlier version, which knows no HeldID, refuses it rather than
+	// completing the delivery.
+	HeldID int64  `json:"held_id,omitempty"`
+	Key    string `json:"key,omitempty"`
 	// to is the topic the confirmation goes to; unexported, so not part
 	// of the payload.
 	to string
@@ -286,10 +300,15 @@ func parseConfirmation(payload []byte) (confirmation, error) {
 	switch {
 	case c.Store == "", c.Topic == "", c.UUID == "", c.Consumer == "":
 		return confirmation{}, fmt.Errorf("%w: store, topic, uuid and consumer are required", errBadConfirmation)
-	case c.ID <= 0:
+	case c.HeldID < 0, c.HeldID > 0 && (c.ID != 0 || c.Key == "" || c.Failed != ""), len(c.Key) > recordstore.MaxOrderKeyLen:
+		return confirmation{}, fmt.Errorf("%w: a held message is named by a positive held_id, id 0, its order key (at most %d bytes) and no failure", errBadConfirmation, recordstore.MaxOrderKeyLen)
+	case c.HeldID == 0 && c.ID <= 0:
 		return confirmation{}, fmt.Errorf("%w: id %d is not positive", errBadConfirmation, c.ID)
-	case !utf8.ValidString(c.Store + c.Topic + c.UUID + c.Consumer + c.Failed + c.Receiver):
+	case !utf8.ValidString(c.Store + c.Topic + c.UUID + c.Consumer + c.Failed + c.Receiver + c.Key):
 		return confirmation{}, fmt.Errorf("%w: text is not UTF-8", errBadConfirmation)
+	}
+	if c.HeldID > 0 {
+		c.ID = c.HeldID
 	}
 	return c, nil
 }

@@ -49,12 +49,14 @@ func TestForgedConfirmationsCompleteNothing(t *testing.T) {
 		}
 		good := fmt.Sprintf(`{"store":%q,"topic":"orders","id":%d,"uuid":"order-1","consumer":"billing"}`, identity, rec[0].ID)
 		forged := []string{
-			strings.Replace(good, `"uuid":"order-1"`, `"uuid":"order-2"`, 1),                                 // another message
-			strings.Replace(good, `"consumer":"billing"`, `"consumer":"stats"`, 1),                           // undeclared consumer
-			strings.Replace(good, `"topic":"orders"`, `"topic":"refunds"`, 1),                                // another topic's record
-			strings.Replace(good, identity, "0123456789abcdef0123456789abcdef", 1),                           // another table
-			strings.Replace(good, fmt.Sprintf(`"id":%d`, rec[0].ID), fmt.Sprintf(`"id":%d`, other[0].ID), 1), // another record
-			strings.Replace(good, fmt.Sprintf(`"id":%d`, rec[0].ID), `"id":999999`, 1),                       // no record
+			strings.Replace(good, `"uuid":"order-1"`, `"uuid":"order-2"`, 1),                                           // another message
+			strings.Replace(good, `"consumer":"billing"`, `"consumer":"stats"`, 1),                                     // undeclared consumer
+			strings.Replace(good, `"topic":"orders"`, `"topic":"refunds"`, 1),                                          // another topic's record
+			strings.Replace(good, identity, "0123456789abcdef0123456789abcdef", 1),                                     // another table
+			strings.Replace(good, fmt.Sprintf(`"id":%d`, rec[0].ID), fmt.Sprintf(`"id":%d`, other[0].ID), 1),           // another record
+			strings.Replace(good, fmt.Sprintf(`"id":%d`, rec[0].ID), `"id":999999`, 1),                                 // no record
+			strings.Replace(good, `"uuid"`, `"held_id":1,"key":"k","uuid"`, 1),                                         // held, with an id
+			strings.Replace(good, fmt.Sprintf(`"id":%d`, rec[0].ID), fmt.Sprintf(`"id":0,"held_id":%d`, rec[0].ID), 1), // held, no key
 			`{"store":"x"}`, `not json`, ``, `{"store":"` + strings.Repeat("x", 5000) + `"}`,
 		}
 		for _, p := range forged {
@@ -66,6 +68,11 @@ func TestForgedConfirmationsCompleteNothing(t *testing.T) {
 			assert.NoError(t, store.CheckPending(ctx, recordstore.Delivery{ID: rec[0].ID, Topic: "orders", Consumer: c}), "%s still pending", c)
 		}
 		assert.NoError(t, store.CheckPending(ctx, recordstore.Delivery{ID: other[0].ID, Topic: "refunds", Consumer: "billing"}))
+
+		// A held message of a topic without an order key: nothing to
+		// hold it for; logged, and completing nothing.
+		confirm(strings.Replace(good, fmt.Sprintf(`"id":%d`, rec[0].ID), fmt.Sprintf(`"id":0,"held_id":%d,"key":"k"`, rec[0].ID), 1))
+		assert.NoError(t, store.CheckPending(ctx, recordstore.Delivery{ID: rec[0].ID, Topic: "orders", Consumer: "billing"}))
 
 		confirm(good)
 		assert.Equal(t, 1, obs.get("handled"))
@@ -110,6 +117,7 @@ func FuzzConfirmation(f *testing.F) {
 		`{"store":` + fmt.Sprintf("%q", identity) + `,"topic":"orders","id":1e0,"uuid":"order-1","consumer":"billing"}`,
 		`{"store":` + fmt.Sprintf("%q", identity) + `,"topic":"orders","id":"1","uuid":"order-1","consumer":"billing"}`,
 		`{"store":` + fmt.Sprintf("%q", identity) + `,"topic":"orders","id":1,"uuid":"order-1","consumer":"billing","extra":1}`,
+		`{"store":` + fmt.Sprintf("%q", identity) + `,"topic":"orders","id":0,"held_id":1,"uuid":"order-1","consumer":"billing","key":"k"}`,
 	} {
 		f.Add([]byte(seed))
 	}

@@ -31,13 +31,19 @@ type receiverDB struct {
 
 func newReceiverDB(t *testing.T, b testenv.Backend) *receiverDB {
 	t.Helper()
+	return newReceiverDBWith(t, b, "uuid VARCHAR(64) NOT NULL")
+}
+
+// newReceiverDBWith is newReceiverDB whose effects table has columns.
+func newReceiverDBWith(t *testing.T, b testenv.Backend, columns string) *receiverDB {
+	t.Helper()
 	ctx := testCtx(t)
 	r := &receiverDB{db: b.Open(t), effects: "effects_" + testenv.Table(t)[2:]}
 	var err error
 	r.inbox, err = sqlstore.NewInbox(sqlstore.InboxConfig{Dialect: b.Dialect, DB: r.db, Table: "inbox_" + testenv.Table(t)[2:]})
 	require.NoError(t, err)
 	require.NoError(t, r.inbox.Migrate(ctx))
-	_, err = r.db.ExecContext(ctx, "CREATE TABLE "+r.effects+" (uuid VARCHAR(64) NOT NULL)")
+	_, err = r.db.ExecContext(ctx, "CREATE TABLE "+r.effects+" ("+columns+")")
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_, _ = r.db.ExecContext(context.Background(), "DROP TABLE "+r.effects)

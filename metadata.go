@@ -23,12 +23,24 @@ const (
 	// confirms its delivery to, in messages of a topic with remote
 	// consumers ([Tracked.RemoteConsumers]).
 	MetadataConfirmTo = "outbox_confirm_to"
+	// MetadataOrderKey holds the message's order key (the value of its
+	// [Tracked.OrderKey] metadata), and MetadataAfter the UUID of the
+	// latest earlier message of that key not complete when it was sent,
+	// in messages of a topic with an order key and remote consumers: a
+	// remote consumer with an inbox handles the message only once that
+	// one is in its inbox. MetadataReleasedFor names a remote consumer
+	// for which the sender found every earlier message of the key
+	// complete, or abandoned and skipped, since its inbox held the
+	// message: it handles it without looking for MetadataAfter.
+	MetadataOrderKey    = "outbox_order_key"
+	MetadataAfter       = "outbox_after"
+	MetadataReleasedFor = "outbox_released_for"
 )
 
 // outboxKeys are the metadata keys the outbox stamps. A message published
 // again (after a failed send, or forwarded by a handler) is saved without
 // them, so that its new record carries no stale id.
-var outboxKeys = [...]string{MetadataID, MetadataTopic, MetadataTable, MetadataConfirmTo}
+var outboxKeys = [...]string{MetadataID, MetadataTopic, MetadataTable, MetadataConfirmTo, MetadataOrderKey, MetadataAfter, MetadataReleasedFor}
 
 // hasOutboxKeys reports whether md carries any outbox key.
 func hasOutboxKeys(md map[string]string) bool {

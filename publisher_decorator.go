@@ -99,6 +99,12 @@ func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 		return err
 	}
 	stamp(t, identity, msgs, records)
+	if t.ordersRemote() {
+		if ctx.Err() != nil {
+			return &SendError{Topic: t.topic, IDs: recordIDs(records), Err: fmt.Errorf("the publish's context ended while its records were saved: %w", context.Cause(ctx))}
+		}
+		return p.sendStamped(ctx, t, msgs, records)
+	}
 	var before map[int64]int64
 	if t.firstCopies.On.Load() && t.completedBy == ByConsumers {
 		if t.orderKey == "" {

@@ -25,6 +25,10 @@ type receipt struct {
 	inbox  recordstore.Inbox
 	entry  recordstore.InboxEntry
 	marked atomic.Bool
+	// recent, for a message of an ordered topic, remembers it once
+	// recorded, and end ends its run here (remote_order.go).
+	recent *recentlyHandled
+	end    func()
 }
 
 type receiptKey struct{}
@@ -65,7 +69,15 @@ func (m *middleware) receive(h message.HandlerFunc, msg *message.Message) ([]*me
 			return nil, &CheckError{Topic: topic, ID: c.ID, Err: fmt.Errorf("reading the inbox: %w", err)}
 		}
 		m.inbox.Answered()
+		key := msg.Metadata[MetadataOrderKey]
+		if len(key) > recordstore.MaxOrderKeyLen {
+			// No sender stamps such a key: not ordered.
+			key = ""
+		}
 		if handledAs != nil {
+			if key != "" {
+				m.recent.add(consumer, msg.UUID)
+			}
 			m.skipHandled(topic, consumer, e, *handledAs, fields)
 			if confirm {
 				return nil, m.confirm(ctx, c, fields)
@@ -73,6 +85,24 @@ func (m *middleware) receive(h message.HandlerFunc, msg *message.Message) ([]*me
 			return nil, nil
 		}
 		r = &receipt{inbox: m.cfg.Inbox, entry: e}
+		if key != "" {
+			if after := msg.Metadata[MetadataAfter]; after != "" && msg.Metadata[MetadataReleasedFor] != consumer {
+				handled, err := m.afterHandled(ctx, m.cfg.Inbox, consumer, after)
+				if err != nil {
+					m.hold(ctx, m.inbox.Failed())
+					return nil, &CheckError{Topic: topic, ID: c.ID, Err: fmt.Errorf("reading the inbox for the earlier message of the order key: %w", err)}
+				}
+				if !handled {
+					return nil, m.holdReceived(ctx, c, confirm, key, after, fields)
+				}
+			}
+			r.recent, r.end = &m.recent, m.recent.start(consumer, msg.UUID)
+		}
+	} else if msg.Metadata[MetadataAfter] != "" && consumer != "" {
+		if _, done := m.unordered.LoadOrStore(consumer, struct{}{}); !done {
+			m.logger.Error("Another service's message is ordered by key, but this consumer keeps no inbox to hold it in order; handling it as it comes",
+				fmt.Errorf("%w: MiddlewareConfig.Inbox is not set", ErrInvalidConfig), watermill.LogFields{"topic": topic, "consumer": consumer})
+		}
 	}
 	m.reg.observer().NotOwned(topic, consumer)
 	return m.runReceived(h, msg, r, c, confirm, fields)
@@ -114,8 +144,16 @@ func (m *middleware) skipHandled(topic, consumer string, e, handled recordstore.
 // it in the inbox (r, nil without one) and confirms it when asked.
 func (m *middleware) runReceived(h message.HandlerFunc, msg *message.Message, r *receipt, c confirmation, confirm bool, fields watermill.LogFields) ([]*message.Message, error) {
 	ctx := msg.Context()
+	spawned := false
 	if r != nil {
 		msg.SetContext(context.WithValue(ctx, receiptKey{}, r))
+		if r.end != nil {
+			defer func() {
+				if !spawned {
+					r.end()
+				}
+			}()
+		}
 	}
 	produced, herr, panicked := runHandler(h, msg)
 	msg.SetContext(ctx)
@@ -136,7 +174,13 @@ func (m *middleware) runReceived(h message.HandlerFunc, msg *message.Message, r 
 		// the handler produced after this returns and nacks if that
 		// fails, so the inbox and the sender learn of the handling only
 		// once the router acks.
-		m.reg.background.Spawn(func() { m.receivedOnAck(ctx, msg, r, c, confirm, fields) })
+		spawned = true
+		m.reg.background.Spawn(func() {
+			m.receivedOnAck(ctx, msg, r, c, confirm, fields)
+			if r != nil && r.end != nil {
+				r.end()
+			}
+		})
 		return produced, nil
 	}
 	m.markReceived(ctx, r, fields)
@@ -235,7 +279,7 @@ func (m *middleware) confirm(ctx context.Context, c confirmation, fields watermi
 	out.SetContext(ctx)
 	if err := m.cfg.Confirmations.Publish(c.to, out); err != nil {
 		m.logger.Error("Publishing the confirmation failed; nacking so that the next copy confirms again", err, fields)
-		return &ConfirmError{Topic: c.Topic, ID: c.ID, Consumer: c.Consumer, Err: err}
+		return &ConfirmError{Topic: c.Topic, ID: max(c.ID, c.HeldID), Consumer: c.Consumer, Err: err}
 	}
 	return nil
 }
@@ -289,7 +333,11 @@ func (m *middleware) receivedOnAck(ctx context.Context, msg *message.Message, r 
 // handler did in its transaction. A failure is logged: the handler's
 // outcome stands, and a later copy may run the handler again.
 func (m *middleware) markReceived(ctx context.Context, r *receipt, fields watermill.LogFields) {
-	if r == nil || r.marked.Load() {
+	if r == nil {
+		return
+	}
+	if r.marked.Load() {
+		r.recorded()
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.Complete.Timeout)
@@ -297,10 +345,19 @@ func (m *middleware) markReceived(ctx context.Context, r *receipt, fields waterm
 	err := r.inbox.MarkHandled(ctx, r.entry)
 	switch {
 	case err == nil:
+		r.recorded()
 	case errors.Is(err, recordstore.ErrAlreadyHandled):
+		r.recorded()
 		m.logger.Debug("Another copy was recorded in the inbox first", fields)
 	default:
 		m.logger.Error("Recording the message in the inbox failed; a later copy may run the handler again", err, fields)
+	}
+}
+
+// recorded remembers the message of an ordered topic as in the inbox.
+func (r *receipt) recorded() {
+	if r.recent != nil {
+		r.recent.add(r.entry.Consumer, r.entry.MessageUUID)
 	}
 }
 

@@ -44,8 +44,9 @@ type Tracked struct {
 	CompletedBy CompletedBy
 	// OrderKey names the metadata key whose value orders the topic's
 	// messages: for each consumer, records of one key are handled one at a
-	// time, in the order they were saved (docs/guarantees.md, "Order by
-	// key"). Defaults to "": not ordered, at no cost.
+	// time, in the order they were saved; remote consumers too, when their
+	// service keeps an inbox (docs/guarantees.md, "Order by key").
+	// Defaults to "": not ordered, at no cost.
 	OrderKey string
 	// OrderSkipsAbandoned lets an abandoned record stop holding the later
 	// records of its key. Defaults to false: the key waits for a requeue.
@@ -144,6 +145,12 @@ type tracked struct {
 	// claims are the keys whose next record is claimed after a batch of
 	// completions (ordering.go).
 	claims keyClaims
+	// remoteClaims are the keys whose next record is claimed after a
+	// batch of remote consumers' confirmations (remote_order.go);
+	// unorderedRemote is set once the store was found unable to name
+	// the earlier message of a key.
+	remoteClaims    remoteClaims
+	unorderedRemote atomic.Bool
 	// deferred are the messages the publisher holds for the earlier record
 	// of their key (deferred_sends.go).
 	deferred deferredSends

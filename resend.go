@@ -112,10 +112,22 @@ func identity(ctx context.Context, t *tracked) (string, error) {
 // PreserveContext) must not deliver a context that the end of the replay
 // cancelled.
 func (s *resender) send(ctx context.Context, t *tracked, identity string, recs []recordstore.Record) error {
+	return s.sendFor(ctx, t, identity, recs, "")
+}
+
+// sendFor is send; on a topic ordered for remote consumers, the messages
+// are stamped with their key's earlier message first, and released for
+// the remote consumer released when not empty.
+func (s *resender) sendFor(ctx context.Context, t *tracked, identity string, recs []recordstore.Record, released string) error {
 	msgCtx := context.WithoutCancel(ctx)
 	msgs := make([]*message.Message, len(recs))
 	for i, rec := range recs {
 		msgs[i] = replayMessage(msgCtx, t, identity, rec)
+	}
+	if t.ordersRemote() {
+		if _, err := stampAfter(ctx, s.reg, t, msgs, recs, released); err != nil {
+			return &ResendError{Topic: t.topic, ID: recs[0].ID, Err: err}
+		}
 	}
 	if err := s.sendCopies(t, msgs...); err != nil {
 		return &ResendError{Topic: t.topic, ID: recs[0].ID, Err: fmt.Errorf("sending records %d..%d: %w", recs[0].ID, recs[len(recs)-1].ID, err)}

@@ -118,7 +118,7 @@ func (c *MiddlewareConfig) setDefaults() {
 		c.Check.RetryDelay = 50 * time.Millisecond
 	}
 	if c.Check.HeldWait == 0 {
-		c.Check.HeldWait = 250 * time.Millisecond
+		c.Check.HeldWait = defaultHeldWait
 	}
 	if c.Check.HeldResendAfter == 0 {
 		c.Check.HeldResendAfter = 2 * time.Second
@@ -192,6 +192,9 @@ func NewMiddleware(reg *Registry, cfg MiddlewareConfig, logger watermill.LoggerA
 	return m.wrap, nil
 }
 
+// defaultHeldWait is Check.HeldWait's default.
+const defaultHeldWait = 250 * time.Millisecond
+
 type middleware struct {
 	reg    *Registry
 	cfg    MiddlewareConfig
@@ -208,6 +211,12 @@ type middleware struct {
 	unconfirmed sync.Map
 	// receiver is the identity the confirmations name, once read.
 	receiver atomic.Pointer[string]
+	// recent are the messages of ordered topics recorded in the inbox
+	// lately, or running, here (remote_order.go).
+	recent recentlyHandled
+	// unordered logs, once per consumer, an ordered message that this
+	// middleware keeps in no inbox.
+	unordered sync.Map
 }
 
 func newLeasePrefix() string {
