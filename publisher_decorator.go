@@ -103,7 +103,7 @@ func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 		if ctx.Err() != nil {
 			return &SendError{Topic: t.topic, IDs: recordIDs(records), Err: fmt.Errorf("the publish's context ended while its records were saved: %w", context.Cause(ctx))}
 		}
-		return p.sendStamped(ctx, t, msgs, records)
+		return sendStamped(ctx, p.pub, p.reg, t, msgs, records, true)
 	}
 	var before map[int64]int64
 	if t.firstCopies.On.Load() && t.completedBy == ByConsumers {

@@ -32,6 +32,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -105,15 +106,17 @@ func stampAfter(ctx context.Context, reg *Registry, t *tracked, msgs []*message.
 	return before, nil
 }
 
-// sendStamped sends the messages of a publish to an ordered topic with
-// remote consumers once stamped. When the earlier messages cannot be read,
-// the keyed messages are not sent (an unstamped one could overtake an
-// earlier message at its receiver): their records stay pending, for the
-// stale resubmitter and the next replay to send stamped.
-func (p *publisher) sendStamped(ctx context.Context, t *tracked, msgs []*message.Message, records []recordstore.Record) error {
-	before, err := stampAfter(ctx, p.reg, t, msgs, records, "")
+// sendStamped sends the messages of a publish (or of a transactional
+// publish, once committed) to an ordered topic with remote consumers once
+// stamped. When the earlier messages cannot be read, the keyed messages are
+// not sent (an unstamped one could overtake an earlier message at its
+// receiver): their records stay pending, for the stale resubmitter and the
+// next replay to send stamped. With firstCopies, the records are
+// remembered as the decorated publisher remembers them (first_copy.go).
+func sendStamped(ctx context.Context, pub message.Publisher, reg *Registry, t *tracked, msgs []*message.Message, records []recordstore.Record, firstCopies bool) error {
+	before, err := stampAfter(ctx, reg, t, msgs, records, "")
 	if err != nil {
-		p.reg.logger().Error("The messages of order keys are left to the stale resubmitter", err, watermill.LogFields{"topic": t.topic, "records": len(records)})
+		reg.logger().Error("The messages of order keys are left to the stale resubmitter", err, watermill.LogFields{"topic": t.topic, "records": len(records)})
 		var nowMsgs []*message.Message
 		var nowRecs []recordstore.Record
 		for i := range records {
@@ -124,16 +127,19 @@ func (p *publisher) sendStamped(ctx context.Context, t *tracked, msgs []*message
 		if len(nowMsgs) == 0 {
 			return nil
 		}
-		return sendRecorded(p.pub, p.reg, t, nowMsgs, nowRecs)
+		return sendRecorded(pub, reg, t, nowMsgs, nowRecs)
 	}
-	if before != nil && t.firstCopies.On.Load() && t.completedBy == ByConsumers {
+	// Remembered when each record's earlier one is known: read, or none
+	// has a key.
+	known := before != nil || !slices.ContainsFunc(records, func(r recordstore.Record) bool { return t.keyOf(r) != "" })
+	if firstCopies && known && t.firstCopies.On.Load() && t.completedBy == ByConsumers {
 		ids := make(map[int64]int64, len(records))
 		for _, r := range records {
 			ids[r.ID] = before[r.ID].ID
 		}
 		t.firstCopies.Saved(records, ids)
 	}
-	return sendRecorded(p.pub, p.reg, t, msgs, records)
+	return sendRecorded(pub, reg, t, msgs, records)
 }
 
 // The receiver's side.

@@ -396,3 +396,35 @@ func TestOrderedPublishWhoseEarlierMessagesCannotBeRead(t *testing.T) {
 	a.stop(t)
 	r.stop(t)
 }
+
+// TestTransactionalPublishOfKeysReachesRemoteConsumersInOrder: service A
+// publishes "orders" ordered by key in its own transactions
+// (outbox.TxPublisher, one transaction per number, every key in it),
+// sending each once committed; B, with a database of its own, handles every
+// key in order over one GoChannel that reorders the messages of a publish.
+func TestTransactionalPublishOfKeysReachesRemoteConsumersInOrder(t *testing.T) {
+	t.Parallel()
+	const keys, perKey = 5, 5
+	b := testenv.Backends()[0]
+	ctx := testCtx(t)
+	s := startOrderedServices(t, b, outbox.Tracked{}, outbox.MiddlewareConfig{}, func(*message.Message) error { return nil })
+	txPub, err := outbox.NewTxPublisher(s.a.reg, s.broker)
+	require.NoError(t, err)
+	for n := range perKey {
+		tx, err := s.a.store.DB().BeginTx(ctx, nil)
+		require.NoError(t, err)
+		msgs := make([]*message.Message, keys)
+		for k := range keys {
+			msgs[k] = message.NewMessage(fmt.Sprintf("k%02d-%03d", k, n), []byte("{}"))
+			msgs[k].Metadata.Set("order", fmt.Sprintf("k%02d", k))
+			msgs[k].Metadata.Set("n", strconv.Itoa(n))
+		}
+		send, err := txPub.PublishTx(ctx, tx, "orders", msgs...)
+		require.NoError(t, err)
+		require.NoError(t, tx.Commit())
+		require.NoError(t, send())
+	}
+	s.a.waitDrained(t, ctx, "orders")
+	assert.Empty(t, inOrder(s.rdb.byKey(t), keys, perKey))
+	s.stop(t)
+}

@@ -92,6 +92,9 @@ func (p *TxPublisher) save(ctx context.Context, tx Tx, t *tracked, inserter reco
 		return nil, &InsertError{Topic: topic, Count: len(msgs), Err: err}
 	}
 	stamp(t, identity, msgs, records)
+	if t.ordersRemote() {
+		return func() error { return sendStamped(ctx, p.pub, p.reg, t, msgs, records, false) }, nil
+	}
 	return func() error { return sendRecorded(p.pub, p.reg, t, msgs, records) }, nil
 }
 
