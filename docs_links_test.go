@@ -144,3 +144,45 @@ func proseLines(text string) []string {
 	}
 	return lines
 }
+
+// TestDocsNameTestsThatExist keeps every test, benchmark or fuzz target the
+// docs cite as proof (`TestName/sub` in backquotes) defined somewhere in
+// the repository, so that a renamed or removed test cannot leave a
+// guarantee proved by nothing.
+func TestDocsNameTestsThatExist(t *testing.T) {
+	t.Parallel()
+	defined := map[string]bool{}
+	funcs := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz|Example)\w*)\(`)
+	require.NoError(t, filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && path != "." {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		text, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range funcs.FindAllStringSubmatch(string(text), -1) {
+			defined[m[1]] = true
+		}
+		return nil
+	}))
+	cited := regexp.MustCompile("`((?:Test|Benchmark|Fuzz)[A-Z]\\w*)")
+	files, err := filepath.Glob("docs/*.md")
+	require.NoError(t, err)
+	n := 0
+	for _, file := range append(files, "README.md") {
+		text, err := os.ReadFile(file)
+		require.NoError(t, err)
+		for _, m := range cited.FindAllStringSubmatch(string(text), -1) {
+			n++
+			assert.Truef(t, defined[m[1]], "%s cites %s, which no _test.go file defines", file, m[1])
+		}
+	}
+	require.Greater(t, n, 50, "the docs' cited tests were not found")
+}
