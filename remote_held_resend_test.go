@@ -78,3 +78,64 @@ func TestHeldMessageSentAgainOnceItsPredecessorIsConfirmed(t *testing.T) {
 	a.stop(t)
 	r.stop(t)
 }
+
+// inTurn is a broker's publisher that sends the messages of a publish one
+// at a time, calling wait before each but the first: the later ones wait
+// at the broker, as behind a backlog.
+type inTurn struct {
+	message.Publisher
+	wait func()
+}
+
+func (p inTurn) Publish(topic string, msgs ...*message.Message) error {
+	for i, m := range msgs {
+		if i > 0 {
+			p.wait()
+		}
+		if err := p.Publisher.Publish(topic, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestNextMessageQueuedAtTheBrokerIsNotSentAgain: k00's second message
+// reaches B only after B confirmed the first, which took longer than
+// Check.HeldWait: it waited at the broker, as behind a backlog. B holds
+// nothing, and A, confirmed the first, does not send the second again:
+// it was not held, and its copy is on its way.
+func TestNextMessageQueuedAtTheBrokerIsNotSentAgain(t *testing.T) {
+	t.Parallel()
+	b := testenv.Backends()[0]
+	ctx := testCtx(t)
+	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = broker.Close() })
+	rdb := newOrderedReceiver(t, b)
+	a := newPeerWith(t, b, "A", broker, []outbox.Tracked{{Topic: "orders", RemoteConsumers: []string{"billing"}, OrderKey: "order"}},
+		outbox.MiddlewareConfig{}, nil)
+	r := newPeer(t, b, "B", broker, nil, outbox.MiddlewareConfig{Inbox: rdb.inbox, Confirmations: broker})
+	r.handle("billing", "orders", keepOpen{broker}, func(msg *message.Message) error {
+		time.Sleep(400 * time.Millisecond) // above Check.HeldWait
+		return rdb.apply(msg)
+	})
+	a.start(t)
+	r.start(t)
+	pub, err := outbox.NewPublisher(a.reg, inTurn{Publisher: broker, wait: func() {
+		a.waitHandled(t, ctx, 1)
+		time.Sleep(200 * time.Millisecond) // A's claims after the confirmation
+	}})
+	require.NoError(t, err)
+	msgs := make([]*message.Message, 2)
+	for n := range msgs {
+		msgs[n] = message.NewMessage("k00-00"+string(rune('0'+n)), []byte("{}"))
+		msgs[n].Metadata.Set("order", "k00")
+		msgs[n].Metadata.Set("n", string(rune('0'+n)))
+	}
+	require.NoError(t, pub.Publish("orders", msgs...))
+	a.waitDrained(t, ctx, "orders")
+	assert.Equal(t, 0, heldLogs(r.logger))
+	assert.Equal(t, 0, a.obs.get("replayed"), "nothing sent again")
+	assert.Equal(t, []int{0, 1}, rdb.byKey(t)["k00"])
+	a.stop(t)
+	r.stop(t)
+}
