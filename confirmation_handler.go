@@ -262,8 +262,11 @@ type confirmation struct {
 	// is not in its inbox (remote_order.go). Its id is 0, so that a sender
 	// of an earlier version, which knows no HeldID, refuses it rather than
 	// completing the delivery.
-	HeldID int64  `json:"held_id,omitempty"`
-	Key    string `json:"key,omitempty"`
+	HeldID int64 `json:"held_id,omitempty"`
+	// Key is the message's order key, in every confirmation of a message
+	// that has one: confirming a record of the key, it has the sender send
+	// the key's next record that the receiver held.
+	Key string `json:"key,omitempty"`
 	// to is the topic the confirmation goes to; unexported, so not part
 	// of the payload.
 	to string

@@ -74,6 +74,9 @@ func (m *middleware) receive(h message.HandlerFunc, msg *message.Message) ([]*me
 			// No sender stamps such a key: not ordered.
 			key = ""
 		}
+		// Named in the confirmation, the key lets the sender send at once
+		// the key's next message that this consumer held.
+		c.Key = key
 		if handledAs != nil {
 			if key != "" {
 				m.recent.add(consumer, msg.UUID)

@@ -353,9 +353,8 @@ func (c *confirmer) release(ctx context.Context, t *tracked, claimer recordstore
 
 // remoteClaims gathers the keys of an ordered topic whose records remote
 // consumers confirmed within a short wait, so that one statement
-// (recordstore.KeyWaiters) finds those whose next record waits to be sent
-// again (put back by a held copy, or not sent for a while), and only
-// theirs are claimed.
+// (recordstore.KeyWaiters) finds those whose next record was put back by
+// a held copy, and only theirs are claimed.
 type remoteClaims struct {
 	mu       sync.Mutex
 	last     map[string]int64
@@ -365,6 +364,15 @@ type remoteClaims struct {
 // remoteClaimWait is how long confirmations are gathered before their keys
 // are looked at.
 const remoteClaimWait = 5 * time.Millisecond
+
+// putBackOnly is the send age past which a confirmation claims the key's
+// next record: only records put back (their last send moved far into the
+// past) or that the stale resubmitter would have sent long ago. Unlike a
+// local consumer's, a remote consumer's copy may wait at the broker behind
+// a backlog for longer than Check.HeldWait: it is not lost, and sending it
+// again doubled the sends of an ordered topic on RabbitMQ. Lost copies are
+// the stale resubmitter's (ConfirmWithin).
+const putBackOnly = 24 * time.Hour
 
 // confirmedKey counts a remote consumer's confirmation of record id of key
 // in the next batch of claims.
@@ -397,10 +405,7 @@ func (c *confirmer) claimBatch(t *tracked) {
 	if res == nil || !ok || len(batch) == 0 {
 		return
 	}
-	wait := time.Duration(c.reg.heldWait.Load())
-	if wait <= 0 {
-		wait = defaultHeldWait
-	}
+	wait := putBackOnly
 	keys := make([]string, 0, len(batch))
 	for k := range batch {
 		keys = append(keys, k)

@@ -14,7 +14,10 @@
 // postgres://postgres@127.0.0.1:5432/test?sslmode=disable) and, for -db
 // mariadb, MariaDB at OUTBOX_TEST_MYSQL_DSN (default
 // root@tcp(127.0.0.1:3306)/test?interpolateParams=true); SQLite runs on a
-// file in a temporary directory. Figures depend on the machine and on what
+// file in a temporary directory. The remote case puts its receiving service
+// in a second database (the DSN's name with "_b", created when missing) and
+// runs on RabbitMQ at OUTBOX_TEST_AMQP_URI (default
+// amqp://guest:guest@127.0.0.1:5672/) when it is reachable. Figures depend on the machine and on what
 // else runs on it: compare ratios from one run, not figures across runs.
 package main
 
@@ -71,6 +74,8 @@ type options struct {
 	publishers []int
 	// cleanerPause is CleanerConfig.Pause of the scale case's Cleaner.
 	cleanerPause time.Duration
+	// amqpURI is the RabbitMQ of the remote case's order-keeping broker.
+	amqpURI string
 }
 
 // defaultPublishers are the publisher counts of the tables.
@@ -85,7 +90,7 @@ func (o options) publisherCounts() []int {
 }
 
 // caseGroups are the groups -cases selects from, in the order they run.
-var caseGroups = []string{"router", "publish", "batch", "latency-bound", "saturated", "ordered", "paced", "replay", "scale"}
+var caseGroups = []string{"router", "publish", "batch", "latency-bound", "saturated", "ordered", "remote", "paced", "replay", "scale"}
 
 func (o options) runs(group string) bool { return o.cases == nil || o.cases[group] }
 
@@ -106,6 +111,7 @@ func main() {
 	flag.IntVar(&o.partitionRows, "partition-rows", 10_000_000, "completed records in the old partition of the scale case's partitioned table (PostgreSQL)")
 	flag.StringVar(&o.dsn.postgres, "postgres-dsn", testenv.PostgresDSN(), "PostgreSQL DSN")
 	flag.StringVar(&o.dsn.mysql, "mysql-dsn", testenv.MySQLDSN(), "MariaDB DSN (go-sql-driver/mysql, with interpolateParams=true)")
+	flag.StringVar(&o.amqpURI, "amqp-uri", amqpURI(), "RabbitMQ of the remote case (OUTBOX_TEST_AMQP_URI)")
 	publishers := flag.String("publishers", "1,4,16", "publisher counts of the publish, latency-bound and saturated cases, comma-separated")
 	cases := flag.String("cases", "", "only these groups, comma-separated: "+strings.Join(caseGroups, ", ")+" (default all)")
 	flag.DurationVar(&o.cleanerPause, "cleaner-pause", 0, "CleanerConfig.Pause of the scale case's Cleaner (0: its default, as long as each batch took; negative: none)")
@@ -146,6 +152,14 @@ func main() {
 		pprof.StopCPUProfile()
 		log.Fatal(err)
 	}
+}
+
+// amqpURI is OUTBOX_TEST_AMQP_URI, or RabbitMQ on this machine.
+func amqpURI() string {
+	if uri := os.Getenv("OUTBOX_TEST_AMQP_URI"); uri != "" {
+		return uri
+	}
+	return "amqp://guest:guest@127.0.0.1:5672/"
 }
 
 // parsePublishers reads -publishers: positive counts, comma-separated.

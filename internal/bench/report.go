@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
@@ -25,6 +26,9 @@ type row struct {
 	conc  string
 	r     result
 	unit  string
+	// cols, when set, are the row's cost columns instead of the report's:
+	// such rows make a table of their own.
+	cols []costColumn
 }
 
 type target struct {
@@ -35,11 +39,16 @@ type target struct {
 }
 
 func (rep *report) add(group, name string, conc int, r result, unit string) {
+	rep.addWith(nil, group, name, conc, r, unit)
+}
+
+// addWith adds a row whose cost is in columns of its own, cols.
+func (rep *report) addWith(cols []costColumn, group, name string, conc int, r result, unit string) {
 	c := ""
 	if conc > 0 {
 		c = fmt.Sprint(conc)
 	}
-	rep.rows = append(rep.rows, row{group: group, name: name, conc: c, r: r, unit: unit})
+	rep.rows = append(rep.rows, row{group: group, name: name, conc: c, r: r, unit: unit, cols: cols})
 }
 
 // ratio checks got/base against want (at least want). A case that lost
@@ -127,21 +136,32 @@ func (rep *report) print(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
-	if len(costed) > 0 {
+	// One table per set of cost columns, in the order the rows came.
+	for len(costed) > 0 {
+		cols := costed[0].columns(rep)
+		var same, rest []row
+		for _, r := range costed {
+			if slices.Equal(r.columns(rep), cols) {
+				same = append(same, r)
+			} else {
+				rest = append(rest, r)
+			}
+		}
+		costed = rest
 		head, align := "| group | case | conc. | rate |", "|---|---|--:|--:|"
-		for _, c := range rep.costColumns {
+		for _, c := range cols {
 			head += " " + c.title + " |"
 			align += "--:|"
 		}
 		fmt.Fprintln(w, head+" note |")
 		fmt.Fprintln(w, align+"---|")
-		for _, r := range costed {
+		for _, r := range same {
 			note := r.note()
 			if paths := pathNote(r.r.cost); paths != "" {
 				note = strings.TrimPrefix(note+"; "+paths, "; ")
 			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s %s | %s | %s |\n", r.group, r.name, r.conc, rate(r.r.rate), r.unit,
-				strings.Join(costCells(rep.costColumns, r.r.cost), " | "), note)
+				strings.Join(costCells(cols, r.r.cost), " | "), note)
 		}
 		fmt.Fprintln(w)
 	}
@@ -171,6 +191,14 @@ func (rep *report) print(w io.Writer) {
 			}
 		}
 	}
+}
+
+// columns are the row's cost columns.
+func (r row) columns(rep *report) []costColumn {
+	if r.cols != nil {
+		return r.cols
+	}
+	return rep.costColumns
 }
 
 func rate(v float64) string {

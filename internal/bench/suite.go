@@ -84,7 +84,7 @@ func runSuite(ctx context.Context, d *database, o options) (*report, error) {
 		group string
 		run   func(context.Context, *database, options, *report) error
 	}{
-		{"publish", publishSteps}, {"batch", batchSteps}, {"latency-bound", endToEndSteps}, {"saturated", saturatedSteps}, {"ordered", orderedSteps}, {"paced", pacedSteps}, {"replay", replaySteps},
+		{"publish", publishSteps}, {"batch", batchSteps}, {"latency-bound", endToEndSteps}, {"saturated", saturatedSteps}, {"ordered", orderedSteps}, {"remote", remoteSteps}, {"paced", pacedSteps}, {"replay", replaySteps},
 		{"scale", scaleSteps},
 	}
 	for _, step := range steps {
