@@ -183,6 +183,11 @@ func (c *confirmer) failed(ctx context.Context, t *tracked, d recordstore.Delive
 	case abandoned:
 		c.reg.observer().Abandoned(t.topic, conf.Consumer)
 		c.logger.Error("Remote consumer's delivery abandoned after its last allowed attempt", errors.New(conf.Failed), fields.Add(watermill.LogFields{"attempts": attempts}))
+		if conf.Key != "" && t.ordersRemote() && t.skipAbandoned {
+			// Its key goes on past it: the next record, held by
+			// this one, is sent again.
+			c.confirmedKey(t, conf.Key, conf.ID)
+		}
 	default:
 		c.logger.Info("Remote consumer failed to handle a message; it is sent again", fields.Add(watermill.LogFields{"attempts": attempts, "error": conf.Failed}))
 	}

@@ -230,7 +230,7 @@ func (p *peer) waitDrained(t *testing.T, ctx context.Context, topic string) {
 		select {
 		case <-p.obs.handled:
 		case <-ctx.Done():
-			t.Fatalf("%s: %d records of %q still pending", p.name, len(recs), topic)
+			t.Fatalf("%s: %d records of %q still pending; %s", p.name, len(recs), topic, p.pendingNow())
 		}
 	}
 }
@@ -244,9 +244,29 @@ func (p *peer) waitHandled(t *testing.T, ctx context.Context, n int) {
 		select {
 		case <-p.obs.handled:
 		case <-ctx.Done():
-			t.Fatalf("%s: %d of %d completions counted", p.name, p.obs.get("handled"), n)
+			t.Fatalf("%s: %d of %d completions counted; pending: %s", p.name, p.obs.get("handled"), n, p.pendingNow())
 		}
 	}
+}
+
+// pendingNow describes the peer's pending records and its last log lines,
+// for a test that timed out waiting for them to complete.
+func (p *peer) pendingNow() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	recs, err := p.store.Operator().List(ctx, sqlstore.RecordFilter{State: recordstore.Pending}, 0, 20, 0)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, r := range recs {
+		fmt.Fprintf(&b, "\n  %d %s attempts %d, resent %v, %v since sent, metadata %v: %s", r.ID, r.UUID, r.Attempts, r.Resent, r.SinceSent, r.Metadata, r.LastError)
+	}
+	entries := p.logger.Entries("")
+	for _, e := range entries[max(0, len(entries)-15):] {
+		fmt.Fprintf(&b, "\n  log %s %s %v %v", e.Level, e.Msg, e.Err, e.Fields)
+	}
+	return b.String()
 }
 
 func publishN(t *testing.T, pub message.Publisher, topic, prefix string, n int) []string {

@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/go-sql-driver/mysql"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -84,8 +85,21 @@ func refuse(uuid string) func(*message.Message) error {
 }
 
 // apply writes the effect of msg (its key and number) at the next position
-// of its key, with its inbox entry, in one transaction.
+// of its key, with its inbox entry, in one transaction, which it tries
+// again when MySQL/MariaDB ends it to break a deadlock (the positions'
+// INSERT … SELECT takes gap locks).
 func (r *orderedReceiver) apply(msg *message.Message) error {
+	for range 5 {
+		err := r.applyOnce(msg)
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) || me.Number != 1213 {
+			return err
+		}
+	}
+	return r.applyOnce(msg)
+}
+
+func (r *orderedReceiver) applyOnce(msg *message.Message) error {
 	ctx := msg.Context()
 	tx, err := r.db.BeginTxx(ctx, nil)
 	if err != nil {
@@ -157,6 +171,11 @@ func inOrder(got map[string][]int, keys, perKey int) []string {
 	return bad
 }
 
+// slowResubmits is a replay whose stale resubmitter sends nothing within
+// a test: it runs only so that order keys have a sender.
+var slowResubmits = withReplay(outbox.ReplayConfig{Resubmit: outbox.StaleResubmitterConfig{
+	OlderThan: time.Hour, ConfirmWithin: time.Hour, Interval: time.Hour}})
+
 // heldLogs counts the messages a receiver held.
 func heldLogs(l *testenv.CaptureLogger) int {
 	n := 0
@@ -199,6 +218,34 @@ func TestOrderByKeyAcrossServices(t *testing.T) {
 			assert.Positive(t, heldLogs(s.r.logger), "B held messages whose earlier message it had not handled")
 			assert.Positive(t, s.a.obs.get("failed"), "B's failures reached A")
 			assert.Empty(t, s.a.logger.Entries("error"))
+			s.stop(t)
+		})
+
+		t.Run("HeldMessagesAreSentAgainWithoutTheResubmitter", func(t *testing.T) {
+			// A's stale resubmitter waits an hour: each message B holds
+			// is sent again by the confirmation of its key's earlier one.
+			ctx := testCtx(t)
+			s := startOrderedServices(t, b, outbox.Tracked{}, outbox.MiddlewareConfig{}, func(*message.Message) error { return nil },
+				slowResubmits)
+			publishByKey(t, s.a.pub, "orders", keys, perKey)
+			s.a.waitDrained(t, ctx, "orders")
+			assert.Empty(t, inOrder(s.rdb.byKey(t), keys, perKey))
+			assert.Positive(t, heldLogs(s.r.logger), "B held messages whose earlier message it had not handled")
+			s.stop(t)
+		})
+
+		t.Run("WithOrderSkipsAbandonedTheKeyGoesOnWithoutTheResubmitter", func(t *testing.T) {
+			// k00's second message is abandoned at its first failure;
+			// A's stale resubmitter waits an hour, so the abandonment
+			// itself sends the key's next message again.
+			ctx := testCtx(t)
+			s := startOrderedServices(t, b, outbox.Tracked{OrderSkipsAbandoned: true}, outbox.MiddlewareConfig{MaxAttempts: 1}, refuse("k00-001"),
+				slowResubmits)
+			publishByKey(t, s.a.pub, "orders", 2, 4)
+			s.a.waitHandled(t, ctx, 7)
+			got := s.rdb.byKey(t)
+			assert.Equal(t, []int{0, 2, 3}, got["k00"], "k00 goes on past its abandoned message, in order")
+			assert.Equal(t, []int{0, 1, 2, 3}, got["k01"])
 			s.stop(t)
 		})
 
