@@ -24,6 +24,7 @@ func TestGoChannel(t *testing.T) {
 		Name:     "GoChannel",
 		Records:  records(t, "SQLite"),
 		Volatile: true,
+		FanOut:   true,
 		Connect: func(t *testing.T, _ string) (message.Publisher, message.Subscriber) {
 			gc, ok := channels.Load(t)
 			if !ok {

@@ -30,6 +30,11 @@ type Backend struct {
 	// lost, and only a resend brings it back.
 	Volatile bool
 
+	// FanOut tells that subscribers of one group each receive every
+	// message (GoChannel has no groups): two instances of one service
+	// cannot share its messages.
+	FanOut bool
+
 	// Remove deletes what the pub/sub created on the broker for a topic and
 	// group (queues, exchanges, streams, tables). It runs when the test
 	// ends, after the publishers and subscribers are closed. Nil when the

@@ -121,17 +121,7 @@ func orderedAcrossFailuresAndRestarts(t *testing.T, e *env) {
 			msgs[k].Metadata.Set("seq", strconv.Itoa(seq))
 			uuids = append(uuids, u)
 		}
-		// On a loaded machine the records' one SQLite connection may be
-		// busy past the insert's deadline; nothing was saved then, and the
-		// publish is repeated.
-		var err error
-		for range 5 {
-			var ie *outbox.InsertError
-			if err = publisher.Publish(e.topic, msgs...); !errors.As(err, &ie) || ie.OutcomeUnknown {
-				break
-			}
-		}
-		require.NoError(t, err)
+		publishSaved(t, publisher, e.topic, msgs)
 	}
 
 	log.waitHandled(t, keys*perKey/2)
@@ -170,6 +160,22 @@ func orderedAcrossFailuresAndRestarts(t *testing.T, e *env) {
 		}
 	}
 	e.requireTable(completedAll(uuids...))
+}
+
+// publishSaved publishes msgs in one Publish through a tracked publisher.
+// On a loaded machine the records' one SQLite connection may be busy past
+// the insert's deadline; nothing was saved then, and the publish is
+// repeated.
+func publishSaved(t *testing.T, publisher message.Publisher, topic string, msgs []*message.Message) {
+	t.Helper()
+	var err error
+	for range 5 {
+		var ie *outbox.InsertError
+		if err = publisher.Publish(topic, msgs...); !errors.As(err, &ie) || ie.OutcomeUnknown {
+			break
+		}
+	}
+	require.NoError(t, err)
 }
 
 // drain discards the service's deliveries until it stops, for a scenario

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jmoiron/sqlx"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -23,6 +24,14 @@ var remoteConsumers = []string{"billing", "shipping"}
 // inboxOf opens a receiving service's own database and its inbox.
 func (e *env) inboxOf(name string) *sqlstore.Inbox {
 	e.t.Helper()
+	_, in := e.databaseOf(name)
+	return in
+}
+
+// databaseOf opens a receiving service's own database, with its inbox, for
+// a handler that writes its effects there too.
+func (e *env) databaseOf(name string) (*sqlx.DB, *sqlstore.Inbox) {
+	e.t.Helper()
 	db := e.backend.Records.Open(e.t)
 	table := "inbox_" + randomHex(e.t, 5) + "_" + name
 	in, err := sqlstore.NewInbox(sqlstore.InboxConfig{Dialect: e.backend.Records.Dialect, DB: db, Table: table})
@@ -34,7 +43,7 @@ func (e *env) inboxOf(name string) *sqlstore.Inbox {
 		_, err := db.ExecContext(ctx, "DROP TABLE "+table)
 		assert.NoError(e.t, err)
 	})
-	return in
+	return db, in
 }
 
 // receivingService starts a service with a database of its own whose

@@ -41,6 +41,7 @@ func Run(t *testing.T, b Backend) {
 		{"ServicesWithADatabaseEachConfirmOverTheBroker", servicesWithADatabaseEach},
 		{"CompletedOnSendDrainsAsSendsSucceed", completedOnSend},
 		{"KeysAreHandledInOrderAcrossFailuresAndRestarts", orderedAcrossFailuresAndRestarts},
+		{"ServicesWithADatabaseEachKeepKeysInOrderAtARemoteConsumer", keysInOrderAtARemoteConsumer},
 		{"FastPathTwoConsumersDrain", fastPathDrains},
 	} {
 		t.Run(sc.name, func(t *testing.T) {
