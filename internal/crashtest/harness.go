@@ -43,6 +43,12 @@ const (
 	// envChecked, "1", checks every copy and completes before the
 	// acknowledgement ([Config.Checked]).
 	envChecked = "OUTBOX_CRASH_CHECKED"
+	// envKeys is the number of order keys of an ordered two-service run
+	// ([ServicesConfig.Keys]).
+	envKeys = "OUTBOX_CRASH_KEYS"
+	// envHaltAfter, in milliseconds from the child's start, arms its kill
+	// point from then on instead of at its envAt-th pass.
+	envHaltAfter = "OUTBOX_CRASH_HALT_AFTER"
 )
 
 // OrderKeys is how many order keys the messages of an ordered run
