@@ -13,6 +13,9 @@
 // a tracked topic whose remote consumer is [ServiceB]'s handler, which
 // keeps an inbox and confirms over the broker. It checks that every record
 // of A has exactly one effect in B's database and that A's table drains.
+// Its ordered variant ([ServicesConfig.Keys]) orders A's topic by key, runs
+// B as several processes on one queue and one database, and checks that
+// each key's effects in B's database follow the order of A's records.
 package crashtest
 
 import (
