@@ -34,7 +34,9 @@ type ServicesConfig struct {
 	DBB *sqlx.DB
 	// Env is added to every child's environment (DSNs, broker names).
 	Env []string
-	// DrainTimeout bounds the final drain. Defaults to 2 minutes.
+	// DrainTimeout bounds how long the final drain may go without a
+	// record of A completing: a long ordered soak leaves a backlog that
+	// takes longer to work off. Defaults to 2 minutes.
 	DrainTimeout time.Duration
 	// Keys, when not zero, runs the ordered variant: A's topic is ordered
 	// by key (outbox.Tracked.OrderKey) and each start of A publishes,
@@ -354,12 +356,13 @@ func (r *servicesRun) drain() error {
 	if err := r.start(r.a, plan{mode: Drain}); err != nil {
 		return fmt.Errorf("A: %w", err)
 	}
-	deadline := time.After(r.cfg.DrainTimeout)
+	stalled := time.NewTimer(r.cfg.DrainTimeout)
+	defer stalled.Stop()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	pending := r.pendingQuery()
+	pending, best := r.pendingQuery(), -1
 	for {
-		s, _, ok, other := r.next(tick.C, deadline)
+		s, _, ok, other := r.next(tick.C, stalled.C)
 		switch {
 		case other < 0 && !ok:
 			return fmt.Errorf("%s: %w", s.name, s.p.exited())
@@ -372,10 +375,14 @@ func (r *servicesRun) drain() error {
 				r.stop()
 				return nil
 			}
+			if best < 0 || n < best {
+				best = n
+				stalled.Reset(r.cfg.DrainTimeout)
+			}
 		case other == 1:
 			var n int
 			_ = r.cfg.DBA.Get(&n, pending)
-			return fmt.Errorf("%d records of A still pending after %v; A: %s\nB: %s", n, r.cfg.DrainTimeout, r.a.p.killedStderr(), r.bs[0].p.killedStderr())
+			return fmt.Errorf("%d records of A still pending, none completed for %v; A: %s\nB: %s", n, r.cfg.DrainTimeout, r.a.p.killedStderr(), r.bs[0].p.killedStderr())
 		}
 	}
 }

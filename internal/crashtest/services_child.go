@@ -205,10 +205,11 @@ func childLogger() watermill.LoggerAdapter {
 }
 
 // publishEvery spaces the publishes of A in an ordered run, each of one
-// to maxBurst messages: about as many as B's instances handle, so that
-// the backlog a kill leaves is worked off while the run goes on.
+// to maxBurst messages (50 a second): about as many as B's instances
+// handle in order, holding and confirming, so that the backlog a kill
+// leaves is worked off while the run goes on.
 const (
-	publishEvery = 20 * time.Millisecond
+	publishEvery = 50 * time.Millisecond
 	maxBurst     = 4
 )
 
