@@ -12,7 +12,14 @@ import (
 	"github.com/wmoutbox/outbox/sqlstore"
 )
 
-var crashServicesKills = flag.Int("crash.services.kills", 24, "kills of the two-service setup (soak: -crash.services.kills=100)")
+var (
+	crashServicesKills        = flag.Int("crash.services.kills", 24, "kills of the two-service setup (soak: -crash.services.kills=100)")
+	crashServicesOrderedKills = flag.Int("crash.services.ordered.kills", 10, "kills of the ordered two-service setup (soak: -crash.services.ordered.kills=150)")
+)
+
+// crashServicesKeys is the number of order keys of the ordered two-service
+// setup.
+const crashServicesKeys = 32
 
 // envServiceBDSN is the DSN of service B's SQLite file.
 const envServiceBDSN = "OUTBOX_CRASH_B_DSN"
@@ -21,7 +28,7 @@ const envServiceBDSN = "OUTBOX_CRASH_B_DSN"
 // it does nothing unless started by that test.
 func TestCrashChildServiceA(t *testing.T) {
 	if !crashtest.IsChild(t.Name()) {
-		t.Skip("runs only as a child of TestCrashTwoServices")
+		t.Skip("runs only as a child of TestCrashTwoServices*")
 	}
 	crashtest.ServiceA(crashChildConfig(testenv.Postgres(t), sqlstore.Postgres()))
 }
@@ -30,7 +37,7 @@ func TestCrashChildServiceA(t *testing.T) {
 // file of its own); it does nothing unless started by that test.
 func TestCrashChildServiceB(t *testing.T) {
 	if !crashtest.IsChild(t.Name()) {
-		t.Skip("runs only as a child of TestCrashTwoServices")
+		t.Skip("runs only as a child of TestCrashTwoServices*")
 	}
 	db := testenv.Open(t, "SQLite", "sqlite", os.Getenv(envServiceBDSN))
 	db.SetMaxOpenConns(1)
@@ -47,6 +54,28 @@ func TestCrashChildServiceB(t *testing.T) {
 // After a drain, A has no pending record and B has exactly one effect per
 // record of A.
 func TestCrashTwoServices(t *testing.T) {
+	sum := crashTwoServices(t, *crashServicesKills, 0, 1)
+	t.Logf("two services, PostgreSQL+SQLite over RabbitMQ: %s", sum)
+	crashtest.CheckServices(t, sum)
+}
+
+// TestCrashTwoServicesOrdered is TestCrashTwoServices on a topic ordered by
+// key (crashServicesKeys keys), with two instances of B on B's queue and
+// database, so that two messages of a key can run at once in two
+// processes: A publishes until it is killed, each B is killed every 1 to 3
+// seconds and A every 3 to 8, and besides exactly one effect per record,
+// B's database must hold each key's effects in the order A saved them,
+// each written with its position within its key in the transaction of its
+// inbox entry.
+func TestCrashTwoServicesOrdered(t *testing.T) {
+	sum := crashTwoServices(t, *crashServicesOrderedKills, crashServicesKeys, 2)
+	t.Logf("two services ordered by key, PostgreSQL+SQLite over RabbitMQ: %s", sum)
+	crashtest.CheckServicesOrdered(t, sum)
+}
+
+// crashTwoServices runs the two-service setup, ordered by keys keys when
+// not zero, with instancesB processes of B.
+func crashTwoServices(t *testing.T, kills, keys, instancesB int) crashtest.ServicesSummary {
 	admin, err := amqp091.Dial(amqpURI())
 	if err != nil {
 		testenv.Unavailable(t, "RabbitMQ", err)
@@ -54,7 +83,10 @@ func TestCrashTwoServices(t *testing.T) {
 	defer admin.Close()
 	dbA := testenv.Postgres(t)
 	table := testenv.Table(t)
-	dsnB := testenv.SQLiteDSN(t)
+	// Writers of B's instances take the file's lock when their transaction
+	// begins, waiting for it up to the busy timeout, rather than fail when
+	// their first write finds another's commit.
+	dsnB := testenv.SQLiteDSN(t) + "&_txlock=immediate"
 	dbB := testenv.Open(t, "SQLite", "sqlite", dsnB)
 	dbB.SetMaxOpenConns(1)
 	crashtest.PrepareServices(t, dbA, sqlstore.Postgres(), table, dbB, sqlstore.SQLite())
@@ -72,18 +104,18 @@ func TestCrashTwoServices(t *testing.T) {
 		}
 	})
 
-	sum := crashtest.RunServices(t, crashtest.ServicesConfig{
-		ChildA: "TestCrashChildServiceA",
-		ChildB: "TestCrashChildServiceB",
-		Kills:  *crashServicesKills,
-		Batch:  5,
-		Seed:   crashRunSeed(t),
-		DBA:    dbA,
-		Table:  table,
-		DBB:    dbB,
+	return crashtest.RunServices(t, crashtest.ServicesConfig{
+		ChildA:     "TestCrashChildServiceA",
+		ChildB:     "TestCrashChildServiceB",
+		Kills:      kills,
+		Keys:       keys,
+		InstancesB: instancesB,
+		Batch:      5,
+		Seed:       crashRunSeed(t),
+		DBA:        dbA,
+		Table:      table,
+		DBB:        dbB,
 		Env: []string{"OUTBOX_TEST_POSTGRES_DSN=" + testenv.PostgresDSN(), "OUTBOX_TEST_AMQP_URI=" + amqpURI(),
 			envServiceBDSN + "=" + dsnB},
 	})
-	t.Logf("two services, PostgreSQL+SQLite over RabbitMQ: %s", sum)
-	crashtest.CheckServices(t, sum)
 }

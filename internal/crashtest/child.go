@@ -101,11 +101,17 @@ func exit(err error) {
 }
 
 type childState struct {
-	mode    Mode
-	at      int64
-	cycle   int
-	batch   int
-	ordered bool
+	mode Mode
+	at   int64
+	// haltAfter, when set, arms the kill point at that time instead of at
+	// its at-th pass: the first pass after it halts (envHaltAfter).
+	haltAfter time.Time
+	cycle     int
+	batch     int
+	ordered   bool
+	// keys is the number of order keys of an ordered two-service run, in
+	// which A publishes until it is killed (envKeys); 0 otherwise.
+	keys int
 	// checked checks every copy and completes before the ack (envChecked).
 	checked  bool
 	sends    atomic.Int64
@@ -115,8 +121,24 @@ type childState struct {
 
 // stateFromEnv reads the kill point and the batch the parent chose.
 func stateFromEnv() *childState {
-	return &childState{mode: Mode(os.Getenv(envMode)), at: int64(atoi(envAt)), cycle: atoi(envCycle), batch: atoi(envBatch),
-		ordered: os.Getenv(envOrdered) == "1", checked: os.Getenv(envChecked) == "1"}
+	st := &childState{mode: Mode(os.Getenv(envMode)), at: int64(atoi(envAt)), cycle: atoi(envCycle), batch: atoi(envBatch),
+		ordered: os.Getenv(envOrdered) == "1", checked: os.Getenv(envChecked) == "1", keys: atoi(envKeys)}
+	if ms := atoi(envHaltAfter); ms > 0 {
+		st.haltAfter = time.Now().Add(time.Duration(ms) * time.Millisecond)
+	}
+	return st
+}
+
+// haltsAt reports whether the n-th pass (from 0) at the kill point mode is
+// where the parent chose to kill the child.
+func (st *childState) haltsAt(mode Mode, n int64) bool {
+	if st.mode != mode {
+		return false
+	}
+	if !st.haltAfter.IsZero() {
+		return time.Now().After(st.haltAfter)
+	}
+	return n == st.at
 }
 
 func child(cfg ChildConfig) error {
@@ -181,7 +203,7 @@ func child(cfg ChildConfig) error {
 			if _, err := cfg.DB.ExecContext(msg.Context(), insertHandled, msg.UUID, h, int64(st.cycle)*1_000_000+n, msg.Metadata.Get(orderKey), rec.ID); err != nil {
 				return err
 			}
-			if st.mode == MidHandler && n == st.at {
+			if st.haltsAt(MidHandler, n) {
 				halt(MidHandler)
 			}
 			mu.Lock()
@@ -308,7 +330,7 @@ type haltingPublisher struct {
 }
 
 func (p *haltingPublisher) Publish(topic string, msgs ...*message.Message) error {
-	if n := p.st.sends.Add(1) - 1; p.st.mode == AfterInsert && n == p.st.at {
+	if n := p.st.sends.Add(1) - 1; p.st.haltsAt(AfterInsert, n) {
 		halt(AfterInsert)
 	}
 	return p.Publisher.Publish(topic, msgs...)
@@ -321,7 +343,7 @@ type haltingStore struct {
 }
 
 func (s *haltingStore) Complete(ctx context.Context, d recordstore.Delivery) error {
-	if n := s.st.complets.Add(1) - 1; s.st.mode == BeforeMark && n == s.st.at {
+	if n := s.st.complets.Add(1) - 1; s.st.haltsAt(BeforeMark, n) {
 		halt(BeforeMark)
 	}
 	return s.Store.Complete(ctx, d)

@@ -13,6 +13,9 @@
 // a tracked topic whose remote consumer is [ServiceB]'s handler, which
 // keeps an inbox and confirms over the broker. It checks that every record
 // of A has exactly one effect in B's database and that A's table drains.
+// Its ordered variant ([ServicesConfig.Keys]) orders A's topic by key, runs
+// B as several processes on one queue and one database, and checks that
+// each key's effects in B's database follow the order of A's records.
 package crashtest
 
 import (
@@ -43,6 +46,12 @@ const (
 	// envChecked, "1", checks every copy and completes before the
 	// acknowledgement ([Config.Checked]).
 	envChecked = "OUTBOX_CRASH_CHECKED"
+	// envKeys is the number of order keys of an ordered two-service run
+	// ([ServicesConfig.Keys]).
+	envKeys = "OUTBOX_CRASH_KEYS"
+	// envHaltAfter, in milliseconds from the child's start, arms its kill
+	// point from then on instead of at its envAt-th pass.
+	envHaltAfter = "OUTBOX_CRASH_HALT_AFTER"
 )
 
 // OrderKeys is how many order keys the messages of an ordered run

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 )
 
 // proc is a running child process and the lines it prints on stdout.
@@ -14,6 +15,9 @@ type proc struct {
 	cmd    *exec.Cmd
 	lines  chan string
 	stderr *strings.Builder // read only once the process was waited for
+
+	mu     sync.Mutex
+	counts map[string]int // the child's "COUNT <what>" lines, not passed on
 }
 
 // command re-executes the test binary to run test as a child, with env
@@ -30,13 +34,26 @@ func startProc(cmd *exec.Cmd) (*proc, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &proc{cmd: cmd, lines: make(chan string, 16), stderr: &strings.Builder{}}
+	p := &proc{cmd: cmd, lines: make(chan string, 16), stderr: &strings.Builder{}, counts: map[string]int{}}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	go scanLines(out, p.lines)
+	go p.scanLines(out)
 	return p, nil
+}
+
+// countLine is the prefix of a line that counts an event of the child
+// ([countEvent]): tallied by the parent, not passed on in lines, so that a
+// child that prints many does not hold up its kill point's line.
+const countLine = "COUNT "
+
+// tally returns the counts of a process that was killed: its output was
+// read to the end, so they are all there.
+func (p *proc) tally() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.counts
 }
 
 // kill sends SIGKILL and waits for the process and its output.
@@ -64,11 +81,17 @@ func (p *proc) killedStderr() string {
 	return tail(p.stderr.String())
 }
 
-func scanLines(r io.Reader, lines chan<- string) {
-	defer close(lines)
+func (p *proc) scanLines(r io.Reader) {
+	defer close(p.lines)
 	s := bufio.NewScanner(r)
 	for s.Scan() {
-		lines <- s.Text()
+		if what, ok := strings.CutPrefix(s.Text(), countLine); ok {
+			p.mu.Lock()
+			p.counts[what]++
+			p.mu.Unlock()
+			continue
+		}
+		p.lines <- s.Text()
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -33,8 +34,22 @@ type ServicesConfig struct {
 	DBB *sqlx.DB
 	// Env is added to every child's environment (DSNs, broker names).
 	Env []string
-	// DrainTimeout bounds the final drain. Defaults to 2 minutes.
+	// DrainTimeout bounds how long the final drain may go without a
+	// record of A completing: a long ordered soak leaves a backlog that
+	// takes longer to work off. Defaults to 2 minutes.
 	DrainTimeout time.Duration
+	// Keys, when not zero, runs the ordered variant: A's topic is ordered
+	// by key (outbox.Tracked.OrderKey) and each start of A publishes,
+	// until it is killed, messages of Keys keys drawn at random; each
+	// start of B arms its kill point 1 to 3 seconds after it started, and
+	// A's 3 to 8 seconds after, either killed at the first pass there or
+	// a second later wherever it is; A is killed at least once. The
+	// summary then checks each key's effects in B's database against the
+	// order A saved its records in. Batch is then unused.
+	Keys int
+	// InstancesB is the number of B's processes, which share B's database
+	// and its queue, each killed on its own. Defaults to 1.
+	InstancesB int
 }
 
 // ServicesSummary is what a [RunServices] run found.
@@ -51,12 +66,43 @@ type ServicesSummary struct {
 	Unknown int
 	// Drain is how long the final drain took.
 	Drain time.Duration
+	// Ordered is what an ordered run ([ServicesConfig.Keys]) found: each
+	// key's effects in B's database, by position, against A's records.
+	Ordered OrderSummary
+	// Events counts the events of an ordered run's children (EventSend,
+	// EventHeld...), those of killed children included.
+	Events map[string]int
+	// Took is how long the run took, the final drain included.
+	Took time.Duration
+}
+
+// OrderSummary is the order of B's effects, key by key, in an ordered run.
+type OrderSummary struct {
+	// Keys counts the keys with an effect in B.
+	Keys int
+	// OutOfOrderKeys counts the keys with at least one effect that came
+	// after an effect of a later record of the key (by A's record id),
+	// OutOfOrder those effects.
+	OutOfOrderKeys, OutOfOrder int
+	// BadPositions counts the effects whose position within their key is
+	// not one more than the one before: two effects of the key were
+	// written at once, or one is missing.
+	BadPositions int
+}
+
+// String is the order part of a summary line.
+func (o OrderSummary) String() string {
+	return fmt.Sprintf("keys=%d out_of_order_keys=%d out_of_order_effects=%d bad_positions=%d", o.Keys, o.OutOfOrderKeys, o.OutOfOrder, o.BadPositions)
 }
 
 // String is the summary line a test logs.
 func (s ServicesSummary) String() string {
-	return fmt.Sprintf("kills=%d %v records=%d pending=%d (drained in %v); %s; effects of unknown messages=%d",
+	line := fmt.Sprintf("kills=%d %v records=%d pending=%d (drained in %v); %s; effects of unknown messages=%d",
 		total(s.Kills), s.Kills, s.Records, s.Pending, s.Drain.Round(time.Millisecond), s.B, s.Unknown)
+	if s.Ordered.Keys > 0 {
+		line += fmt.Sprintf("; %s; events %v; took %v", s.Ordered, s.Events, s.Took.Round(time.Second))
+	}
+	return line
 }
 
 // PrepareServices creates A's record table in dbA and B's effect table and
@@ -71,7 +117,7 @@ func PrepareServices(t *testing.T, dbA *sqlx.DB, dA *sqlstore.Dialect, table str
 	if err := inbox.Migrate(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dbB.Exec("CREATE TABLE " + EffectsTable + " (uuid VARCHAR(64) NOT NULL)"); err != nil {
+	if _, err := dbB.Exec("CREATE TABLE " + EffectsTable + " (uuid VARCHAR(64) NOT NULL, k VARCHAR(64) NOT NULL, pos INTEGER NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -90,10 +136,17 @@ var (
 
 const (
 	maxKillDelay = 1500 * time.Millisecond
+	// A service that passes no kill point in orderedGrace after its kill
+	// point was armed is killed wherever it is.
+	orderedGrace = time.Second
 	// stallAfter fails a run in which neither service reached its kill
 	// point for that long.
 	stallAfter = 60 * time.Second
 )
+
+// In an ordered run each start of B arms its kill point after 1 to 3
+// seconds, each of A after 3 to 8.
+var orderedKillB, orderedKillA = [2]time.Duration{time.Second, 3 * time.Second}, [2]time.Duration{3 * time.Second, 8 * time.Second}
 
 // service is one running child of [RunServices].
 type service struct {
@@ -108,8 +161,10 @@ type service struct {
 type servicesRun struct {
 	cfg     ServicesConfig
 	rng     *rand.Rand
-	a, b    *service
-	startsA int // A's starts so far: each start's messages have UUIDs of their own
+	a       *service
+	bs      []*service // B's instances
+	startsA int        // A's starts so far: each start's messages have UUIDs of their own
+	events  map[string]int
 }
 
 // RunServices runs A and B at once and SIGKILLs one of them cfg.Kills
@@ -128,8 +183,13 @@ func RunServices(t *testing.T, cfg ServicesConfig) ServicesSummary {
 	if cfg.DrainTimeout == 0 {
 		cfg.DrainTimeout = 2 * time.Minute
 	}
+	cfg.InstancesB = max(cfg.InstancesB, 1)
+	began := time.Now()
 	r := &servicesRun{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
-		a: &service{name: "A", test: cfg.ChildA, modes: modesA}, b: &service{name: "B", test: cfg.ChildB, modes: modesB}}
+		a: &service{name: "A", test: cfg.ChildA, modes: modesA}, events: map[string]int{}}
+	for range cfg.InstancesB {
+		r.bs = append(r.bs, &service{name: "B", test: cfg.ChildB, modes: modesB})
+	}
 	defer r.stop()
 	fail := func(format string, args ...any) {
 		t.Helper()
@@ -139,8 +199,10 @@ func RunServices(t *testing.T, cfg ServicesConfig) ServicesSummary {
 	// B first: its subscription declares its queue, which must be bound
 	// before A's first message is sent. A declares its confirmation queue
 	// before it publishes.
-	if err := r.startReady(r.b, r.plan(r.b)); err != nil {
-		fail("first start of B: %v", err)
+	for _, b := range r.bs {
+		if err := r.startReady(b, r.plan(b)); err != nil {
+			fail("first start of B: %v", err)
+		}
 	}
 	if err := r.start(r.a, r.plan(r.a)); err != nil {
 		fail("first start of A: %v", err)
@@ -148,21 +210,11 @@ func RunServices(t *testing.T, cfg ServicesConfig) ServicesSummary {
 	sum := ServicesSummary{Kills: map[string]int{}}
 	stall := time.NewTimer(stallAfter)
 	defer stall.Stop()
-	for n := 0; n < cfg.Kills; {
-		var s *service
-		var line string
-		ok := true
-		select {
-		case line, ok = <-r.a.p.lines:
-			s = r.a
-		case line, ok = <-r.b.p.lines:
-			s = r.b
-		case <-r.a.timer:
-			s, line = r.a, "timer"
-		case <-r.b.timer:
-			s, line = r.b, "timer"
-		case <-stall.C:
-			fail("after %d kills, neither service reached its kill point (A %s, B %s) in %v", n, r.a.mode, r.b.mode, stallAfter)
+	// An ordered run kills A at least once: B's kills come sooner.
+	for n := 0; n < cfg.Kills || cfg.Keys > 0 && !killedA(sum.Kills); {
+		s, line, ok, other := r.next(stall.C)
+		if other == 0 {
+			fail("after %d kills, no service reached its kill point (A %s, B %s) in %v", n, r.a.mode, r.bs[0].mode, stallAfter)
 		}
 		if !ok {
 			fail("%s (%s): %v", s.name, s.mode, s.p.exited())
@@ -170,10 +222,14 @@ func RunServices(t *testing.T, cfg ServicesConfig) ServicesSummary {
 		if line != "timer" && !strings.HasPrefix(line, "HALT") {
 			continue
 		}
-		if err := s.p.kill(); err != nil {
+		if err := r.kill(s); err != nil {
 			fail("kill %s: %v", s.name, err)
 		}
-		sum.Kills[s.name+"/"+string(s.mode)]++
+		point := string(s.mode)
+		if line == "timer" && s.mode != Random {
+			point += " (passed none)"
+		}
+		sum.Kills[s.name+"/"+point]++
 		n++
 		if err := r.start(s, r.plan(s)); err != nil {
 			fail("restart %s: %v", s.name, err)
@@ -181,13 +237,23 @@ func RunServices(t *testing.T, cfg ServicesConfig) ServicesSummary {
 		stall.Reset(stallAfter)
 	}
 
-	began := time.Now()
+	drained := time.Now()
 	if err := r.drain(); err != nil {
 		fail("final drain: %v", err)
 	}
-	sum.Drain = time.Since(began)
+	sum.Drain = time.Since(drained)
 	r.count(t, &sum)
+	sum.Events, sum.Took = r.events, time.Since(began)
 	return sum
+}
+
+func killedA(kills map[string]int) bool {
+	for k, n := range kills {
+		if strings.HasPrefix(k, "A/") && n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // plan draws a service's next kill point.
@@ -198,6 +264,13 @@ type plan struct {
 }
 
 func (r *servicesRun) plan(s *service) plan {
+	if r.cfg.Keys > 0 {
+		span := orderedKillB
+		if s == r.a {
+			span = orderedKillA
+		}
+		return plan{mode: s.modes[r.rng.IntN(len(s.modes))], delay: span[0] + time.Duration(r.rng.Int64N(int64(span[1]-span[0])))}
+	}
 	return plan{mode: s.modes[r.rng.IntN(len(s.modes))], at: r.rng.IntN(r.cfg.Batch),
 		delay: time.Duration(r.rng.Int64N(int64(maxKillDelay)))}
 }
@@ -216,13 +289,34 @@ func (r *servicesRun) start(s *service, p plan) error {
 		fmt.Sprintf("%s=%d", envBatch, r.cfg.Batch),
 		envTable+"="+r.cfg.Table,
 	)
+	ordered := r.cfg.Keys > 0 && p.mode != Drain
+	if r.cfg.Keys > 0 {
+		env = append(env, fmt.Sprintf("%s=%d", envKeys, r.cfg.Keys))
+	}
+	if ordered && p.mode != Random {
+		env = append(env, fmt.Sprintf("%s=%d", envHaltAfter, p.delay.Milliseconds()))
+	}
 	proc, err := startProc(command(s.test, env...))
 	if err != nil {
 		return err
 	}
 	s.p, s.mode, s.timer = proc, p.mode, nil
-	if p.mode == Random {
+	switch {
+	case p.mode == Random:
 		s.timer = time.After(p.delay)
+	case ordered:
+		s.timer = time.After(p.delay + orderedGrace)
+	}
+	return nil
+}
+
+// kill kills a service and adds up the events it counted.
+func (r *servicesRun) kill(s *service) error {
+	if err := s.p.kill(); err != nil {
+		return err
+	}
+	for what, n := range s.p.tally() {
+		r.events[what] += n
 	}
 	return nil
 }
@@ -254,27 +348,25 @@ func (r *servicesRun) startReady(s *service, p plan) error {
 // parent through that table or its output.
 func (r *servicesRun) drain() error {
 	r.stop()
-	if err := r.startReady(r.b, plan{mode: Drain}); err != nil {
-		return fmt.Errorf("B: %w", err)
+	for _, b := range r.bs {
+		if err := r.startReady(b, plan{mode: Drain}); err != nil {
+			return fmt.Errorf("B: %w", err)
+		}
 	}
 	if err := r.start(r.a, plan{mode: Drain}); err != nil {
 		return fmt.Errorf("A: %w", err)
 	}
-	deadline := time.After(r.cfg.DrainTimeout)
+	stalled := time.NewTimer(r.cfg.DrainTimeout)
+	defer stalled.Stop()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
-	pending := r.pendingQuery()
+	pending, best := r.pendingQuery(), -1
 	for {
-		select {
-		case _, ok := <-r.a.p.lines:
-			if !ok {
-				return fmt.Errorf("A: %w", r.a.p.exited())
-			}
-		case _, ok := <-r.b.p.lines:
-			if !ok {
-				return fmt.Errorf("B: %w", r.b.p.exited())
-			}
-		case <-tick.C:
+		s, _, ok, other := r.next(tick.C, stalled.C)
+		switch {
+		case other < 0 && !ok:
+			return fmt.Errorf("%s: %w", s.name, s.p.exited())
+		case other == 0:
 			var n int
 			if err := r.cfg.DBA.Get(&n, pending); err != nil {
 				return err
@@ -283,13 +375,45 @@ func (r *servicesRun) drain() error {
 				r.stop()
 				return nil
 			}
-		case <-deadline:
+			if best < 0 || n < best {
+				best = n
+				stalled.Reset(r.cfg.DrainTimeout)
+			}
+		case other == 1:
 			var n int
 			_ = r.cfg.DBA.Get(&n, pending)
-			return fmt.Errorf("%d records of A still pending after %v; A: %s\nB: %s", n, r.cfg.DrainTimeout, r.a.p.killedStderr(), r.b.p.killedStderr())
+			return fmt.Errorf("%d records of A still pending, none completed for %v; A: %s\nB: %s", n, r.cfg.DrainTimeout, r.a.p.killedStderr(), r.bs[0].p.killedStderr())
 		}
 	}
 }
+
+// next waits for a line of a service (ok false when its output ended), a
+// service's kill timer (line "timer"), or one of others, whose index it
+// returns then; -1 otherwise.
+func (r *servicesRun) next(others ...<-chan time.Time) (s *service, line string, ok bool, other int) {
+	all := r.all()
+	cases := make([]reflect.SelectCase, 0, 2*len(all)+len(others))
+	for _, s := range all {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.p.lines)},
+			reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(s.timer)})
+	}
+	for _, c := range others {
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(c)})
+	}
+	i, v, ok := reflect.Select(cases)
+	switch {
+	case i >= 2*len(all):
+		return nil, "", ok, i - 2*len(all)
+	case i%2 == 1:
+		return all[i/2], "timer", true, -1
+	case !ok:
+		return all[i/2], "", false, -1
+	}
+	return all[i/2], v.String(), true, -1
+}
+
+// all is A and B's instances.
+func (r *servicesRun) all() []*service { return append([]*service{r.a}, r.bs...) }
 
 func (r *servicesRun) pendingQuery() string {
 	return "SELECT COUNT(*) FROM " + r.cfg.Table + " WHERE processed_at IS NULL"
@@ -297,9 +421,9 @@ func (r *servicesRun) pendingQuery() string {
 
 // stop kills the services that run.
 func (r *servicesRun) stop() {
-	for _, s := range []*service{r.a, r.b} {
+	for _, s := range r.all() {
 		if s.p != nil {
-			_ = s.p.kill()
+			_ = r.kill(s)
 			s.p, s.timer = nil, nil
 		}
 	}
@@ -309,8 +433,11 @@ func (r *servicesRun) stop() {
 // the join is done here.
 func (r *servicesRun) count(t *testing.T, sum *ServicesSummary) {
 	t.Helper()
-	var records []string
-	if err := r.cfg.DBA.Select(&records, "SELECT uuid FROM "+r.cfg.Table); err != nil {
+	var records []struct {
+		ID   int64  `db:"id"`
+		UUID string `db:"uuid"`
+	}
+	if err := r.cfg.DBA.Select(&records, "SELECT id, uuid FROM "+r.cfg.Table); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.cfg.DBA.Get(&sum.Pending, r.pendingQuery()); err != nil {
@@ -326,8 +453,10 @@ func (r *servicesRun) count(t *testing.T, sum *ServicesSummary) {
 	sum.Records = len(records)
 	sum.B = ConsumerSummary{Consumer: ConsumerB, Handled: len(effects)}
 	committed := make(map[string]bool, len(records))
-	for _, u := range records {
-		committed[u] = true
+	ids := make(map[string]int64, len(records))
+	for _, rec := range records {
+		committed[rec.UUID] = true
+		ids[rec.UUID] = rec.ID
 	}
 	for _, e := range effects {
 		sum.B.Handlings += e.N
@@ -339,6 +468,61 @@ func (r *servicesRun) count(t *testing.T, sum *ServicesSummary) {
 	}
 	sum.B.Duplicates = sum.B.Handlings - sum.B.Handled
 	sum.B.Lost = len(committed)
+	if r.cfg.Keys > 0 {
+		sum.Ordered = r.order(t, ids)
+		sum.B.OutOfOrder = sum.Ordered.OutOfOrder
+	}
+}
+
+// order reads B's effects key by key, in the order of the positions B
+// wrote them at, and counts those that follow an effect of a later record
+// of their key: the order A saved them in is the order of its record ids,
+// for each start of A publishes from one goroutine and the next start
+// comes after the kill.
+func (r *servicesRun) order(t *testing.T, ids map[string]int64) OrderSummary {
+	t.Helper()
+	var effects []struct {
+		UUID string `db:"uuid"`
+		Key  string `db:"k"`
+		Pos  int    `db:"pos"`
+	}
+	if err := r.cfg.DBB.Select(&effects, "SELECT uuid, k, pos FROM "+EffectsTable+" ORDER BY k, pos"); err != nil {
+		t.Fatal(err)
+	}
+	var o OrderSummary
+	type keyState struct {
+		next int   // the position the next effect should have
+		last int64 // the highest record id so far
+		bad  bool
+	}
+	keys := map[string]*keyState{}
+	for _, e := range effects {
+		k := keys[e.Key]
+		if k == nil {
+			k = &keyState{}
+			keys[e.Key] = k
+		}
+		if e.Pos != k.next {
+			o.BadPositions++
+		}
+		k.next = e.Pos + 1
+		id, ok := ids[e.UUID]
+		switch {
+		case !ok: // counted as unknown
+		case id < k.last:
+			o.OutOfOrder++
+			k.bad = true
+		default:
+			k.last = id
+		}
+	}
+	o.Keys = len(keys)
+	for _, k := range keys {
+		if k.bad {
+			o.OutOfOrderKeys++
+		}
+	}
+	return o
 }
 
 // CheckServices fails the test unless A committed records, none is
@@ -356,5 +540,22 @@ func CheckServices(t *testing.T, s ServicesSummary) {
 	}
 	if s.Unknown != 0 {
 		t.Errorf("%d effects in B of messages A never committed", s.Unknown)
+	}
+}
+
+// CheckServicesOrdered is [CheckServices] for an ordered run, which also
+// fails unless each key's effects in B follow the order of A's records,
+// one position after the other.
+func CheckServicesOrdered(t *testing.T, s ServicesSummary) {
+	t.Helper()
+	CheckServices(t, s)
+	if s.Ordered.Keys == 0 {
+		t.Fatal("B has no effect of an order key: the run proves nothing about order")
+	}
+	if s.Ordered.OutOfOrderKeys != 0 {
+		t.Errorf("%d of %d keys have effects in B out of the order A saved them in (%d effects)", s.Ordered.OutOfOrderKeys, s.Ordered.Keys, s.Ordered.OutOfOrder)
+	}
+	if s.Ordered.BadPositions != 0 {
+		t.Errorf("%d effects in B are not one position after the one before in their key", s.Ordered.BadPositions)
 	}
 }

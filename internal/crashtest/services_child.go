@@ -2,9 +2,12 @@ package crashtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -24,7 +27,8 @@ const (
 	// topic with: on RabbitMQ, the suffix of its queue.
 	ConfirmGroup = "a_confirm"
 	// EffectsTable is B's table of effects: one row per handling that
-	// committed, by message UUID.
+	// committed, by message UUID, with its message's order key and its
+	// position among that key's effects, written in the same transaction.
 	EffectsTable = "b_effects"
 	// InboxTable is B's inbox.
 	InboxTable = "b_inbox"
@@ -44,7 +48,9 @@ const staleAfter = 2 * time.Second
 
 // ServiceA runs service A until it is killed: it tracks
 // [Topics](table) with B's handler as its remote consumer, publishes a
-// batch of tracked messages (none in Drain mode), replays its pending
+// batch of tracked messages (none in Drain mode; in an ordered run, one
+// every publishEvery with a random key, ordered by key, until it is
+// killed), replays its pending
 // records at start, resends stale ones, and completes B's deliveries from
 // B's confirmations. cfg.Subscriber is called with [ConfirmGroup]. Kill
 // points: [AfterInsert], [BeforeMark] (a confirmation received, its
@@ -66,16 +72,21 @@ func serviceA(cfg ChildConfig) error {
 	if err != nil {
 		return err
 	}
-	reg, err := outbox.NewRegistry(outbox.Tracked{Topic: topic, Store: &haltingStore{Store: base, st: st},
-		RemoteConsumers: []string{ConsumerB}, ConfirmTopic: confirmTopic})
+	tracked := outbox.Tracked{Topic: topic, Store: &haltingStore{Store: base, st: st},
+		RemoteConsumers: []string{ConsumerB}, ConfirmTopic: confirmTopic}
+	if st.keys > 0 {
+		tracked.OrderKey = orderKey
+	}
+	reg, err := outbox.NewRegistry(tracked)
 	if err != nil {
 		return err
 	}
-	rawPub, closePub, err := cfg.Publisher()
+	pub, closePub, err := cfg.Publisher()
 	if err != nil {
 		return err
 	}
 	defer closePub()
+	rawPub := &countingPublisher{Publisher: pub, count: countSend}
 	confirmations, err := cfg.Subscriber(ConfirmGroup)
 	if err != nil {
 		return fmt.Errorf("subscriber of %s: %w", ConfirmGroup, err)
@@ -106,7 +117,16 @@ func serviceA(cfg ChildConfig) error {
 		if err != nil {
 			return err
 		}
-		if err := publishBatch(pub, topic, st); err != nil {
+		if st.keys > 0 {
+			published := make(chan error, 1)
+			go func() { published <- publishUntilKilled(pub, topic, st) }()
+			select {
+			case err := <-published:
+				return err
+			case err := <-runErr:
+				return fmt.Errorf("router stopped: %v", err)
+			}
+		} else if err := publishBatch(pub, topic, st); err != nil {
 			return err
 		}
 	}
@@ -124,11 +144,12 @@ func serviceB(cfg ChildConfig) error {
 	if err != nil {
 		return err
 	}
-	confirmPub, closePub, err := cfg.Publisher()
+	pub, closePub, err := cfg.Publisher()
 	if err != nil {
 		return err
 	}
 	defer closePub()
+	confirmPub := &countingPublisher{Publisher: pub, count: countConfirmation}
 	sub, err := cfg.Subscriber(ConsumerB)
 	if err != nil {
 		return fmt.Errorf("subscriber of %s: %w", ConsumerB, err)
@@ -137,7 +158,7 @@ func serviceB(cfg ChildConfig) error {
 	if err != nil {
 		return err
 	}
-	insertEffect := cfg.DB.Rebind("INSERT INTO " + EffectsTable + " (uuid) VALUES (?)")
+	insertEffect := cfg.DB.Rebind("INSERT INTO " + EffectsTable + " (uuid, k, pos) SELECT ?, ?, COUNT(*) FROM " + EffectsTable + " WHERE k = ?")
 	router.AddNoPublisherHandler(ConsumerB, topic, sub, func(msg *message.Message) error {
 		ctx := msg.Context()
 		tx, err := cfg.DB.BeginTxx(ctx, nil)
@@ -151,17 +172,18 @@ func serviceB(cfg ChildConfig) error {
 		case err != nil:
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, insertEffect, msg.UUID); err != nil {
+		key := msg.Metadata.Get(orderKey)
+		if _, err := tx.ExecContext(ctx, insertEffect, msg.UUID, key, key); err != nil {
 			return err
 		}
 		n := st.handles.Add(1) - 1
-		if st.mode == MidHandler && n == st.at {
+		if st.haltsAt(MidHandler, n) {
 			halt(MidHandler)
 		}
 		if err := tx.Commit(); err != nil {
 			return err
 		}
-		if st.mode == AfterCommit && n == st.at {
+		if st.haltsAt(AfterCommit, n) {
 			halt(AfterCommit)
 		}
 		return nil
@@ -180,4 +202,93 @@ func serviceB(cfg ChildConfig) error {
 // parent shows when a child fails.
 func childLogger() watermill.LoggerAdapter {
 	return watermill.NewStdLoggerWithOut(os.Stderr, false, false)
+}
+
+// publishEvery spaces the publishes of A in an ordered run, each of one
+// to maxBurst messages (50 a second): about as many as B's instances
+// handle in order, holding and confirming, so that the backlog a kill
+// leaves is worked off while the run goes on.
+const (
+	publishEvery = 50 * time.Millisecond
+	maxBurst     = 4
+)
+
+// publishUntilKilled publishes, every publishEvery, a burst of messages
+// that the broker brings B's instances back to back; each message has the
+// key of the one before or, half of the time, one of st.keys drawn at
+// random, so that a key's messages often come together, and two instances
+// of B get two of them at once. It returns only on a failed publish.
+func publishUntilKilled(pub message.Publisher, topic string, st *childState) error {
+	rng := rand.New(rand.NewPCG(uint64(st.cycle), 0x5eed))
+	tick := time.NewTicker(publishEvery)
+	defer tick.Stop()
+	key := 0
+	for i := 0; ; {
+		msgs := make([]*message.Message, 1+rng.IntN(maxBurst))
+		for j := range msgs {
+			if rng.IntN(2) == 0 {
+				key = rng.IntN(st.keys)
+			}
+			msgs[j] = message.NewMessage(uuidOf(st.cycle, i), []byte(strconv.Itoa(i)))
+			msgs[j].Metadata.Set(orderKey, fmt.Sprintf("k%02d", key))
+			i++
+		}
+		if err := pub.Publish(topic, msgs...); err != nil {
+			return fmt.Errorf("publish %d: %w", i, err)
+		}
+		<-tick.C
+	}
+}
+
+// countingPublisher tells the parent of each message it sends, as count
+// names it ("" for none), on a [countLine]: a line is written before the
+// message goes, so a kill can count a send that never left.
+type countingPublisher struct {
+	message.Publisher
+	count func(*message.Message) string
+}
+
+func (p *countingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	for _, msg := range msgs {
+		if what := p.count(msg); what != "" {
+			fmt.Println(countLine + what)
+		}
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}
+
+// The events of an ordered run that the summary counts
+// ([ServicesSummary.Events]).
+const (
+	// EventSend is a send of a tracked message by A: a first send, a
+	// replay, a resend of a stale record or of a held one.
+	EventSend = "A/send"
+	// EventReleased is a send by A of a message released for B: held by
+	// B, and no earlier record of its key holds it at A.
+	EventReleased = "A/send-released"
+	// EventConfirmation is a confirmation B sends of a handled message.
+	EventConfirmation = "B/confirm"
+	// EventHeld is a confirmation B sends of a held message: its key's
+	// earlier message is not in B's inbox.
+	EventHeld = "B/held"
+)
+
+func countSend(msg *message.Message) string {
+	if msg.Metadata.Get(outbox.MetadataReleasedFor) != "" {
+		return EventReleased
+	}
+	return EventSend
+}
+
+// countConfirmation tells a held confirmation from the others by its
+// held_id field, the one part of the confirmation's wire format the
+// harness reads.
+func countConfirmation(msg *message.Message) string {
+	var c struct {
+		HeldID int64 `json:"held_id"`
+	}
+	if json.Unmarshal(msg.Payload, &c) == nil && c.HeldID != 0 {
+		return EventHeld
+	}
+	return EventConfirmation
 }
