@@ -170,32 +170,7 @@ func orderedCase(ctx context.Context, d *database, o options, w orderedWorkload,
 
 	m.start(ctx)
 	start := time.Now()
-	var next atomic.Int64
-	var failed atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range w.publishers {
-		wg.Go(func() {
-			for {
-				first := int(next.Add(int64(w.perPublish))) - w.perPublish
-				if first >= w.n {
-					return
-				}
-				var msgs []*message.Message
-				for i := first; i < min(first+w.perPublish, w.n); i++ {
-					msg := benchMessage()
-					msg.Metadata.Set(orderedKey, w.keyOf(i))
-					msgs = append(msgs, msg)
-				}
-				if err := pub.Publish(topic, msgs...); err != nil {
-					failed.Add(int64(len(msgs)))
-					once.Do(func() { firstErr = err })
-				}
-			}
-		})
-	}
-	wg.Wait()
+	failed, firstErr := publishKeyed(pub, topic, w.n, w.perPublish, w.publishers, w.keyOf)
 	// Lost are the messages still missing once none was handled for
 	// defaultStall.
 	watch := time.NewTicker(100 * time.Millisecond)
@@ -226,11 +201,11 @@ wait:
 	if err := reg.WaitCompletions(ctx); err != nil {
 		return result{}, err
 	}
-	handled := int64(w.n) - lost - failed.Load()
+	handled := int64(w.n) - lost - failed
 	if handled <= 0 {
 		return result{}, errors.Join(errors.New("no message was handled"), firstErr)
 	}
-	r := result{rate: float64(handled) / elapsed.Seconds(), errors: failed.Load(), firstErr: firstErr, lost: lost}
+	r := result{rate: float64(handled) / elapsed.Seconds(), errors: failed, firstErr: firstErr, lost: lost}
 	if r.cost, err = m.stop(ctx, handled); err != nil {
 		return result{}, err
 	}
@@ -238,4 +213,35 @@ wait:
 		return r, fmt.Errorf("%s: %d messages ran before an earlier message of their key", w.name, inversions)
 	}
 	return r, nil
+}
+
+// publishKeyed publishes n keyed messages (keyOf(i) the i-th's order key)
+// to topic from publishers goroutines, perPublish in each Publish; it
+// returns how many messages failed and the first error.
+func publishKeyed(pub message.Publisher, topic string, n, perPublish, publishers int, keyOf func(int) string) (failed int64, firstErr error) {
+	var next, failures atomic.Int64
+	var once sync.Once
+	var wg sync.WaitGroup
+	for range publishers {
+		wg.Go(func() {
+			for {
+				first := int(next.Add(int64(perPublish))) - perPublish
+				if first >= n {
+					return
+				}
+				var msgs []*message.Message
+				for i := first; i < min(first+perPublish, n); i++ {
+					msg := benchMessage()
+					msg.Metadata.Set(orderedKey, keyOf(i))
+					msgs = append(msgs, msg)
+				}
+				if err := pub.Publish(topic, msgs...); err != nil {
+					failures.Add(int64(len(msgs)))
+					once.Do(func() { firstErr = err })
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return failures.Load(), firstErr
 }

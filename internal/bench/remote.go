@@ -476,32 +476,8 @@ func remoteCase(ctx context.Context, d *database, env *remoteEnv, b remoteBroker
 	}
 	start := time.Now()
 	obs.lastCompleted.Store(start.UnixNano())
-	var next, failed atomic.Int64
-	var firstErr error
-	var once sync.Once
-	var wg sync.WaitGroup
-	for range w.publishers {
-		wg.Go(func() {
-			for {
-				first := int(next.Add(int64(w.perPublish))) - w.perPublish
-				if first >= w.n {
-					return
-				}
-				var msgs []*message.Message
-				for i := first; i < min(first+w.perPublish, w.n); i++ {
-					msg := benchMessage()
-					msg.Metadata.Set(orderedKey, w.keyOf(i))
-					msgs = append(msgs, msg)
-				}
-				if err := pubA.Publish(topic, msgs...); err != nil {
-					failed.Add(int64(len(msgs)))
-					once.Do(func() { firstErr = err })
-				}
-			}
-		})
-	}
-	wg.Wait()
-	want := int64(w.n) - failed.Load()
+	failed, firstErr := publishKeyed(pubA, topic, w.n, w.perPublish, w.publishers, w.keyOf)
+	want := int64(w.n) - failed
 	for obs.completed.Load() < want {
 		select {
 		case <-obs.progress:
@@ -541,7 +517,7 @@ func remoteCase(ctx context.Context, d *database, env *remoteEnv, b remoteBroker
 		return result{}, errors.Join(errors.New("no record was completed"), firstErr)
 	}
 	per := func(v float64) float64 { return v / float64(completed) }
-	res = result{rate: float64(completed) / elapsed.Seconds(), errors: failed.Load(), firstErr: firstErr, lost: int64(w.n) - failed.Load() - completed,
+	res = result{rate: float64(completed) / elapsed.Seconds(), errors: failed, firstErr: firstErr, lost: int64(w.n) - failed - completed,
 		cost: map[string]float64{
 			"commits_a": per(float64(after.ownA - before.ownA)),
 			"commits_b": per(float64(after.ownB - before.ownB)),
