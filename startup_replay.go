@@ -46,7 +46,9 @@ type ReplayConfig struct {
 	// defaults.
 	Resubmit StaleResubmitterConfig
 	// NoResubmit stops [ReplayPlugin] from running a stale resubmitter,
-	// for a service that runs its own or none. Defaults to false.
+	// for a service that runs its own or none; the records of order keys
+	// that a consumer held are still sent again, through the plugin's
+	// publisher. Defaults to false.
 	NoResubmit bool
 	// StatementTimeout bounds each database statement of the replay; one
 	// that runs out aborts the start with a [*ResendError] or a
@@ -379,14 +381,33 @@ func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger
 		router.AddSubscriberDecorators(func(sub message.Subscriber) (message.Subscriber, error) {
 			return &replayingSubscriber{Subscriber: sub, gate: gate, r: r}, nil
 		})
-		if r.cfg.NoResubmit || expected == 0 {
+		if expected == 0 {
 			return nil
+		}
+		if r.cfg.NoResubmit {
+			return heldRecordSender(reg, pub)(router)
 		}
 		resubmitter, err := NewStaleResubmitter(reg, pub, r.cfg.Resubmit, logger)
 		if err != nil {
 			return err
 		}
 		return resubmitter.Plugin()(router)
+	}
+}
+
+// heldRecordSender sends, while the router runs, the next records of order
+// keys that consumers held, which a stale resubmitter sends otherwise.
+func heldRecordSender(reg *Registry, pub message.Publisher) message.RouterPlugin {
+	return func(router *message.Router) error {
+		res, err := newResender(reg, pub, observe.ResendResubmit)
+		if err != nil {
+			return err
+		}
+		return runWithRouter(reg, func(ctx context.Context) error {
+			defer reg.running(res)()
+			<-ctx.Done()
+			return nil
+		})(router)
 	}
 }
 
