@@ -298,13 +298,19 @@ func TestOrderedMessageToAReceiverWithoutAnInbox(t *testing.T) {
 	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = broker.Close() })
 	a := newPeerWith(t, b, "A", broker, []outbox.Tracked{{Topic: "orders", RemoteConsumers: []string{"billing"}, OrderKey: "order"}},
-		outbox.MiddlewareConfig{}, nil, quickConfirmations)
+		outbox.MiddlewareConfig{}, nil, slowResubmits)
 	r := newPeer(t, b, "B", broker, nil, outbox.MiddlewareConfig{Confirmations: broker})
 	var ran atomic.Int32
 	r.handle("billing", "orders", broker, func(*message.Message) error { ran.Add(1); return nil })
 	a.start(t)
 	r.start(t)
-	publishByKey(t, a.pub, "orders", 1, 3)
+	// One Publish: the second and third name the first, still pending.
+	msgs := make([]*message.Message, 3)
+	for n := range msgs {
+		msgs[n] = message.NewMessage(fmt.Sprintf("k00-%03d", n), []byte("{}"))
+		msgs[n].Metadata.Set("order", "k00")
+	}
+	require.NoError(t, a.pub.Publish("orders", msgs...))
 	a.waitDrained(t, ctx, "orders")
 	assert.Equal(t, int32(3), ran.Load())
 	errs := r.logger.Entries("error")
