@@ -111,6 +111,50 @@ func newOrderedCaseOn(t *testing.T, b *bundle, store recordstore.Store, resubmit
 	}}
 }
 
+// newOrderedHandler is an orderedHandler that has run nothing, with no
+// gates.
+func newOrderedHandler() *orderedHandler {
+	return &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8), gates: map[string]chan struct{}{}}
+}
+
+// through returns a function that delivers a message to h through mw, as
+// the router would, and requires that the middleware returns no error.
+func through(t *testing.T, mw message.HandlerMiddleware, h *orderedHandler) func(*message.Message) {
+	return func(msg *message.Message) {
+		t.Helper()
+		msg.SetContext(context.Background())
+		_, err := mw(h.handle)(msg)
+		require.NoError(t, err)
+	}
+}
+
+// receiveSent returns, acked, the next message from, failing the test when
+// none comes within guard: what was not sent.
+func receiveSent(t *testing.T, from <-chan *message.Message, what string) *message.Message {
+	t.Helper()
+	select {
+	case msg := <-from:
+		msg.Ack()
+		return msg
+	case <-time.After(guard):
+		t.Fatalf("%s was not sent", what)
+		return nil
+	}
+}
+
+// publishTogether publishes one message of key "k" per seq in one Publish.
+func (c *orderedCase) publishTogether(t *testing.T, seqs ...string) {
+	t.Helper()
+	var msgs []*message.Message
+	for _, seq := range seqs {
+		msg := message.NewMessage(watermill.NewUUID(), []byte(seq))
+		msg.Metadata.Set("order", "k")
+		msg.Metadata.Set("seq", seq)
+		msgs = append(msgs, msg)
+	}
+	require.NoError(t, c.pub.Publish(c.b.topic, msgs...))
+}
+
 func (o *orderedHandler) handle(msg *message.Message) ([]*message.Message, error) {
 	key, seq := msg.Metadata["order"], msg.Metadata["seq"]
 	o.mu.Lock()
@@ -148,8 +192,8 @@ func TestOrderKeyHoldsLaterRecords(t *testing.T) {
 		msgs := c.publish("1", "2", "3")
 
 		logger := &signalLogger{msg: "Record held by an earlier record of its key, waiting for it", hit: make(chan struct{}, 8)}
-		h := &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8),
-			gates: map[string]chan struct{}{"2": make(chan struct{})}}
+		h := newOrderedHandler()
+		h.gates["2"] = make(chan struct{})
 		deliver := func(held time.Duration, msg *message.Message) <-chan error {
 			// Record 1's copies are not lost: its resend is never asked
 			// for (TestHeldCopyAsksForTheEarlierRecordAgain asks).
@@ -235,7 +279,7 @@ func TestHeldCopyAsksForTheEarlierRecordAgain(t *testing.T) {
 		b, reg, again := c.b, c.reg, c.again
 		two := c.publish("1", "2")["2"] // record 1's copy is lost here
 
-		h := &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8), gates: map[string]chan struct{}{}}
+		h := newOrderedHandler()
 		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: time.Millisecond, HeldResendAfter: time.Nanosecond, FirstCopies: true}}, watermill.NopLogger{})
 		require.NoError(t, err)
 		deliver := func(msg *message.Message) error {
@@ -243,17 +287,7 @@ func TestHeldCopyAsksForTheEarlierRecordAgain(t *testing.T) {
 			_, err := mw(h.handle)(msg)
 			return err
 		}
-		receive := func(what string) *message.Message {
-			t.Helper()
-			select {
-			case msg := <-again:
-				msg.Ack()
-				return msg
-			case <-time.After(guard):
-				t.Fatalf("%s was not sent again", what)
-				return nil
-			}
-		}
+		receive := func(what string) *message.Message { return receiveSent(t, again, what+" again") }
 
 		require.NoError(t, deliver(two.Copy()), "record 2's copy is put back")
 		require.Empty(t, h.started, "record 2 did not run while record 1 was pending")
@@ -292,26 +326,11 @@ func TestOrderedFirstCopiesWaitOffTheHandlersPath(t *testing.T) {
 		store := &checkCounter{Store: b.store}
 		c := newOrderedCaseOn(t, b, store, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
 		reg, again := c.reg, c.again
-		h := &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8), gates: map[string]chan struct{}{}}
+		h := newOrderedHandler()
 		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: 50 * time.Millisecond, HeldResendAfter: time.Nanosecond}}, watermill.NopLogger{})
 		require.NoError(t, err)
-		deliver := func(msg *message.Message) {
-			t.Helper()
-			msg.SetContext(context.Background())
-			_, err := mw(h.handle)(msg)
-			require.NoError(t, err)
-		}
-		receive := func(what string) *message.Message {
-			t.Helper()
-			select {
-			case msg := <-again:
-				msg.Ack()
-				return msg
-			case <-time.After(guard):
-				t.Fatalf("%s was not sent again", what)
-				return nil
-			}
-		}
+		deliver := through(t, mw, h)
+		receive := func(what string) *message.Message { return receiveSent(t, again, what+" again") }
 		pending := func() map[string]bool {
 			recs, err := b.store.PendingAfter(b.ctx(t), b.topic, 0, 100)
 			require.NoError(t, err)
@@ -368,37 +387,12 @@ func TestOrderedMessagesHeldInThePublisherWhileTheBrokerReorders(t *testing.T) {
 		store := &checkCounter{Store: b.store}
 		c := newOrderedCaseOn(t, b, store, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
 		reg, again := c.reg, c.again
-		h := &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8), gates: map[string]chan struct{}{}}
+		h := newOrderedHandler()
 		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: guard}}, watermill.NopLogger{})
 		require.NoError(t, err)
-		deliver := func(msg *message.Message) {
-			t.Helper()
-			msg.SetContext(context.Background())
-			_, err := mw(h.handle)(msg)
-			require.NoError(t, err)
-		}
-		receive := func(from <-chan *message.Message, what string) *message.Message {
-			t.Helper()
-			select {
-			case msg := <-from:
-				msg.Ack()
-				return msg
-			case <-time.After(guard):
-				t.Fatalf("%s was not sent", what)
-				return nil
-			}
-		}
-		publish := func(seqs ...string) {
-			t.Helper()
-			var msgs []*message.Message
-			for _, seq := range seqs {
-				msg := message.NewMessage(watermill.NewUUID(), []byte(seq))
-				msg.Metadata.Set("order", "k")
-				msg.Metadata.Set("seq", seq)
-				msgs = append(msgs, msg)
-			}
-			require.NoError(t, c.pub.Publish(b.topic, msgs...))
-		}
+		deliver := through(t, mw, h)
+		receive := func(from <-chan *message.Message, what string) *message.Message { return receiveSent(t, from, what) }
+		publish := func(seqs ...string) { c.publishTogether(t, seqs...) }
 		pending := func(seq string) bool {
 			recs, err := b.store.PendingAfter(b.ctx(t), b.topic, 0, 100)
 			require.NoError(t, err)
@@ -443,37 +437,12 @@ func TestAHeldMessageWhoseEarlierRecordDoesNotCompleteIsSentAfterHeldWait(t *tes
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 		b := setup(t, backend, sqlstore.Mark)
 		c := newOrderedCaseOn(t, b, nil, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
-		h := &orderedHandler{handled: map[string][]string{}, running: map[string]int{}, started: make(chan string, 8), gates: map[string]chan struct{}{}}
+		h := newOrderedHandler()
 		mw, err := outbox.NewMiddleware(c.reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: 200 * time.Millisecond}}, watermill.NopLogger{})
 		require.NoError(t, err)
-		deliver := func(msg *message.Message) {
-			t.Helper()
-			msg.SetContext(context.Background())
-			_, err := mw(h.handle)(msg)
-			require.NoError(t, err)
-		}
-		receive := func(from <-chan *message.Message, what string) *message.Message {
-			t.Helper()
-			select {
-			case msg := <-from:
-				msg.Ack()
-				return msg
-			case <-time.After(guard):
-				t.Fatalf("%s was not sent", what)
-				return nil
-			}
-		}
-		publish := func(seqs ...string) {
-			t.Helper()
-			var msgs []*message.Message
-			for _, seq := range seqs {
-				msg := message.NewMessage(watermill.NewUUID(), []byte(seq))
-				msg.Metadata.Set("order", "k")
-				msg.Metadata.Set("seq", seq)
-				msgs = append(msgs, msg)
-			}
-			require.NoError(t, c.pub.Publish(b.topic, msgs...))
-		}
+		deliver := through(t, mw, h)
+		receive := func(from <-chan *message.Message, what string) *message.Message { return receiveSent(t, from, what) }
+		publish := func(seqs ...string) { c.publishTogether(t, seqs...) }
 
 		// The broker reorders 1 and 2: the publisher learns it.
 		msgs := c.publish("1", "2")
