@@ -4,9 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -49,34 +47,20 @@ func (p laterFirst) Publish(topic string, msgs ...*message.Message) error {
 // default, which this test leaves as it is).
 func TestHeldMessageSentAgainOnceItsPredecessorIsConfirmed(t *testing.T) {
 	t.Parallel()
-	b := testenv.Backends()[0]
 	ctx := testCtx(t)
-	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-	t.Cleanup(func() { _ = broker.Close() })
-	rdb := newOrderedReceiver(t, b)
-	a := newPeerWith(t, b, "A", broker, []outbox.Tracked{{Topic: "orders", RemoteConsumers: []string{"billing"}, OrderKey: "order"}},
-		outbox.MiddlewareConfig{}, nil)
-	r := newPeer(t, b, "B", broker, nil, outbox.MiddlewareConfig{Inbox: rdb.inbox, Confirmations: broker})
-	r.handle("billing", "orders", keepOpen{broker}, rdb.apply)
-	a.start(t)
-	r.start(t)
+	s := startOrderedServices(t, testenv.Backends()[0], outbox.Tracked{}, outbox.MiddlewareConfig{}, func(*message.Message) error { return nil },
+		withReplay(outbox.ReplayConfig{}))
+	a, r, rdb, broker := s.a, s.r, s.rdb, s.broker
 	pub, err := outbox.NewPublisher(a.reg, laterFirst{Publisher: broker, first: "k00-000", held: func() bool { return heldLogs(r.logger) > 0 }})
 	require.NoError(t, err)
-	msgs := make([]*message.Message, 2)
-	for n := range msgs {
-		msgs[n] = message.NewMessage("k00-00"+string(rune('0'+n)), []byte("{}"))
-		msgs[n].Metadata.Set("order", "k00")
-		msgs[n].Metadata.Set("n", string(rune('0'+n)))
-	}
-	require.NoError(t, pub.Publish("orders", msgs...))
+	require.NoError(t, pub.Publish("orders", keyed(0, 0), keyed(0, 1)))
 	require.Equal(t, 1, heldLogs(r.logger), "B held k00-001")
 
 	sent := time.Now()
 	a.waitDrained(t, ctx, "orders")
 	assert.Less(t, time.Since(sent), 5*time.Second, "k00-001 was sent again when k00-000 was confirmed")
 	assert.Equal(t, []int{0, 1}, rdb.byKey(t)["k00"])
-	a.stop(t)
-	r.stop(t)
+	s.stop(t)
 }
 
 // inTurn is a broker's publisher that sends the messages of a publish one
@@ -106,36 +90,21 @@ func (p inTurn) Publish(topic string, msgs ...*message.Message) error {
 // it was not held, and its copy is on its way.
 func TestNextMessageQueuedAtTheBrokerIsNotSentAgain(t *testing.T) {
 	t.Parallel()
-	b := testenv.Backends()[0]
 	ctx := testCtx(t)
-	broker := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-	t.Cleanup(func() { _ = broker.Close() })
-	rdb := newOrderedReceiver(t, b)
-	a := newPeerWith(t, b, "A", broker, []outbox.Tracked{{Topic: "orders", RemoteConsumers: []string{"billing"}, OrderKey: "order"}},
-		outbox.MiddlewareConfig{}, nil)
-	r := newPeer(t, b, "B", broker, nil, outbox.MiddlewareConfig{Inbox: rdb.inbox, Confirmations: broker})
-	r.handle("billing", "orders", keepOpen{broker}, func(msg *message.Message) error {
+	s := startOrderedServices(t, testenv.Backends()[0], outbox.Tracked{}, outbox.MiddlewareConfig{}, func(*message.Message) error {
 		time.Sleep(400 * time.Millisecond) // above Check.HeldWait
-		return rdb.apply(msg)
-	})
-	a.start(t)
-	r.start(t)
+		return nil
+	}, withReplay(outbox.ReplayConfig{}))
+	a, r, rdb, broker := s.a, s.r, s.rdb, s.broker
 	pub, err := outbox.NewPublisher(a.reg, inTurn{Publisher: broker, wait: func() {
 		a.waitHandled(t, ctx, 1)
 		time.Sleep(200 * time.Millisecond) // A's claims after the confirmation
 	}})
 	require.NoError(t, err)
-	msgs := make([]*message.Message, 2)
-	for n := range msgs {
-		msgs[n] = message.NewMessage("k00-00"+string(rune('0'+n)), []byte("{}"))
-		msgs[n].Metadata.Set("order", "k00")
-		msgs[n].Metadata.Set("n", string(rune('0'+n)))
-	}
-	require.NoError(t, pub.Publish("orders", msgs...))
+	require.NoError(t, pub.Publish("orders", keyed(0, 0), keyed(0, 1)))
 	a.waitDrained(t, ctx, "orders")
 	assert.Equal(t, 0, heldLogs(r.logger))
 	assert.Equal(t, 0, a.obs.get("replayed"), "nothing sent again")
 	assert.Equal(t, []int{0, 1}, rdb.byKey(t)["k00"])
-	a.stop(t)
-	r.stop(t)
+	s.stop(t)
 }

@@ -138,6 +138,15 @@ func (r *orderedReceiver) byKey(t *testing.T) map[string][]int {
 	return out
 }
 
+// keyed is the n-th message of key k ("k%02d"), named "k%02d-%03d", with
+// its key and number in the metadata.
+func keyed(k, n int) *message.Message {
+	msg := message.NewMessage(fmt.Sprintf("k%02d-%03d", k, n), []byte("{}"))
+	msg.Metadata.Set("order", fmt.Sprintf("k%02d", k))
+	msg.Metadata.Set("n", strconv.Itoa(n))
+	return msg
+}
+
 // publishByKey publishes keys × perKey messages, a batch per number: each
 // Publish holds the n-th message of every key, which GoChannel delivers
 // each on a goroutine of its own, so out of order.
@@ -146,9 +155,7 @@ func publishByKey(t *testing.T, pub message.Publisher, topic string, keys, perKe
 	for n := range perKey {
 		msgs := make([]*message.Message, keys)
 		for k := range keys {
-			msgs[k] = message.NewMessage(fmt.Sprintf("k%02d-%03d", k, n), []byte("{}"))
-			msgs[k].Metadata.Set("order", fmt.Sprintf("k%02d", k))
-			msgs[k].Metadata.Set("n", strconv.Itoa(n))
+			msgs[k] = keyed(k, n)
 		}
 		require.NoError(t, pub.Publish(topic, msgs...))
 	}
@@ -227,7 +234,17 @@ func TestOrderByKeyAcrossServices(t *testing.T) {
 			ctx := testCtx(t)
 			s := startOrderedServices(t, b, outbox.Tracked{}, outbox.MiddlewareConfig{}, func(*message.Message) error { return nil },
 				withReplay(outbox.ReplayConfig{NoResubmit: true}))
-			publishByKey(t, s.a.pub, "orders", keys, perKey)
+			// One Publish of every message; the broker brings k00's
+			// first only once B held a message.
+			pub, err := outbox.NewPublisher(s.a.reg, laterFirst{Publisher: s.broker, first: "k00-000", held: func() bool { return heldLogs(s.r.logger) > 0 }})
+			require.NoError(t, err)
+			var msgs []*message.Message
+			for n := range perKey {
+				for k := range keys {
+					msgs = append(msgs, keyed(k, n))
+				}
+			}
+			require.NoError(t, pub.Publish("orders", msgs...))
 			s.a.waitDrained(t, ctx, "orders")
 			assert.Empty(t, inOrder(s.rdb.byKey(t), keys, perKey))
 			assert.Positive(t, heldLogs(s.r.logger), "B held messages whose earlier message it had not handled")
@@ -305,12 +322,7 @@ func TestOrderedMessageToAReceiverWithoutAnInbox(t *testing.T) {
 	a.start(t)
 	r.start(t)
 	// One Publish: the second and third name the first, still pending.
-	msgs := make([]*message.Message, 3)
-	for n := range msgs {
-		msgs[n] = message.NewMessage(fmt.Sprintf("k00-%03d", n), []byte("{}"))
-		msgs[n].Metadata.Set("order", "k00")
-	}
-	require.NoError(t, a.pub.Publish("orders", msgs...))
+	require.NoError(t, a.pub.Publish("orders", keyed(0, 0), keyed(0, 1), keyed(0, 2)))
 	a.waitDrained(t, ctx, "orders")
 	assert.Equal(t, int32(3), ran.Load())
 	errs := r.logger.Entries("error")
@@ -348,10 +360,7 @@ func TestOrderedMessageReleasedWhenTheInboxLostTheEarlierEntry(t *testing.T) {
 		r2.start(t)
 		confirmations, err := broker.Subscribe(ctx, outbox.DefaultConfirmTopic)
 		require.NoError(t, err)
-		msg := message.NewMessage("k00-001", []byte("{}"))
-		msg.Metadata.Set("order", "k00")
-		msg.Metadata.Set("n", "1")
-		require.NoError(t, a.pub.Publish("orders", msg))
+		require.NoError(t, a.pub.Publish("orders", keyed(0, 1)))
 		r2.waitRan(t, ctx, "billing", []string{"k00-001"})
 		a.waitHandled(t, ctx, 2)
 
@@ -437,10 +446,7 @@ func TestOrderedPublishWhoseEarlierMessagesCannotBeRead(t *testing.T) {
 	r.start(t)
 	msgs := []*message.Message{message.NewMessage("plain", []byte("{}"))}
 	for n := range 3 {
-		m := message.NewMessage(fmt.Sprintf("k00-%03d", n), []byte("{}"))
-		m.Metadata.Set("order", "k00")
-		m.Metadata.Set("n", strconv.Itoa(n))
-		msgs = append(msgs, m)
+		msgs = append(msgs, keyed(0, n))
 	}
 	require.NoError(t, a.pub.Publish("orders", msgs...), "the records are saved: the publish succeeded")
 	a.waitDrained(t, ctx, "orders")
@@ -471,9 +477,7 @@ func TestTransactionalPublishOfKeysReachesRemoteConsumersInOrder(t *testing.T) {
 		require.NoError(t, err)
 		msgs := make([]*message.Message, keys)
 		for k := range keys {
-			msgs[k] = message.NewMessage(fmt.Sprintf("k%02d-%03d", k, n), []byte("{}"))
-			msgs[k].Metadata.Set("order", fmt.Sprintf("k%02d", k))
-			msgs[k].Metadata.Set("n", strconv.Itoa(n))
+			msgs[k] = keyed(k, n)
 		}
 		send, err := txPub.PublishTx(ctx, tx, "orders", msgs...)
 		require.NoError(t, err)
