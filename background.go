@@ -55,12 +55,15 @@ func init() {
 	}
 }
 
+// errNoHandlers is the error of a plugin added to a router without
+// handlers, which never gives it a subscription's context.
+var errNoHandlers = fmt.Errorf("%w: a background runner needs a router with at least one handler; call its Run method instead", ErrInvalidConfig)
+
 // runWithRouter returns a router plugin that runs run while the router
 // runs (loop.WithRouter), counted among the registry's loops, so that
 // [Registry.WaitCompletions] waits for it once the router closes.
 func runWithRouter(reg *Registry, run func(ctx context.Context) error) message.RouterPlugin {
-	return loop.WithRouter(reg.background.StartLoop,
-		fmt.Errorf("%w: a background runner needs a router with at least one handler; call its Run method instead", ErrInvalidConfig), run)
+	return loop.WithRouter(reg.background.StartLoop, errNoHandlers, run)
 }
 
 // WaitCompletions waits until nothing of the outbox runs in the background

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
+	"github.com/wmoutbox/outbox/internal/loop"
 	"github.com/wmoutbox/outbox/internal/pages"
 	"github.com/wmoutbox/outbox/observe"
 	"github.com/wmoutbox/outbox/recordstore"
@@ -396,17 +397,17 @@ func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger
 }
 
 // heldRecordSender sends, while the router runs, the next records of order
-// keys that consumers held, which a stale resubmitter sends otherwise.
+// keys that consumers held, which a stale resubmitter sends otherwise. It
+// is the registry's sender from the router's first subscription, before
+// any confirmation or copy is handled, until the router closes.
 func heldRecordSender(reg *Registry, pub message.Publisher) message.RouterPlugin {
 	return func(router *message.Router) error {
 		res, err := newResender(reg, pub, observe.ResendResubmit)
 		if err != nil {
 			return err
 		}
-		return runWithRouter(reg, func(ctx context.Context) error {
-			defer reg.running(res)()
-			<-ctx.Done()
-			return nil
+		return loop.OnSubscribe(errNoHandlers, func(ctx context.Context) {
+			context.AfterFunc(ctx, reg.running(res))
 		})(router)
 	}
 }

@@ -61,6 +61,26 @@ func WithRouter(start func(stopping func() bool) (end func()), noHandlers error,
 	}
 }
 
+// OnSubscribe returns a router plugin that calls hold once, with the
+// context the router gives its subscriptions, at the first Subscribe:
+// before any handler receives a message. The router cancels the context
+// when it starts closing, or when its start fails. A router without
+// handlers never subscribes: the plugin returns noHandlers.
+func OnSubscribe(noHandlers error, hold func(ctx context.Context)) message.RouterPlugin {
+	return func(router *message.Router) error {
+		if len(router.Handlers()) == 0 {
+			return noHandlers
+		}
+		var once sync.Once
+		router.AddSubscriberDecorators(func(sub message.Subscriber) (message.Subscriber, error) {
+			return &contextTap{Subscriber: sub, tap: func(ctx context.Context) {
+				once.Do(func() { hold(ctx) })
+			}}, nil
+		})
+		return nil
+	}
+}
+
 // contextTap hands the context of the first Subscribe call to tap.
 type contextTap struct {
 	message.Subscriber
