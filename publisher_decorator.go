@@ -133,14 +133,15 @@ func (p *publisher) savedOrdered(ctx context.Context, t *tracked, records []reco
 		return nil
 	}
 	before := make(map[int64]int64, len(records))
-	ids := make([]int64, 0, len(records))
+	earlier, ids := earlierInBatch(records, func(r recordstore.Record) string { return r.OrderKey })
 	for _, r := range records {
 		if r.OrderKey == "" {
 			// Not ordered: it waits for no record.
 			before[r.ID] = 0
-		} else {
-			ids = append(ids, r.ID)
 		}
+	}
+	for id, i := range earlier {
+		before[id] = records[i].ID
 	}
 	if len(ids) > 0 {
 		readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), insertTimeout)
@@ -154,6 +155,35 @@ func (p *publisher) savedOrdered(ctx context.Context, t *tracked, records []reco
 	}
 	t.firstCopies.Saved(records, before)
 	return before
+}
+
+// earlierInBatch finds the earlier record of their key that records
+// saved by one insert (in the order of their ids) wait for without a read
+// of the store: the batch's own latest earlier record of the key, when
+// every id between the two is the batch's, drawn one after the other, so
+// that no other record of the key lies between them. earlier gives, by
+// record id, that record's index in records; read are the ids of the
+// other records with a key, whose earlier record only the store knows.
+func earlierInBatch(records []recordstore.Record, keyOf func(recordstore.Record) string) (earlier map[int64]int, read []int64) {
+	earlier = map[int64]int{}
+	last := map[string]int{}
+	run := 0 // the first index of the run of consecutive ids that holds i
+	for i, r := range records {
+		if i > 0 && r.ID != records[i-1].ID+1 {
+			run = i
+		}
+		k := keyOf(r)
+		if k == "" {
+			continue
+		}
+		if j, ok := last[k]; ok && j >= run {
+			earlier[r.ID] = j
+		} else {
+			read = append(read, r.ID)
+		}
+		last[k] = i
+	}
+	return earlier, read
 }
 
 // insertTimeout bounds a tracked publish's insert, which runs on the

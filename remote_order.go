@@ -32,6 +32,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -71,7 +72,22 @@ func stampAfter(ctx context.Context, reg *Registry, t *tracked, msgs []*message.
 			ids = append(ids, r.ID)
 		}
 	}
-	if len(ids) == 0 {
+	return stampAfterOf(ctx, reg, t, msgs, recs, released, nil, ids)
+}
+
+// stampSaved is stampAfter for the records one insert has just saved: the
+// earlier message of a key that is the batch's own (earlierInBatch) needs
+// no read.
+func stampSaved(ctx context.Context, reg *Registry, t *tracked, msgs []*message.Message, recs []recordstore.Record) (map[int64]recordstore.Predecessor, error) {
+	earlier, ids := earlierInBatch(recs, t.keyOf)
+	return stampAfterOf(ctx, reg, t, msgs, recs, "", earlier, ids)
+}
+
+// stampAfterOf stamps as stampAfter does, with the earlier record of each
+// record of earlier (by id, its index in recs) known, and that of each
+// record of ids read from the store.
+func stampAfterOf(ctx context.Context, reg *Registry, t *tracked, msgs []*message.Message, recs []recordstore.Record, released string, earlier map[int64]int, ids []int64) (map[int64]recordstore.Predecessor, error) {
+	if len(ids) == 0 && len(earlier) == 0 {
 		return nil, nil
 	}
 	kp, ok := t.store.(recordstore.KeyPredecessorMessages)
@@ -83,11 +99,18 @@ func stampAfter(ctx context.Context, reg *Registry, t *tracked, msgs []*message.
 		}
 		return nil, nil
 	}
-	readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), insertTimeout)
-	before, err := kp.PredecessorMessages(readCtx, t.topic, ids, t.skipAbandoned)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("reading the earlier messages of their keys: %w", err)
+	before := make(map[int64]recordstore.Predecessor, len(ids)+len(earlier))
+	if len(ids) > 0 {
+		readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), insertTimeout)
+		read, err := kp.PredecessorMessages(readCtx, t.topic, ids, t.skipAbandoned)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("reading the earlier messages of their keys: %w", err)
+		}
+		maps.Copy(before, read)
+	}
+	for id, i := range earlier {
+		before[id] = recordstore.Predecessor{ID: recs[i].ID, UUID: recs[i].UUID}
 	}
 	for i, r := range recs {
 		k := t.keyOf(r)
@@ -114,7 +137,7 @@ func stampAfter(ctx context.Context, reg *Registry, t *tracked, msgs []*message.
 // next replay to send stamped. With firstCopies, the records are
 // remembered as the decorated publisher remembers them (first_copy.go).
 func sendStamped(ctx context.Context, pub message.Publisher, reg *Registry, t *tracked, msgs []*message.Message, records []recordstore.Record, firstCopies bool) error {
-	before, err := stampAfter(ctx, reg, t, msgs, records, "")
+	before, err := stampSaved(ctx, reg, t, msgs, records)
 	if err != nil {
 		reg.logger().Error("The messages of order keys are left to the stale resubmitter", err, watermill.LogFields{"topic": t.topic, "records": len(records)})
 		var nowMsgs []*message.Message
