@@ -23,7 +23,12 @@ package outbox
 // earlier record did not complete here within Check.HeldWait (another instance
 // took its copy, or its handler fails) is sent all the same, and then
 // nothing is held for reorderQuiet: its receiver side checks and holds it
-// as any copy. The records are saved before anything is held, so a crash
+// as any copy. Under a backlog, a copy takes longer than Check.HeldWait to
+// come: while the earlier record's copy is behind the first copies that
+// keep coming, or it runs here, or its own message waits here in turn,
+// the message waits on (stillComing). Giving up then would send every
+// later message of a busy key as a checked copy, each put back and
+// claimed again in the store. The records are saved before anything is held, so a crash
 // leaves the held messages to the stale resubmitter and the next replay.
 
 import (
@@ -56,8 +61,10 @@ type deferredSends struct {
 }
 
 type deferredSend struct {
-	pub   message.Publisher
-	msg   *message.Message
+	pub message.Publisher
+	msg *message.Message
+	// id is the record of msg.
+	id    int64
 	timer *time.Timer
 }
 
@@ -97,6 +104,33 @@ func (t *tracked) onItsWayHere(id int64, consumer string) bool {
 	return t.holds.Runs(heldKey{Consumer: consumer, ID: id}) || t.firstCopies.Coming(id, consumer)
 }
 
+// maxHeldWaits bounds, in Check.HeldWait, how long a message waits in this
+// process for the earlier record of its key while that record is still on
+// its way here (stillComing).
+const maxHeldWaits = 40
+
+// stillComing reports whether a message that waited Check.HeldWait (wait)
+// for record id, the earlier record of its key, is to wait for it once
+// more, as long as it waited less than maxHeldWaits times that: id runs
+// or completes here, its own message waits in this process for the record
+// before it, or its first copy is behind the others in the broker's queue
+// (first copies keep coming, none of them sent wait after it). Under a
+// backlog a copy takes longer than wait to come back; a record that
+// another instance took, or whose copy was lost, is not waited for past
+// wait. Nothing is waited for once the router drains.
+func (t *tracked) stillComing(reg *Registry, id int64, consumer string, wait, waited time.Duration) bool {
+	if waited >= maxHeldWaits*wait || reg.background.Draining.Load() {
+		return false
+	}
+	if t.onItsWayHere(id, consumer) && !t.firstCopies.Coming(id, consumer) {
+		return true // running, or completing
+	}
+	if _, ok := t.waiting.Load(id); ok {
+		return true
+	}
+	return t.firstCopies.Behind(id, consumer, wait)
+}
+
 // sendOrdered sends the messages of a publish to an ordered topic, holding
 // each whose earlier record of its key (before, by record id) is on its
 // way here, while the topic's messages come back out of order.
@@ -109,7 +143,7 @@ func (p *publisher) sendOrdered(t *tracked, msgs []*message.Message, records []r
 	nowMsgs := make([]*message.Message, 0, len(msgs))
 	nowRecs := make([]recordstore.Record, 0, len(records))
 	for i, msg := range msgs {
-		if b := before[records[i].ID]; b != 0 && t.onItsWayHere(b, consumer) && t.deferred.hold(p, t, consumer, b, msg, wait) {
+		if b := before[records[i].ID]; b != 0 && t.onItsWayHere(b, consumer) && t.deferred.hold(p, t, consumer, b, records[i].ID, msg, wait) {
 			continue
 		}
 		nowMsgs, nowRecs = append(nowMsgs, msg), append(nowRecs, records[i])
@@ -120,10 +154,11 @@ func (p *publisher) sendOrdered(t *tracked, msgs []*message.Message, records []r
 	return sendRecorded(p.pub, p.reg, t, nowMsgs, nowRecs)
 }
 
-// hold keeps msg until record before completes here for consumer, or wait
-// has passed; false when it cannot (before completed meanwhile, or
-// another message waits for it already).
-func (d *deferredSends) hold(p *publisher, t *tracked, consumer string, before int64, msg *message.Message, wait time.Duration) bool {
+// hold keeps msg, the message of record id, until record before completes
+// here for consumer, or wait has passed while before was no longer on its
+// way here (stillComing); false when it cannot (before completed
+// meanwhile, or another message waits for it already).
+func (d *deferredSends) hold(p *publisher, t *tracked, consumer string, before, id int64, msg *message.Message, wait time.Duration) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.byBefore[before] != nil || t.holds.Completed(heldKey{Consumer: consumer, ID: before}) {
@@ -132,10 +167,20 @@ func (d *deferredSends) hold(p *publisher, t *tracked, consumer string, before i
 	if d.byBefore == nil {
 		d.byBefore = map[int64]*deferredSend{}
 	}
-	s := &deferredSend{pub: p.pub, msg: msg}
+	s := &deferredSend{pub: p.pub, msg: msg, id: id}
 	d.byBefore[before] = s
+	t.waiting.Store(id, struct{}{})
 	p.reg.background.Add()
+	start := time.Now()
 	s.timer = time.AfterFunc(wait, func() {
+		if t.stillComing(p.reg, before, consumer, wait, time.Since(start)) {
+			d.mu.Lock()
+			if d.byBefore[before] == s {
+				s.timer.Reset(wait)
+			}
+			d.mu.Unlock()
+			return
+		}
 		if !d.take(before, s) {
 			return
 		}
@@ -179,6 +224,8 @@ func (d *deferredSends) release(reg *Registry, t *tracked, id int64) bool {
 // the stale resubmitter and the next replay.
 func (d *deferredSends) send(reg *Registry, t *tracked, s *deferredSend) {
 	defer reg.background.Done()
+	t.firstCopies.Resent(s.id)
+	t.waiting.Delete(s.id)
 	if err := s.pub.Publish(t.topic, s.msg); err != nil {
 		reg.logger().Error("Sending a message held for the earlier record of its key failed; the stale resubmitter or the next replay sends it", err,
 			watermill.LogFields{"topic": t.topic, "message_uuid": s.msg.UUID, "outbox_id": s.msg.Metadata[MetadataID]})

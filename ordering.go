@@ -7,7 +7,8 @@ package outbox
 // A first copy whose earlier record is on its way in this process (not yet
 // delivered here, or running) is parked (park): acknowledged unrun and
 // sent again through the registry's sender once that record completed
-// here, or as a checked copy after Check.HeldWait. Every other held copy is
+// here, or as a checked copy after Check.HeldWait (longer while that
+// record is still on its way here: stillComing). Every other held copy is
 // checked, and is held as follows.
 //
 // A held copy first waits, in the handler, for the earlier record to
@@ -87,16 +88,30 @@ func (m *middleware) park(msg *message.Message, a *admission, before int64) ([]*
 	parked := msg.Copy()
 	parked.SetContext(context.WithoutCancel(msg.Context()))
 	m.logger.Debug("Record held by an earlier record of its key on its way here; sending the copy again once it completes", a.fields.Add(watermill.LogFields{"held_by": before}))
+	a.t.waiting.Store(a.d.ID, struct{}{})
 	m.reg.background.Spawn(func() {
-		budget := time.NewTimer(m.cfg.Check.HeldWait)
+		wait := m.cfg.Check.HeldWait
+		budget := time.NewTimer(wait)
 		defer budget.Stop()
-		select {
-		case <-wake:
-		case <-budget.C:
-			// Sent again as a delivered copy: checked, not parked again.
-			a.t.firstCopies.Take(a.d, max(len(a.t.consumers), 1))
+		start := time.Now()
+	parked:
+		for {
+			select {
+			case <-wake:
+				break parked
+			case <-budget.C:
+				if a.t.stillComing(m.reg, before, a.d.Consumer, wait, time.Since(start)) {
+					budget.Reset(wait)
+					continue
+				}
+				// Sent again as a delivered copy: checked, not parked again.
+				a.t.firstCopies.Take(a.d, max(len(a.t.consumers), 1))
+				break parked
+			}
 		}
 		stop()
+		a.t.firstCopies.Resent(a.d.ID)
+		a.t.waiting.Delete(a.d.ID)
 		if err := res.sendCopies(a.t, parked); err != nil {
 			m.logger.Error("Sending a held copy again failed; the stale resubmitter or the next replay sends it", err, a.fields)
 		}

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -451,10 +452,11 @@ func TestAHeldMessageWhoseEarlierRecordDoesNotCompleteIsSentAfterHeldWait(t *tes
 		deliver(msgs["1"])
 		deliver(receive(c.again, "record 2, once record 1 completed,"))
 
-		// Record 3's copy is lost: 4, held for it, is sent after HeldWait.
+		// Record 3's copy is lost: 4, held for it, is sent after HeldWait,
+		// as no copy comes here meanwhile (none is queued in front of 3).
 		publish("3", "4")
 		receive(c.sent, "record 3") // lost
-		four := receive(c.sent, "record 4, once HeldWait passed,")
+		four := receiveWithin(t, c.sent, 10*200*time.Millisecond, "record 4, once HeldWait passed,")
 		require.Equal(t, "4", four.Metadata["seq"])
 		// Then 5 and 6 are both sent at once.
 		publish("5", "6")
@@ -463,6 +465,84 @@ func TestAHeldMessageWhoseEarlierRecordDoesNotCompleteIsSentAfterHeldWait(t *tes
 			got[receive(c.sent, "records 5 and 6").Metadata["seq"]] = true
 		}
 		assert.Equal(t, map[string]bool{"5": true, "6": true}, got, "nothing held after a held message waited in vain")
+		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), c.reg))
+	})
+}
+
+// receiveWithin is receiveSent with a deadline of its own.
+func receiveWithin(t *testing.T, from <-chan *message.Message, within time.Duration, what string) *message.Message {
+	t.Helper()
+	select {
+	case msg := <-from:
+		msg.Ack()
+		return msg
+	case <-time.After(within):
+		t.Fatalf("%s was not sent within %v", what, within)
+		return nil
+	}
+}
+
+// TestAHeldMessageWaitsForItsEarlierRecordBehindABacklog, one handler of
+// a topic with an order key and a running sender, the publisher holding
+// later messages (the broker reordered two first copies): the copy of the
+// earlier record is queued behind a backlog that takes longer than
+// HeldWait to come, while first copies keep coming. The held message waits
+// for it rather than going out after HeldWait, and both run unchecked.
+func TestAHeldMessageWaitsForItsEarlierRecordBehindABacklog(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		const heldWait = 200 * time.Millisecond
+		b := setup(t, backend, sqlstore.Mark)
+		store := &checkCounter{Store: b.store}
+		c := newOrderedCaseOn(t, b, store, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
+		h := newOrderedHandler()
+		mw, err := outbox.NewMiddleware(c.reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: heldWait}}, watermill.NopLogger{})
+		require.NoError(t, err)
+		through := through(t, mw, h)
+		deliver := func(msg *message.Message) {
+			t.Helper()
+			through(msg)
+			for len(h.started) > 0 {
+				<-h.started
+			}
+		}
+
+		// The broker reorders 1 and 2: the publisher learns it.
+		msgs := c.publish("1", "2")
+		deliver(msgs["2"])
+		deliver(msgs["1"])
+		deliver(receiveSent(t, c.again, "record 2, once record 1 completed,"))
+		checked := store.checks.Load()
+
+		// A backlog of other keys' messages is queued in front of 3; 4
+		// waits in the publisher for 3.
+		var backlog []*message.Message
+		for i := range 8 {
+			msg := message.NewMessage(watermill.NewUUID(), []byte("backlog"))
+			msg.Metadata.Set("order", fmt.Sprintf("other-%d", i))
+			msg.Metadata.Set("seq", "b")
+			require.NoError(t, c.pub.Publish(b.topic, msg))
+			backlog = append(backlog, receiveSent(t, c.sent, "a backlog message"))
+		}
+		c.publishTogether(t, "3", "4")
+		three := receiveSent(t, c.sent, "record 3")
+		require.Equal(t, "3", three.Metadata["seq"])
+
+		// The backlog comes one copy at a time, for twice HeldWait.
+		for _, msg := range backlog {
+			deliver(msg)
+			select {
+			case early := <-c.sent:
+				t.Fatalf("record %s was sent while record 3 was still queued behind the backlog", early.Metadata["seq"])
+			case <-time.After(heldWait / 4):
+			}
+		}
+		deliver(three)
+		four := receiveSent(t, c.sent, "record 4, once record 3 completed,")
+		require.Equal(t, "4", four.Metadata["seq"])
+		deliver(four)
+		assert.Equal(t, []string{"1", "2", "3", "4"}, h.handled["k"], "handled in the order saved")
+		assert.Equal(t, checked, store.checks.Load(), "3 and 4 ran unchecked")
 		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), c.reg))
 	})
 }

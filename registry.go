@@ -154,6 +154,9 @@ type tracked struct {
 	// deferred are the messages the publisher holds for the earlier record
 	// of their key (deferred_sends.go).
 	deferred deferredSends
+	// waiting are the records whose message waits in this process for
+	// the earlier record of its key: held in the publisher or parked.
+	waiting sync.Map // record id -> struct{}
 }
 
 // completion is a delivery's completion in the background: done is closed

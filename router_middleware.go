@@ -76,7 +76,10 @@ type CheckConfig struct {
 	LeasedNackDelay time.Duration
 	// HeldWait is how long a copy held by an earlier record of its key
 	// ([Tracked.OrderKey]) waits for it to complete here before it is put
-	// back. Defaults to 250 milliseconds.
+	// back. A message that waits in this process for an earlier record
+	// still queued at the broker behind other copies, which keep coming,
+	// waits for it longer, up to 40 times HeldWait. Defaults to 250
+	// milliseconds.
 	HeldWait time.Duration
 	// HeldResendAfter is how old the last send of the record that holds a
 	// copy must be for the held copy to have it sent again (its copy may

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/wmoutbox/outbox/recordstore"
 )
@@ -26,6 +27,10 @@ type Set struct {
 	byID map[int64]*firstCopy
 	ring []int64
 	next int
+	// arrived is the latest time (unix nanoseconds) at which the message
+	// of a first copy that reached this process was sent; lastArrival is
+	// when the latest first copy reached it.
+	arrived, lastArrival atomic.Int64
 }
 
 type firstCopy struct {
@@ -35,6 +40,8 @@ type firstCopy struct {
 	// before is, on a topic with an order key, the earlier record of its
 	// key the record waited for when it was saved; 0 for none.
 	before int64
+	// sent is when (unix nanoseconds) its message was last sent.
+	sent int64
 }
 
 // Saved remembers the records a publish saved. On an ordered topic before
@@ -48,6 +55,7 @@ func (f *Set) Saved(recs []recordstore.Record, before map[int64]int64) {
 		f.byID = make(map[int64]*firstCopy, 1024)
 		f.ring = make([]int64, kept)
 	}
+	now := time.Now().UnixNano()
 	for _, r := range recs {
 		b, ok := before[r.ID]
 		if r.UUID == "" || before != nil && !ok {
@@ -56,7 +64,41 @@ func (f *Set) Saved(recs []recordstore.Record, before map[int64]int64) {
 		delete(f.byID, f.ring[f.next])
 		f.ring[f.next] = r.ID
 		f.next = (f.next + 1) % kept
-		f.byID[r.ID] = &firstCopy{uuid: r.UUID, before: b}
+		f.byID[r.ID] = &firstCopy{uuid: r.UUID, before: b, sent: now}
+	}
+}
+
+// Resent records that the message of record id, held or parked in this
+// process, was sent again now.
+func (f *Set) Resent(id int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.byID[id]; c != nil {
+		c.sent = time.Now().UnixNano()
+	}
+}
+
+// Behind reports whether the first copy of record id has yet to reach
+// consumer while first copies keep coming (one came within margin), none
+// of them sent more than margin after it: the copy is still in the
+// broker's queue, behind the others, rather than taken by another
+// instance or lost.
+func (f *Set) Behind(id int64, consumer string, margin time.Duration) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := f.byID[id]
+	if c == nil || slices.Contains(c.taken, consumer) {
+		return false
+	}
+	return f.arrived.Load() < c.sent+int64(margin) && time.Now().UnixNano()-f.lastArrival.Load() < int64(margin)
+}
+
+// arrive records that a first copy reached this process now. The caller
+// holds mu.
+func (f *Set) arrive(c *firstCopy) {
+	f.lastArrival.Store(time.Now().UnixNano())
+	if c.sent > f.arrived.Load() {
+		f.arrived.Store(c.sent)
 	}
 }
 
@@ -70,6 +112,7 @@ func (f *Set) Take(d recordstore.Delivery, consumers int) bool {
 	if c == nil {
 		return false
 	}
+	f.arrive(c)
 	c.taken = append(c.taken, d.Consumer)
 	if len(c.taken) >= consumers {
 		delete(f.byID, d.ID)
@@ -87,6 +130,7 @@ func (f *Set) Peek(d recordstore.Delivery) (before int64, first bool) {
 	if c == nil {
 		return 0, false
 	}
+	f.arrive(c)
 	return c.before, true
 }
 
