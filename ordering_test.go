@@ -134,14 +134,7 @@ func through(t *testing.T, mw message.HandlerMiddleware, h *orderedHandler) func
 // none comes within guard: what was not sent.
 func receiveSent(t *testing.T, from <-chan *message.Message, what string) *message.Message {
 	t.Helper()
-	select {
-	case msg := <-from:
-		msg.Ack()
-		return msg
-	case <-time.After(guard):
-		t.Fatalf("%s was not sent", what)
-		return nil
-	}
+	return receiveWithin(t, from, guard, what)
 }
 
 // publishTogether publishes one message of key "k" per seq in one Publish.
