@@ -28,8 +28,9 @@ package outbox
 // keep coming, or it runs here, or its own message waits here in turn,
 // the message waits on (stillComing). Giving up then would send every
 // later message of a busy key as a checked copy, each put back and
-// claimed again in the store. The records are saved before anything is held, so a crash
-// leaves the held messages to the stale resubmitter and the next replay.
+// claimed again in the store. The records are saved before anything is
+// held, so a crash leaves the held messages to the stale resubmitter and
+// the next replay.
 
 import (
 	"sync"
@@ -98,10 +99,16 @@ func (t *tracked) localConsumer() (string, bool) {
 // this process: published here and not yet delivered, its handler
 // running, or its completion not yet committed.
 func (t *tracked) onItsWayHere(id int64, consumer string) bool {
+	return t.runsHere(id, consumer) || t.firstCopies.Coming(id, consumer)
+}
+
+// runsHere reports whether record id's handler runs for consumer in this
+// process, or its completion is not yet committed.
+func (t *tracked) runsHere(id int64, consumer string) bool {
 	if _, ok := t.completing.Load(completingKey{id: id, consumer: consumer}); ok {
 		return true
 	}
-	return t.holds.Runs(heldKey{Consumer: consumer, ID: id}) || t.firstCopies.Coming(id, consumer)
+	return t.holds.Runs(heldKey{Consumer: consumer, ID: id})
 }
 
 // maxHeldWaits bounds, in Check.HeldWait, how long a message waits in this
@@ -122,10 +129,7 @@ func (t *tracked) stillComing(reg *Registry, id int64, consumer string, wait, wa
 	if waited >= maxHeldWaits*wait || reg.background.Draining.Load() {
 		return false
 	}
-	if t.onItsWayHere(id, consumer) && !t.firstCopies.Coming(id, consumer) {
-		return true // running, or completing
-	}
-	if _, ok := t.waiting.Load(id); ok {
+	if _, ok := t.waiting.Load(id); ok || t.runsHere(id, consumer) {
 		return true
 	}
 	return t.firstCopies.Behind(id, consumer, wait)

@@ -37,27 +37,18 @@ func Every(ctx context.Context, interval time.Duration, logger watermill.LoggerA
 // the plugin returns noHandlers.
 func WithRouter(start func(stopping func() bool) (end func()), noHandlers error, run func(ctx context.Context) error) message.RouterPlugin {
 	return func(router *message.Router) error {
-		if len(router.Handlers()) == 0 {
-			return noHandlers
-		}
-		var once sync.Once
-		router.AddSubscriberDecorators(func(sub message.Subscriber) (message.Subscriber, error) {
-			return &contextTap{Subscriber: sub, tap: func(ctx context.Context) {
-				once.Do(func() {
-					end := start(func() bool { return ctx.Err() != nil || router.IsClosed() })
-					go func() {
-						defer end()
-						select {
-						case <-router.Running():
-						case <-ctx.Done():
-							return
-						}
-						_ = run(ctx)
-					}()
-				})
-			}}, nil
-		})
-		return nil
+		return OnSubscribe(noHandlers, func(ctx context.Context) {
+			end := start(func() bool { return ctx.Err() != nil || router.IsClosed() })
+			go func() {
+				defer end()
+				select {
+				case <-router.Running():
+				case <-ctx.Done():
+					return
+				}
+				_ = run(ctx)
+			}()
+		})(router)
 	}
 }
 
