@@ -593,3 +593,71 @@ func TestAPublishReadsOnlyTheFirstRecordOfEachKeyItSaved(t *testing.T) {
 		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), c.reg))
 	})
 }
+
+// TestAParkedCopyWhoseEarlierRecordRanInAnotherInstanceGoesOn, two
+// instances of one service on one table, sharing a queue: instance A
+// publishes records 1 and 2 of a key; the broker gives 1 to B and 2 to A,
+// where 2's first copy comes first and is parked for 1. B runs 1. While
+// A's subscription keeps bringing copies sent later, 2 does not wait on
+// for 1 (up to 40 times HeldWait): once copies sent HeldWait after 1 came,
+// it is sent again as a checked copy, and runs.
+func TestAParkedCopyWhoseEarlierRecordRanInAnotherInstanceGoesOn(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		const heldWait = 100 * time.Millisecond
+		b := setup(t, backend, sqlstore.Mark)
+		c := newOrderedCaseOn(t, b, nil, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
+		hA := newOrderedHandler()
+		mwA, err := outbox.NewMiddleware(c.reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: heldWait}}, watermill.NopLogger{})
+		require.NoError(t, err)
+		throughA := through(t, mwA, hA)
+		deliverA := func(msg *message.Message) {
+			t.Helper()
+			throughA(msg)
+			for len(hA.started) > 0 {
+				<-hA.started
+			}
+		}
+		regB, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
+		require.NoError(t, err)
+		hB := newOrderedHandler()
+		mwB, err := outbox.NewMiddleware(regB, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: heldWait}}, watermill.NopLogger{})
+		require.NoError(t, err)
+		deliverB := through(t, mwB, hB)
+
+		c.publishTogether(t, "1", "2")
+		one := receiveSent(t, c.sent, "records 1 and 2")
+		two := receiveSent(t, c.sent, "records 1 and 2")
+		if one.Metadata["seq"] == "2" {
+			one, two = two, one
+		}
+		require.Equal(t, []string{"1", "2"}, []string{one.Metadata["seq"], two.Metadata["seq"]})
+		deliverA(two) // parked for 1
+		deliverB(one)
+		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), regB))
+
+		// A's subscription keeps bringing first copies, of other keys,
+		// published after 1.
+		deadline := time.After(10 * heldWait)
+		var again *message.Message
+		for i := 0; again == nil; i++ {
+			msg := message.NewMessage(watermill.NewUUID(), []byte("other"))
+			msg.Metadata.Set("order", fmt.Sprintf("other-%d", i))
+			msg.Metadata.Set("seq", "o")
+			require.NoError(t, c.pub.Publish(b.topic, msg))
+			deliverA(receiveSent(t, c.sent, "a message of another key"))
+			select {
+			case again = <-c.again:
+				again.Ack()
+			case <-time.After(heldWait / 4):
+			case <-deadline:
+				t.Fatalf("record 2 was not sent again within %v while copies kept coming", 10*heldWait)
+			}
+		}
+		require.Equal(t, "2", again.Metadata["seq"])
+		deliverA(again)
+		assert.Equal(t, []string{"2"}, hA.handled["k"], "record 2 ran in A")
+		assert.Equal(t, []string{"1"}, hB.handled["k"], "record 1 ran in B")
+		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), c.reg))
+	})
+}
