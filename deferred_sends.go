@@ -124,9 +124,11 @@ const maxHeldWaits = 40
 // (first copies keep coming, none of them sent wait after it). Under a
 // backlog a copy takes longer than wait to come back; a record that
 // another instance took, or whose copy was lost, is not waited for past
-// wait. Nothing is waited for once the router drains.
+// wait. Nothing is waited for once the router drains, or while no sender
+// runs (no replay plugin or stale resubmitter: the router is not running),
+// so that no wait outlives the router's Close by more than wait.
 func (t *tracked) stillComing(reg *Registry, id int64, consumer string, wait, waited time.Duration) bool {
-	if waited >= maxHeldWaits*wait || reg.background.Draining.Load() {
+	if waited >= maxHeldWaits*wait || reg.background.Draining.Load() || reg.resends() == nil {
 		return false
 	}
 	if _, ok := t.waiting.Load(id); ok || t.runsHere(id, consumer) {
