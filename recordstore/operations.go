@@ -33,6 +33,20 @@ type FailureRecorder interface {
 	RecordFailure(ctx context.Context, d Delivery, reason string, maxAttempts int, retryIn func(attempts int) time.Duration) (attempts int, abandoned bool, err error)
 }
 
+// BatchCompleter is implemented by a [Store] that completes many deliveries
+// with one call. The middleware hands it the completions that one
+// Complete.BatchWait window gathered for a topic, at once, rather than one
+// Complete call each, so that a store can complete them all with one
+// statement. A wrapper that embeds such a store to see its Complete calls
+// must override CompleteBatch as well.
+type BatchCompleter interface {
+	// CompleteBatch completes each delivery as Complete would and returns
+	// each one's outcome, in the order of ds: nil, ErrNotPending, or an
+	// error. One delivery's refused value or missing record fails no other
+	// delivery.
+	CompleteBatch(ctx context.Context, ds []Delivery) []error
+}
+
 // Requeuer is implemented by a [Store] whose abandoned records can be
 // made pending again.
 type Requeuer interface {

@@ -110,6 +110,63 @@ func (c *coalescer[T]) do(ctx context.Context, arg T, items int) error {
 	return c.finish(ctx, arg, cl.err)
 }
 
+// doAll runs args, which arrived together, as batches of up to maxItems,
+// alone or with other calls, and returns each one's outcome in the order of
+// args. Its calls queue behind the statements in flight as do's would, in
+// order, and this goroutine runs each batch that one of them leads; a batch
+// that a statement slot lets go at once runs without waiting.
+func (c *coalescer[T]) doAll(ctx context.Context, args []T) []error {
+	calls := make([]*call[T], len(args))
+	for i, arg := range args {
+		calls[i] = &call[T]{ctx: ctx, arg: arg, items: 1, wake: make(chan struct{}, 1)}
+	}
+	for start := 0; start < len(calls); start += c.maxItems {
+		c.runAll(ctx, calls[start:min(start+c.maxItems, len(calls))])
+	}
+	errs := make([]error, len(calls))
+	for i, cl := range calls {
+		errs[i] = cl.err
+	}
+	return errs
+}
+
+// runAll runs calls, at most maxItems, for doAll: as one batch when a slot
+// is free and no call waits, in the queue otherwise.
+func (c *coalescer[T]) runAll(ctx context.Context, calls []*call[T]) {
+	c.mu.Lock()
+	if c.inFlight < c.maxInFlight && len(c.queue) == 0 {
+		c.inFlight++
+		c.running += len(calls)
+		c.changed()
+		c.mu.Unlock()
+		func() {
+			defer c.handOff(len(calls))
+			c.runBatch(calls)
+		}()
+		return
+	}
+	c.queue = append(c.queue, calls...)
+	c.changed()
+	c.mu.Unlock()
+	for _, cl := range calls {
+		select {
+		case <-cl.wake:
+		case <-ctx.Done():
+			if c.withdraw(cl) {
+				cl.err = ctx.Err()
+				continue
+			}
+			<-cl.wake
+		}
+		if batch := cl.lead; batch != nil {
+			func() {
+				defer c.handOff(len(batch))
+				c.runBatch(batch)
+			}()
+		}
+	}
+}
+
 // errAlone is set by one or many for a call that alone must finish.
 var errAlone = errors.New("sqlstore: the call finishes alone")
 

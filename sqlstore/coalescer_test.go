@@ -3,6 +3,8 @@ package sqlstore
 import (
 	"context"
 	"errors"
+	"reflect"
+	"sync"
 	"testing"
 )
 
@@ -148,5 +150,73 @@ func TestFewCallersForgetsAPeakAfterTwoWindows(t *testing.T) {
 	c.count()
 	if !few() {
 		t.Fatalf("two windows of one caller did not turn it back on (peaks %d, %d)", c.windowPeak, c.lastPeak)
+	}
+}
+
+// TestDoAllRunsCallsThatArriveTogetherAsOneStatement: calls handed over
+// together go as one statement when the store is idle, in chunks of
+// maxItems; behind a statement in flight they wait and join the calls
+// queued with them.
+func TestDoAllRunsCallsThatArriveTogetherAsOneStatement(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var statements [][]int
+	entered, release := make(chan struct{}), make(chan struct{})
+	c := newCoalescer(1, 3,
+		func(_ context.Context, arg int) error {
+			if arg < 0 { // the call in flight holds the slot until released
+				close(entered)
+				<-release
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			statements = append(statements, []int{arg})
+			return nil
+		},
+		func(_ context.Context, batch []*call[int]) {
+			mu.Lock()
+			defer mu.Unlock()
+			var args []int
+			for _, cl := range batch {
+				args = append(args, cl.arg)
+			}
+			statements = append(statements, args)
+		},
+	)
+	errs := c.doAll(context.Background(), []int{1, 2, 3, 4, 5})
+	if want := [][]int{{1, 2, 3}, {4, 5}}; !reflect.DeepEqual(statements, want) {
+		t.Fatalf("idle: statements %v, want %v", statements, want)
+	}
+	if !reflect.DeepEqual(errs, make([]error, 5)) {
+		t.Fatalf("idle: outcomes %v", errs)
+	}
+
+	statements = nil
+	queued := make(chan int, 64) // more than the changes of state this test makes
+	c.observe = func(_, n int) { queued <- n }
+	first := make(chan error, 1)
+	go func() { first <- c.do(context.Background(), -1, 1) }()
+	<-entered
+	other := make(chan error, 1)
+	go func() { other <- c.do(context.Background(), 10, 1) }()
+	for n := 0; n < 1; n = <-queued {
+	}
+	all := make(chan []error, 1)
+	go func() { all <- c.doAll(context.Background(), []int{11, 12, 13}) }()
+	for n := 0; n < 4; n = <-queued {
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-other; err != nil {
+		t.Fatal(err)
+	}
+	errs = <-all
+	if want := [][]int{{-1}, {10, 11, 12}, {13}}; !reflect.DeepEqual(statements, want) {
+		t.Errorf("behind a statement: %v, want %v", statements, want)
+	}
+	if want := []error{nil, nil, nil}; !reflect.DeepEqual(errs, want) {
+		t.Errorf("behind a statement: outcomes %v, want %v", errs, want)
 	}
 }

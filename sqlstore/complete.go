@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/jmoiron/sqlx"
 
@@ -44,6 +45,76 @@ func (s *Store) Complete(ctx context.Context, d recordstore.Delivery) error {
 		return s.completeNow(ctx, d)
 	}
 	return s.completes.do(ctx, d, 1)
+}
+
+var _ recordstore.BatchCompleter = (*Store)(nil)
+
+// CompleteBatch implements [recordstore.BatchCompleter]: the deliveries
+// complete as concurrent Complete calls would, and with coalescing (the
+// default where the dialect allows it) those of records without consumers
+// go into one statement, or into the statement of the calls that wait
+// when one is in flight, rather than the first alone and the rest after.
+// Every other delivery, and each one the statement did not complete,
+// completes on its own, concurrently with those of other records; of two
+// deliveries of one record and consumer, the first completes it.
+func (s *Store) CompleteBatch(ctx context.Context, ds []recordstore.Delivery) []error {
+	errs := make([]error, len(ds))
+	if _, err := s.pool(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	var together []int
+	for i, d := range ds {
+		if errs[i] = s.refuses("complete", d, true); errs[i] != nil {
+			continue
+		}
+		if s.completes != nil && !declares(d) {
+			together = append(together, i)
+			continue
+		}
+		errs[i] = errAlone
+	}
+	if len(together) > 0 {
+		args := make([]recordstore.Delivery, len(together))
+		for j, i := range together {
+			args[j] = ds[i]
+		}
+		for j, err := range s.completes.doAll(ctx, args) {
+			errs[together[j]] = err
+		}
+	}
+	// The deliveries left complete concurrently, but those of one record
+	// and consumer in turn, so that the first of them is the one that
+	// completes.
+	alone := map[completingDelivery][]int{}
+	var order []completingDelivery
+	for i, err := range errs {
+		if err == errAlone { //nolint:errorlint // set as it is, never wrapped
+			k := completingDelivery{ds[i].ID, ds[i].Consumer}
+			if _, ok := alone[k]; !ok {
+				order = append(order, k)
+			}
+			alone[k] = append(alone[k], i)
+		}
+	}
+	var wg sync.WaitGroup
+	for _, k := range order {
+		wg.Go(func() {
+			for _, i := range alone[k] {
+				errs[i] = s.completeNow(ctx, ds[i])
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// completingDelivery names a delivery in CompleteBatch.
+type completingDelivery struct {
+	id       int64
+	consumer string
 }
 
 // completeNow completes one delivery: a record without consumers with one

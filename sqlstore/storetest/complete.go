@@ -65,6 +65,46 @@ func (s *contract) testComplete(t *testing.T) {
 		})
 	})
 
+	t.Run("BatchGivesEachDeliveryItsOwnOutcome", func(t *testing.T) {
+		// A store that completes a window's deliveries with one call
+		// (recordstore.BatchCompleter) answers each as Complete would.
+		s.forEachMode(t, func(t *testing.T, mode Completion) {
+			store := s.store(t, mode)
+			bc, ok := store.(recordstore.BatchCompleter)
+			if !ok {
+				t.Skip("the store completes one delivery per call")
+			}
+			recs := insert(t, store, records("orders", 4))
+			many := insert(t, store, withConsumers(1, twoConsumers...))[0]
+			ds := []recordstore.Delivery{
+				of(dlv(recs[0].ID), recs[0].UUID),
+				dlv(recs[1].ID),
+				of(dlv(recs[0].ID), recs[0].UUID),
+				of(dlv(recs[2].ID), "another message"),
+				dlv(neverID),
+				of(dlv(recs[3].ID), unkeptUUIDs[0]),
+				consumerDlv(many.ID, "billing"),
+			}
+			errs := bc.CompleteBatch(ctx(t), ds)
+			require.Len(t, errs, len(ds))
+			assert.NoError(t, errs[0], "a record's own message")
+			assert.NoError(t, errs[1], "a delivery without a UUID")
+			assert.ErrorIs(t, errs[2], recordstore.ErrNotPending, "the same delivery again")
+			assert.ErrorIs(t, errs[3], recordstore.ErrNotPending, "another message's")
+			assert.ErrorIs(t, errs[4], recordstore.ErrNotPending, "never existed")
+			if !errors.Is(errs[5], recordstore.ErrInvalidValue) {
+				assert.ErrorIs(t, errs[5], recordstore.ErrNotPending, "a UUID no record can have")
+			}
+			assert.NoError(t, errs[6], "a consumer's delivery")
+			s.completedAt(t, store, mode, recs[0].ID)
+			s.completedAt(t, store, mode, recs[1].ID)
+			assert.NoError(t, store.CheckPending(ctx(t), dlv(recs[2].ID)), "another message's delivery completed nothing")
+			assert.NoError(t, store.CheckPending(ctx(t), dlv(recs[3].ID)), "a refused delivery completed nothing")
+			assert.ErrorIs(t, store.CheckPending(ctx(t), consumerDlv(many.ID, "billing")), recordstore.ErrNotPending)
+			assert.NoError(t, store.CheckPending(ctx(t), consumerDlv(many.ID, "shipping")), "the other consumer's delivery")
+		})
+	})
+
 	t.Run("ConcurrentCompletionsOneWins", func(t *testing.T) {
 		s.forEachMode(t, func(t *testing.T, mode Completion) {
 			store := s.store(t, mode)
