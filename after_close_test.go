@@ -64,6 +64,11 @@ func (s holdingStore) Complete(ctx context.Context, d recordstore.Delivery) erro
 	return s.Store.Complete(ctx, d)
 }
 
+func (s holdingStore) CompleteBatch(ctx context.Context, ds []recordstore.Delivery) []error {
+	defer s.calls.enter("Complete")()
+	return s.Store.CompleteBatch(ctx, ds)
+}
+
 func (s holdingStore) ClaimKey(ctx context.Context, topic, key string, afterID int64, olderThan time.Duration) ([]recordstore.Record, error) {
 	defer s.calls.enter("ClaimKey")()
 	return s.Store.ClaimKey(ctx, topic, key, afterID, olderThan)

@@ -2,6 +2,7 @@ package outbox_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,6 +31,40 @@ func (g *gatedStore) Complete(ctx context.Context, d recordstore.Delivery) error
 	g.entered <- d.ID
 	<-g.gate
 	return g.Store.Complete(ctx, d)
+}
+
+func (g *gatedStore) CompleteBatch(ctx context.Context, ds []recordstore.Delivery) []error {
+	for _, d := range ds {
+		g.entered <- d.ID
+		<-g.gate
+	}
+	return g.Store.CompleteBatch(ctx, ds)
+}
+
+// countingStore is a real store that counts its completion calls.
+type countingStore struct {
+	*sqlstore.Store
+	mu      sync.Mutex
+	alone   int
+	batches [][]int64
+}
+
+func (s *countingStore) Complete(ctx context.Context, d recordstore.Delivery) error {
+	s.mu.Lock()
+	s.alone++
+	s.mu.Unlock()
+	return s.Store.Complete(ctx, d)
+}
+
+func (s *countingStore) CompleteBatch(ctx context.Context, ds []recordstore.Delivery) []error {
+	ids := make([]int64, len(ds))
+	for i, d := range ds {
+		ids[i] = d.ID
+	}
+	s.mu.Lock()
+	s.batches = append(s.batches, ids)
+	s.mu.Unlock()
+	return s.Store.CompleteBatch(ctx, ds)
 }
 
 // gatedTopic is one service's tracked topic on a gatedStore: its
@@ -123,6 +158,46 @@ func TestCompleteInBackground(t *testing.T) {
 				}
 				require.NoError(t, reg.WaitCompletions(ctx))
 				assert.Zero(t, b.pendingCount(t), "every completion is done once WaitCompletions returns")
+			})
+		}
+	})
+}
+
+// TestTheCompletionsOfOneWindowGoAsOneCall: one handler of one topic, the
+// defaults but for a batch window long enough for the test's handlings.
+// The completions that follow eight acknowledgements within one window go
+// to the store as one CompleteBatch call, rather than eight Complete
+// calls (of which the first would run alone), and complete every record.
+// Every database.
+func TestTheCompletionsOfOneWindowGoAsOneCall(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		for _, mode := range []sqlstore.Completion{sqlstore.Delete, sqlstore.Mark} {
+			t.Run(mode.String(), func(t *testing.T) {
+				b := setup(t, backend, mode)
+				store := &countingStore{Store: b.store}
+				reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store})
+				require.NoError(t, err)
+				b.reg = reg
+				msgs := b.publishTracked(t, 8)
+				mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Complete: outbox.CompleteConfig{BatchWait: 2 * time.Second}}, b.logger)
+				require.NoError(t, err)
+				h := mw(func(*message.Message) ([]*message.Message, error) { return nil, nil })
+				var ids []int64
+				for _, msg := range msgs {
+					id, err := strconv.ParseInt(msg.Metadata.Get(outbox.MetadataID), 10, 64)
+					require.NoError(t, err)
+					ids = append(ids, id)
+					_, err = h(msg)
+					require.NoError(t, err)
+				}
+				require.NoError(t, reg.WaitCompletions(b.ctx(t)))
+				assert.Zero(t, b.pendingCount(t), "every record is complete")
+				store.mu.Lock()
+				defer store.mu.Unlock()
+				assert.Zero(t, store.alone, "no completion went alone")
+				require.Len(t, store.batches, 1, "one call for the window")
+				assert.ElementsMatch(t, ids, store.batches[0])
 			})
 		}
 	})

@@ -142,6 +142,9 @@ type tracked struct {
 	// background (settlement.go): a copy that arrives meanwhile waits for
 	// it before its check.
 	completing sync.Map // completingKey -> *completion
+	// window gathers the completions of each batch window, for a store
+	// that completes them with one call (completion_window.go).
+	window completionWindows
 	// claims are the keys whose next record is claimed after a batch of
 	// completions (ordering.go).
 	claims keyClaims

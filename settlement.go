@@ -72,10 +72,18 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 			key := completingKey{id: a.d.ID, consumer: a.d.Consumer}
 			c := &completion{done: make(chan struct{})}
 			a.t.completing.Store(key, c)
+			var w *windowed
+			if _, ok := a.t.store.(recordstore.BatchCompleter); ok && wait > 0 {
+				w = a.t.window.join(batch, ctx, a)
+			}
 			go func() {
 				defer m.reg.background.DoneCompletion()
 				<-batch
-				c.ok = m.complete(ctx, a)
+				if w != nil {
+					c.ok = m.completeWindow(a.t, batch, w)
+				} else {
+					c.ok = m.complete(ctx, a)
+				}
 				a.t.completing.CompareAndDelete(key, c)
 				close(c.done)
 			}()
@@ -154,6 +162,12 @@ func (m *middleware) complete(ctx context.Context, a *admission) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), m.cfg.Complete.Timeout)
 	defer cancel()
 	err := a.t.store.Complete(ctx, a.d)
+	return m.completed(ctx, a, err, end)
+}
+
+// completed ends the completion of the delivery with its outcome err, and
+// reports whether its record is now complete.
+func (m *middleware) completed(ctx context.Context, a *admission, err error, end func(error)) bool {
 	endStep(end, err)
 	defer m.endOrdered(ctx, a, err == nil || errors.Is(err, ErrNotPending))
 	switch {

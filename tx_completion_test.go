@@ -39,6 +39,11 @@ func (s *completingStore) Complete(ctx context.Context, d recordstore.Delivery) 
 	return s.Store.Complete(ctx, d)
 }
 
+func (s *completingStore) CompleteBatch(ctx context.Context, ds []recordstore.Delivery) []error {
+	s.completes.Add(int32(len(ds)))
+	return s.Store.CompleteBatch(ctx, ds)
+}
+
 // txHandler is a handler whose business write and completion commit
 // together: CompleteTx first, then the effect, then the commit.
 type txHandler struct {
