@@ -327,10 +327,10 @@ func TestCoalescing(t *testing.T) {
 
 	t.Run("Defaults", func(t *testing.T) {
 		t.Parallel()
-		for d, alone := range map[*sqlstore.Dialect]int{sqlstore.Postgres(): 4, sqlstore.SQLite(): 0, sqlstore.MySQL(): 0} {
+		for _, d := range []*sqlstore.Dialect{sqlstore.Postgres(), sqlstore.SQLite(), sqlstore.MySQL()} {
 			s, err := sqlstore.New(sqlstore.Config{Dialect: d})
 			require.NoError(t, err)
-			assert.Equal(t, sqlstore.Coalescing{MaxBatch: 1000, MaxInFlight: 1, InsertsAloneBelow: alone}, s.Coalescing(), d.Name())
+			assert.Equal(t, sqlstore.Coalescing{MaxBatch: 1000, MaxInFlight: 1}, s.Coalescing(), d.Name())
 		}
 		s, err := sqlstore.New(sqlstore.Config{Dialect: sqlstore.Postgres(), Coalescing: sqlstore.Coalescing{InsertsAloneBelow: -1}})
 		require.NoError(t, err)

@@ -88,9 +88,6 @@ type Dialect struct {
 	// the query use the quoted {index} of that table; "" where the planner
 	// needs no such hint.
 	forceIndexSQL string
-	// insertsAloneBelow is Coalescing.InsertsAloneBelow's default; 0 is
-	// off.
-	insertsAloneBelow int
 	// cleanSQL is one batch of the cleaning in one statement, of {table}
 	// and its delivery rows in {consumers}, with the age ($1, in
 	// microseconds) and the limit ($2); it returns the records deleted.

@@ -109,7 +109,6 @@ func mysqlDialect(noReturning bool) *Dialect {
 		// No lazyCommit: InnoDB's innodb_flush_log_at_trx_commit is
 		// global, not per transaction, so every completion waits for the
 		// disk as the server says. No deliveryPairs: no arrays. No
-		// insertsAloneBelow: off until measured on MySQL/MariaDB. No
 		// migrationLock: MySQL's DDL commits the transaction it runs in,
 		// so a lock held by the transaction would not cover the
 		// migration; see mysqlLockSession.

@@ -97,10 +97,7 @@ RETURNING id`,
 	// No forceIndexSQL: PostgreSQL's partial pending index holds only
 	// pending records, and no other index competes with it. No
 	// cleanTxOptions: READ COMMITTED, the default, takes no gap locks.
-	//
-	// insertsAloneBelow: measured on PostgreSQL, see
-	// Coalescing.InsertsAloneBelow.
-	insertsAloneBelow: 4,
+
 	// lazyCommit sets synchronous_commit off for the statement's own
 	// transaction (set_config's third argument): its commit returns once
 	// the log is written, not flushed, and the WAL writer flushes it

@@ -48,9 +48,7 @@ var sqlite = Dialect{
 	// records. No cleanTxOptions: SQLite locks the whole database for a
 	// write. No lazyCommit: SQLite's synchronous setting is per
 	// connection, not per statement, so every completion waits for the
-	// disk as the connection says. No deliveryPairs: no arrays. No
-	// insertsAloneBelow: SQLite writes one statement at a time, so an
-	// insert alone would only wait for the lock instead of for the batch.
+	// disk as the connection says. No deliveryPairs: no arrays.
 	//
 	// beginImmediate takes the database's write lock, waiting for it
 	// within the busy timeout.

@@ -94,9 +94,6 @@ func (c *Config) setDefaults() {
 		c.Table = DefaultTable
 	}
 	c.Coalescing.setDefaults()
-	if c.Coalescing.InsertsAloneBelow == 0 && c.Dialect != nil {
-		c.Coalescing.InsertsAloneBelow = c.Dialect.insertsAloneBelow
-	}
 }
 
 // Validate reports a configuration error, if any.

@@ -32,7 +32,7 @@ func TestTinyRunMeasuresEveryCase(t *testing.T) {
 		"bare router + GoChannel", "untracked through decorator + middleware",
 		"raw single-row INSERT loop", "tracked publish, coalescing (default: MaxInFlight 1)", "MaxInFlight 4", "raw 100-row INSERT",
 		"raw SQL cycle", "classic outbox (watermill-sql + forwarder, 1 s poll)", "completions not coalesced",
-		"saturated, no cap in flight", "project, defaults (MaxInFlight 1)", "hand loop (INSERT … RETURNING; SELECT by id, UPDATE)", "project, inserts one by one (Coalescing.DisableInsert)", "saturated at 4: inserts one by one / defaults", "project, inserts always combined (Coalescing.InsertsAloneBelow -1)", "saturated at 4: defaults / inserts always combined", "project, completed records kept (Completion: Mark)", "project, checked path (CompleteBeforeAck + CheckFirstCopies)", "project, Completion: Mark + checked path",
+		"saturated, no cap in flight", "project, defaults (MaxInFlight 1)", "hand loop (INSERT … RETURNING; SELECT by id, UPDATE)", "project, inserts one by one (Coalescing.DisableInsert)", "saturated at 4: inserts one by one / defaults", "project, inserts alone below 4 (Coalescing.InsertsAloneBelow 4)", "saturated at 4: defaults / inserts alone below 4", "project, completed records kept (Completion: Mark)", "project, checked path (CompleteBeforeAck + CheckFirstCopies)", "project, Completion: Mark + checked path",
 		"WAL B/msg", "DB CPU ms/msg", "redo B/msg", "bytes written/msg", "rows read/msg by path: pkey",
 		"forwarder (watermill-sql, tx per publish), 1 s poll", "forwarder (watermill-sql, tx per publish), 100 ms poll", "forwarder (watermill-sql, tx per publish), 10 ms poll",
 		"saturated at 16: project / forwarder, 10 ms poll", "saturated at 16: project / hand loop",

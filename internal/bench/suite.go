@@ -225,7 +225,7 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 	project := fmt.Sprintf("project, defaults (MaxInFlight %d)", def)
 	hand := "hand loop (INSERT … RETURNING; SELECT by id, UPDATE)"
 	inserts := "project, inserts one by one (Coalescing.DisableInsert)"
-	combined := "project, inserts always combined (Coalescing.InsertsAloneBelow -1)"
+	alone := "project, inserts alone below 4 (Coalescing.InsertsAloneBelow 4)"
 	marking := "project, completed records kept (Completion: Mark)"
 	checked := "project, checked path (CompleteBeforeAck + CheckFirstCopies)"
 	markingChecked := "project, Completion: Mark + checked path"
@@ -247,9 +247,9 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 				return timedEndToEnd(ctx, pl, l)
 			}
 		}
-		oneByOne, alwaysCombined := o.coalesced(), o.coalesced()
+		oneByOne, fewAlone := o.coalesced(), o.coalesced()
 		oneByOne.DisableInsert = true
-		alwaysCombined.InsertsAloneBelow = -1
+		fewAlone.InsertsAloneBelow = 4
 		cases := []func() (result, error){
 			tracked(o.coalesced(), sqlstore.Delete, outbox.MiddlewareConfig{}),
 			func() (result, error) {
@@ -260,7 +260,7 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 				return timedEndToEnd(ctx, pl, l)
 			},
 			tracked(oneByOne, sqlstore.Delete, outbox.MiddlewareConfig{}),
-			tracked(alwaysCombined, sqlstore.Delete, outbox.MiddlewareConfig{}),
+			tracked(fewAlone, sqlstore.Delete, outbox.MiddlewareConfig{}),
 			tracked(o.coalesced(), sqlstore.Mark, outbox.MiddlewareConfig{}),
 			tracked(o.coalesced(), sqlstore.Delete, checkedPath),
 			tracked(o.coalesced(), sqlstore.Mark, checkedPath),
@@ -286,7 +286,7 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 		rep.add(group, project, p, rs[0], "msg/s")
 		rep.add(group, hand, p, rs[1], "msg/s")
 		rep.add(group, inserts, p, rs[2], "msg/s")
-		rep.add(group, combined, p, rs[3], "msg/s")
+		rep.add(group, alone, p, rs[3], "msg/s")
 		rep.add(group, marking, p, rs[4], "msg/s")
 		rep.add(group, checked, p, rs[5], "msg/s")
 		rep.add(group, markingChecked, p, rs[6], "msg/s")
@@ -302,7 +302,7 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 			costTargets(rep, p, rs[0], rs[forwarders:])
 		}
 		rep.compare(fmt.Sprintf("saturated at %d: inserts one by one / defaults", p), rs[2], rs[0])
-		rep.compare(fmt.Sprintf("saturated at %d: defaults / inserts always combined", p), rs[0], rs[3])
+		rep.compare(fmt.Sprintf("saturated at %d: defaults / inserts alone below 4", p), rs[0], rs[3])
 		if !d.hasForwarder() {
 			rep.compareNotApplicable(fmt.Sprintf("saturated at %d: project / forwarder", p), noForwarder)
 		}
