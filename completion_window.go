@@ -29,7 +29,7 @@ type windowed struct {
 
 // join adds the completion of a's delivery to the window that ends when
 // batch is closed.
-func (w *completionWindows) join(batch <-chan struct{}, ctx context.Context, a *admission) *windowed {
+func (w *completionWindows) join(ctx context.Context, batch <-chan struct{}, a *admission) *windowed {
 	c := &windowed{ctx: ctx, a: a, done: make(chan struct{})}
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -74,7 +74,7 @@ func (m *middleware) settle(h message.HandlerFunc, msg *message.Message, a *admi
 			a.t.completing.Store(key, c)
 			var w *windowed
 			if _, ok := a.t.store.(recordstore.BatchCompleter); ok && wait > 0 {
-				w = a.t.window.join(batch, ctx, a)
+				w = a.t.window.join(ctx, batch, a)
 			}
 			go func() {
 				defer m.reg.background.DoneCompletion()
