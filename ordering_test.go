@@ -322,7 +322,7 @@ func TestOrderedFirstCopiesWaitOffTheHandlersPath(t *testing.T) {
 		c := newOrderedCaseOn(t, b, store, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
 		reg, again := c.reg, c.again
 		h := newOrderedHandler()
-		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: 50 * time.Millisecond, HeldResendAfter: time.Nanosecond}}, watermill.NopLogger{})
+		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: time.Second, HeldResendAfter: time.Nanosecond}}, watermill.NopLogger{})
 		require.NoError(t, err)
 		deliver := through(t, mw, h)
 		receive := func(what string) *message.Message { return receiveSent(t, again, what+" again") }
