@@ -130,6 +130,19 @@ func through(t *testing.T, mw message.HandlerMiddleware, h *orderedHandler) func
 	}
 }
 
+// throughDrained is through, and then takes the handler's starts, so that
+// h.started reports only the runs of the next delivery.
+func throughDrained(t *testing.T, mw message.HandlerMiddleware, h *orderedHandler) func(*message.Message) {
+	deliver := through(t, mw, h)
+	return func(msg *message.Message) {
+		t.Helper()
+		deliver(msg)
+		for len(h.started) > 0 {
+			<-h.started
+		}
+	}
+}
+
 // receiveSent returns, acked, the next message from, failing the test when
 // none comes within guard: what was not sent.
 func receiveSent(t *testing.T, from <-chan *message.Message, what string) *message.Message {
@@ -491,14 +504,7 @@ func TestAHeldMessageWaitsForItsEarlierRecordBehindABacklog(t *testing.T) {
 		h := newOrderedHandler()
 		mw, err := outbox.NewMiddleware(c.reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: heldWait}}, watermill.NopLogger{})
 		require.NoError(t, err)
-		through := through(t, mw, h)
-		deliver := func(msg *message.Message) {
-			t.Helper()
-			through(msg)
-			for len(h.started) > 0 {
-				<-h.started
-			}
-		}
+		deliver := throughDrained(t, mw, h)
 
 		// The broker reorders 1 and 2: the publisher learns it.
 		msgs := c.publish("1", "2")
@@ -610,14 +616,7 @@ func TestAParkedCopyWhoseEarlierRecordRanInAnotherInstanceGoesOn(t *testing.T) {
 		hA := newOrderedHandler()
 		mwA, err := outbox.NewMiddleware(c.reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: heldWait}}, watermill.NopLogger{})
 		require.NoError(t, err)
-		throughA := through(t, mwA, hA)
-		deliverA := func(msg *message.Message) {
-			t.Helper()
-			throughA(msg)
-			for len(hA.started) > 0 {
-				<-hA.started
-			}
-		}
+		deliverA := throughDrained(t, mwA, hA)
 		regB, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
 		require.NoError(t, err)
 		hB := newOrderedHandler()
