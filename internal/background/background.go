@@ -21,6 +21,11 @@ var Closed = func() chan struct{} { c := make(chan struct{}); close(c); return c
 // once; a handler that finishes beyond it completes on its own path.
 const maxBackground = 4096
 
+// MaxBatch is how many completions one batch gathers at most: the one that
+// fills it sends it at once, before its wait is over, so that a high rate
+// neither waits for a window nor fills maxBackground.
+const MaxBatch = 1024
+
 // Work counts the goroutines the outbox runs off a handler's
 // path and the router plugins' loops, and gathers the completions in the
 // background into batches.
@@ -33,6 +38,8 @@ type Work struct {
 	// gathering batch goes, nil while none gathers.
 	completions int
 	batch       chan struct{}
+	// batchLen is how many completions joined batch.
+	batchLen int
 	// completionsIdle is closed when completions drops to 0; nil while 0.
 	completionsIdle chan struct{}
 	// loops are the router plugins' loops that run.
@@ -90,8 +97,8 @@ func (b *Work) doneLocked() {
 
 // StartCompletion takes a place for one completion and returns the
 // channel closed when its batch goes, wait after the batch's first
-// completion; false when maxBackground run. Its goroutine calls
-// DoneCompletion once it completed.
+// completion or once MaxBatch joined it; false when maxBackground run. Its
+// goroutine calls DoneCompletion once it completed.
 func (b *Work) StartCompletion(wait time.Duration) (<-chan struct{}, bool) {
 	if b.Draining.Load() {
 		return nil, false
@@ -111,15 +118,28 @@ func (b *Work) StartCompletion(wait time.Duration) (<-chan struct{}, bool) {
 	}
 	if b.batch == nil {
 		batch := make(chan struct{})
-		b.batch = batch
+		b.batch, b.batchLen = batch, 0
 		time.AfterFunc(wait, func() {
 			b.mu.Lock()
 			defer b.mu.Unlock()
-			close(batch)
-			b.batch = nil
+			b.sendLocked(batch)
 		})
 	}
-	return b.batch, true
+	batch := b.batch
+	if b.batchLen++; b.batchLen == MaxBatch {
+		b.sendLocked(batch)
+	}
+	return batch, true
+}
+
+// sendLocked closes batch, unless it went already (full, before its wait
+// was over).
+func (b *Work) sendLocked(batch chan struct{}) {
+	if b.batch != batch {
+		return
+	}
+	close(batch)
+	b.batch = nil
 }
 
 // WaitCompletions waits until no completion runs in the background, or ctx

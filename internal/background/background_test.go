@@ -39,6 +39,52 @@ func TestCompletionsGoInBatches(t *testing.T) {
 	require.NoError(t, w.WaitCompletions(context.Background()))
 }
 
+// TestAFullBatchGoesBeforeItsWait: the completion that fills a batch sends
+// it at once; the next one starts a batch of its own, and the first
+// batch's wait ending later leaves that one gathering.
+func TestAFullBatchGoesBeforeItsWait(t *testing.T) {
+	var w Work
+	wait := 50 * time.Millisecond
+	first, ok := w.StartCompletion(wait)
+	require.True(t, ok)
+	for range MaxBatch - 2 {
+		c, ok := w.StartCompletion(wait)
+		require.True(t, ok)
+		require.Equal(t, first, c, "one batch")
+	}
+	select {
+	case <-first:
+		t.Fatal("the batch went one short of full")
+	default:
+	}
+	last, ok := w.StartCompletion(wait)
+	require.True(t, ok)
+	assert.Equal(t, first, last, "the completion that fills the batch joins it")
+	select {
+	case <-first:
+	default:
+		t.Fatal("a full batch did not go at once")
+	}
+	next, ok := w.StartCompletion(time.Hour)
+	require.True(t, ok)
+	assert.NotEqual(t, first, next, "a new batch after a full one")
+	// The full batch's timer fires after its wait and must not send the
+	// new batch: a completion that joins now still shares it.
+	time.Sleep(2 * wait)
+	joined, ok := w.StartCompletion(time.Hour)
+	require.True(t, ok)
+	assert.Equal(t, next, joined, "the full batch's timer sent the next batch")
+	select {
+	case <-next:
+		t.Fatal("the next batch went before its wait")
+	default:
+	}
+	for range MaxBatch + 2 {
+		w.DoneCompletion()
+	}
+	require.NoError(t, w.WaitCompletions(context.Background()))
+}
+
 // TestCompletionsAreBounded: beyond maxBackground completions, and while
 // draining, a completion is refused and goes on its handler's path.
 func TestCompletionsAreBounded(t *testing.T) {
