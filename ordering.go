@@ -29,7 +29,7 @@ package outbox
 // completes on the handler's path, since held copies wait for it. The
 // completion of a checked copy, or of a record of a key this process put
 // back, claims the key's next record at once; those of unchecked copies
-// are gathered for Complete.BatchWait, and one statement
+// are gathered for Complete.BatchWait (5 ms at most), and one statement
 // (recordstore.KeyWaiters) names the keys whose next record waits to be
 // sent. Meanwhile the record that holds the
 // key is sent again at once when its last send is older than
@@ -264,7 +264,7 @@ func (m *middleware) settled(ctx context.Context, a *admission, ok bool) {
 }
 
 // keyClaims gathers the keys whose records completed within
-// Complete.BatchWait, so that one statement (recordstore.KeyWaiters) finds
+// Complete.BatchWait (claimWait at most), so that one statement (recordstore.KeyWaiters) finds
 // those whose next record waits to be sent again, and only theirs are
 // claimed.
 type keyClaims struct {
@@ -291,10 +291,16 @@ func (c *keyClaims) add(m *middleware, a *admission) {
 	}
 }
 
-// claimBatch waits Complete.BatchWait for the completions of t's batch,
-// then claims and sends the next record of each key that has one waiting.
+// claimWait is how long the completions of unchecked copies of an ordered
+// topic are gathered at most before the keys' next records are claimed:
+// shorter than the default Complete.BatchWait, since each waits on it.
+const claimWait = 5 * time.Millisecond
+
+// claimBatch waits Complete.BatchWait, claimWait at most, for the
+// completions of t's batch, then claims and sends the next record of each
+// key that has one waiting.
 func (m *middleware) claimBatch(t *tracked) {
-	<-time.After(m.cfg.Complete.BatchWait)
+	<-time.After(min(m.cfg.Complete.BatchWait, claimWait))
 	c := &t.claims
 	c.mu.Lock()
 	batch := c.last

@@ -99,8 +99,10 @@ type CompleteConfig struct {
 	// between makes the handler run again. Defaults to false.
 	BeforeAck bool
 	// BatchWait is how long a completion in the background waits for
-	// others to go in the same statement; negative sends each at once.
-	// Defaults to 5 milliseconds.
+	// others to go in the same statement, which sends at most 1024; negative
+	// sends each at once. A crash loses the completions that wait, and
+	// their handlers run again. Defaults to 50 milliseconds;
+	// docs/benchmarks.md measures what a shorter wait costs.
 	BatchWait time.Duration
 }
 
@@ -112,7 +114,7 @@ func (c *MiddlewareConfig) setDefaults() {
 		c.Complete.Timeout = 10 * time.Second
 	}
 	if c.Complete.BatchWait == 0 {
-		c.Complete.BatchWait = 5 * time.Millisecond
+		c.Complete.BatchWait = defaultBatchWait
 	}
 	if c.Check.LeasedNackDelay == 0 {
 		c.Check.LeasedNackDelay = 50 * time.Millisecond
@@ -197,6 +199,9 @@ func NewMiddleware(reg *Registry, cfg MiddlewareConfig, logger watermill.LoggerA
 
 // defaultHeldWait is Check.HeldWait's default.
 const defaultHeldWait = 250 * time.Millisecond
+
+// defaultBatchWait is Complete.BatchWait's default.
+const defaultBatchWait = 50 * time.Millisecond
 
 type middleware struct {
 	reg    *Registry
