@@ -93,9 +93,29 @@ func byRate(r result) float64 { return r.rate }
 
 func byP99(r result) float64 { return float64(r.p99) }
 
+// median is the run of rs in the middle by key, with each cost per message
+// the median of the runs' own: a round's cost moves with what else the
+// machine did then, and the round chosen by rate need not be the one in
+// the middle by cost.
 func median(rs []result, key func(result) float64) result {
 	slices.SortFunc(rs, func(a, b result) int { return cmp.Compare(key(a), key(b)) })
-	return rs[len(rs)/2]
+	m := rs[len(rs)/2]
+	if m.cost == nil {
+		return m
+	}
+	cost := make(map[string]float64, len(m.cost))
+	for k := range m.cost {
+		var vs []float64
+		for _, r := range rs {
+			if v, ok := r.cost[k]; ok {
+				vs = append(vs, v)
+			}
+		}
+		slices.Sort(vs)
+		cost[k] = vs[len(vs)/2]
+	}
+	m.cost = cost
+	return m
 }
 
 // latencies collects publish-to-handler times from several goroutines.

@@ -85,6 +85,16 @@ func (rep *report) compare(what string, got, base result) {
 	rep.ratios = append(rep.ratios, target{what: what, measured: fmt.Sprintf("%.2f× (%s / %s)", got.rate/base.rate, rate(got.rate), rate(base.rate))})
 }
 
+// compareCost reports got/base of a cost per message (key of
+// result.cost: "cpu", "wal") with no target: below 1 when got costs less.
+func (rep *report) compareCost(what, key string, got, base result) {
+	if got.cost[key] <= 0 || base.cost[key] <= 0 {
+		rep.compareNotApplicable(what, "the cost was not measured")
+		return
+	}
+	rep.ratios = append(rep.ratios, target{what: what, measured: fmt.Sprintf("%.2f× (%.3f / %.3f)", got.cost[key]/base.cost[key], got.cost[key], base.cost[key])})
+}
+
 // compareLatency reports got/base of two latencies with no target: above 1
 // when got is slower.
 func (rep *report) compareLatency(what string, got, base time.Duration) {

@@ -226,6 +226,7 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 	hand := "hand loop (INSERT … RETURNING; SELECT by id, UPDATE)"
 	inserts := "project, inserts one by one (Coalescing.DisableInsert)"
 	alone := "project, inserts alone below 4 (Coalescing.InsertsAloneBelow 4)"
+	shortWait := "project, completions gathered for 5 ms (Complete.BatchWait 5 ms)"
 	marking := "project, completed records kept (Completion: Mark)"
 	checked := "project, checked path (CompleteBeforeAck + CheckFirstCopies)"
 	markingChecked := "project, Completion: Mark + checked path"
@@ -264,6 +265,7 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 			tracked(o.coalesced(), sqlstore.Mark, outbox.MiddlewareConfig{}),
 			tracked(o.coalesced(), sqlstore.Delete, checkedPath),
 			tracked(o.coalesced(), sqlstore.Mark, checkedPath),
+			tracked(o.coalesced(), sqlstore.Delete, outbox.MiddlewareConfig{Complete: outbox.CompleteConfig{BatchWait: 5 * time.Millisecond}}),
 		}
 		if d.hasForwarder() {
 			for _, poll := range forwarderPolls {
@@ -290,7 +292,8 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 		rep.add(group, marking, p, rs[4], "msg/s")
 		rep.add(group, checked, p, rs[5], "msg/s")
 		rep.add(group, markingChecked, p, rs[6], "msg/s")
-		const forwarders = 7
+		rep.add(group, shortWait, p, rs[7], "msg/s")
+		const forwarders = 8
 		for i, poll := range forwarderPolls {
 			if d.hasForwarder() {
 				fwd := rs[forwarders+i]
@@ -303,6 +306,7 @@ func saturatedSteps(ctx context.Context, d *database, o options, rep *report) er
 		}
 		rep.compare(fmt.Sprintf("saturated at %d: inserts one by one / defaults", p), rs[2], rs[0])
 		rep.compare(fmt.Sprintf("saturated at %d: defaults / inserts alone below 4", p), rs[0], rs[3])
+		rep.compareCost(fmt.Sprintf("saturated at %d: DB CPU ms per message, defaults / BatchWait 5 ms", p), "cpu", rs[0], rs[7])
 		if !d.hasForwarder() {
 			rep.compareNotApplicable(fmt.Sprintf("saturated at %d: project / forwarder", p), noForwarder)
 		}
