@@ -3,6 +3,7 @@ package outbox_test
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -47,6 +48,8 @@ type countingStore struct {
 	mu      sync.Mutex
 	alone   int
 	batches [][]int64
+	// deliveries are the batches' deliveries, as "id/consumer".
+	deliveries [][]string
 }
 
 func (s *countingStore) Complete(ctx context.Context, d recordstore.Delivery) error {
@@ -58,11 +61,14 @@ func (s *countingStore) Complete(ctx context.Context, d recordstore.Delivery) er
 
 func (s *countingStore) CompleteBatch(ctx context.Context, ds []recordstore.Delivery) []error {
 	ids := make([]int64, len(ds))
+	keys := make([]string, len(ds))
 	for i, d := range ds {
 		ids[i] = d.ID
+		keys[i] = strconv.FormatInt(d.ID, 10) + "/" + d.Consumer
 	}
 	s.mu.Lock()
 	s.batches = append(s.batches, ids)
+	s.deliveries = append(s.deliveries, keys)
 	s.mu.Unlock()
 	return s.Store.CompleteBatch(ctx, ds)
 }
@@ -198,6 +204,81 @@ func TestTheCompletionsOfOneWindowGoAsOneCall(t *testing.T) {
 				assert.Zero(t, store.alone, "no completion went alone")
 				require.Len(t, store.batches, 1, "one call for the window")
 				assert.ElementsMatch(t, ids, store.batches[0])
+			})
+		}
+	})
+}
+
+// TestTwoConsumersCompleteThroughOneWindow: one service, two handlers on
+// one topic (declared consumers billing and shipping) behind a router on
+// GoChannel, completions in the background with a window long enough to
+// gather both handlers' completions of every message. Each consumer's
+// delivery of each record reaches the store in the one CompleteBatch call,
+// and every record is complete. Every database, both modes.
+func TestTwoConsumersCompleteThroughOneWindow(t *testing.T) {
+	t.Parallel()
+	consumers := []string{"billing", "shipping"}
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		for _, mode := range []sqlstore.Completion{sqlstore.Delete, sqlstore.Mark} {
+			t.Run(mode.String(), func(t *testing.T) {
+				b := setup(t, backend, mode)
+				store := &countingStore{Store: b.store}
+				reg, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store, Consumers: consumers})
+				require.NoError(t, err)
+				b.reg = reg
+				mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Complete: outbox.CompleteConfig{BatchWait: 3 * time.Second}}, b.logger)
+				require.NoError(t, err)
+				gc := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
+				t.Cleanup(func() { _ = gc.Close() })
+				router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+				require.NoError(t, err)
+				router.AddMiddleware(mw)
+				ran := make(chan string, 16)
+				for _, consumer := range consumers {
+					router.AddNoPublisherHandler(consumer, b.topic, gc, func(*message.Message) error {
+						ran <- consumer
+						return nil
+					})
+				}
+				ctx := b.ctx(t)
+				go func() { _ = router.Run(ctx) }()
+				t.Cleanup(func() { _ = router.Close() })
+				<-router.Running()
+
+				pub, err := outbox.NewPublisher(reg, gc)
+				require.NoError(t, err)
+				const n = 8
+				for range n {
+					require.NoError(t, pub.Publish(b.topic, message.NewMessage(watermill.NewUUID(), []byte("{}"))))
+				}
+				runs := map[string]int{}
+				for range 2 * n {
+					select {
+					case c := <-ran:
+						runs[c]++
+					case <-ctx.Done():
+						t.Fatalf("the handlers ran %v of %d messages each", runs, n)
+					}
+				}
+				assert.Equal(t, map[string]int{"billing": n, "shipping": n}, runs)
+				require.NoError(t, reg.WaitCompletions(ctx))
+				assert.Zero(t, b.pendingCount(t), "every record is complete")
+
+				store.mu.Lock()
+				defer store.mu.Unlock()
+				assert.Zero(t, store.alone, "no completion went alone")
+				require.Len(t, store.deliveries, 1, "one call for the window")
+				byID := map[int64][]string{}
+				for _, d := range store.deliveries[0] {
+					id, consumer, _ := strings.Cut(d, "/")
+					n, err := strconv.ParseInt(id, 10, 64)
+					require.NoError(t, err)
+					byID[n] = append(byID[n], consumer)
+				}
+				assert.Len(t, byID, n, "every record")
+				for id, cs := range byID {
+					assert.ElementsMatch(t, consumers, cs, "record %d: each consumer's delivery once", id)
+				}
 			})
 		}
 	})
