@@ -230,20 +230,8 @@ func TestTwoConsumersCompleteThroughOneWindow(t *testing.T) {
 				require.NoError(t, err)
 				gc := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
 				t.Cleanup(func() { _ = gc.Close() })
-				router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
-				require.NoError(t, err)
-				router.AddMiddleware(mw)
-				ran := make(chan string, 16)
-				for _, consumer := range consumers {
-					router.AddNoPublisherHandler(consumer, b.topic, gc, func(*message.Message) error {
-						ran <- consumer
-						return nil
-					})
-				}
 				ctx := b.ctx(t)
-				go func() { _ = router.Run(ctx) }()
-				t.Cleanup(func() { _ = router.Close() })
-				<-router.Running()
+				ran := routeConsumers(t, ctx, mw, gc, b.topic, consumers, 16)
 
 				pub, err := outbox.NewPublisher(reg, gc)
 				require.NoError(t, err)
@@ -423,4 +411,26 @@ func TestOrderedFirstCopyWaitsForTheEarlierCompletion(t *testing.T) {
 		require.NoError(t, reg.WaitCompletions(ctx))
 		assert.Zero(t, b.pendingCount(t))
 	})
+}
+
+// routeConsumers runs a router with mw and one handler per consumer on
+// topic of sub until the test ends; each handler sends its consumer's
+// name to the channel returned (buffered to size) for each message it
+// handles.
+func routeConsumers(t *testing.T, ctx context.Context, mw message.HandlerMiddleware, sub message.Subscriber, topic string, consumers []string, size int) <-chan string {
+	t.Helper()
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	require.NoError(t, err)
+	router.AddMiddleware(mw)
+	ran := make(chan string, size)
+	for _, consumer := range consumers {
+		router.AddNoPublisherHandler(consumer, topic, sub, func(*message.Message) error {
+			ran <- consumer
+			return nil
+		})
+	}
+	go func() { _ = router.Run(ctx) }()
+	t.Cleanup(func() { _ = router.Close() })
+	<-router.Running()
+	return ran
 }

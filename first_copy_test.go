@@ -128,20 +128,8 @@ func TestFirstCopiesRunUnchecked(t *testing.T) {
 			// run in the background.
 			gc := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 4, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
 			t.Cleanup(func() { _ = gc.Close() })
-			router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
-			require.NoError(t, err)
-			router.AddMiddleware(mw)
-			ran := make(chan string, 4)
-			for _, consumer := range []string{"billing", "shipping"} {
-				router.AddNoPublisherHandler(consumer, b.topic, gc, func(*message.Message) error {
-					ran <- consumer
-					return nil
-				})
-			}
 			ctx := b.ctx(t)
-			go func() { _ = router.Run(ctx) }()
-			t.Cleanup(func() { _ = router.Close() })
-			<-router.Running()
+			ran := routeConsumers(t, ctx, mw, gc, b.topic, []string{"billing", "shipping"}, 4)
 
 			pub, err := outbox.NewPublisher(reg, gc)
 			require.NoError(t, err)
