@@ -21,10 +21,10 @@ var Closed = func() chan struct{} { c := make(chan struct{}); close(c); return c
 // once; a handler that finishes beyond it completes on its own path.
 const maxBackground = 4096
 
-// MaxBatch is how many completions one batch gathers at most: the one that
+// maxBatch is how many completions one batch gathers at most: the one that
 // fills it sends it at once, before its wait is over, so that a high rate
 // neither waits for a window nor fills maxBackground.
-const MaxBatch = 1024
+const maxBatch = 1024
 
 // Work counts the goroutines the outbox runs off a handler's
 // path and the router plugins' loops, and gathers the completions in the
@@ -97,7 +97,7 @@ func (b *Work) doneLocked() {
 
 // StartCompletion takes a place for one completion and returns the
 // channel closed when its batch goes, wait after the batch's first
-// completion or once MaxBatch joined it; false when maxBackground run. Its
+// completion or once maxBatch joined it; false when maxBackground run. Its
 // goroutine calls DoneCompletion once it completed.
 func (b *Work) StartCompletion(wait time.Duration) (<-chan struct{}, bool) {
 	if b.Draining.Load() {
@@ -126,7 +126,7 @@ func (b *Work) StartCompletion(wait time.Duration) (<-chan struct{}, bool) {
 		})
 	}
 	batch := b.batch
-	if b.batchLen++; b.batchLen == MaxBatch {
+	if b.batchLen++; b.batchLen == maxBatch {
 		b.sendLocked(batch)
 	}
 	return batch, true
@@ -134,11 +134,11 @@ func (b *Work) StartCompletion(wait time.Duration) (<-chan struct{}, bool) {
 
 // sendLocked closes batch, unless it went already (full, before its wait
 // was over).
-func (b *Work) sendLocked(batch chan struct{}) {
+func (b *Work) sendLocked(batch <-chan struct{}) {
 	if b.batch != batch {
 		return
 	}
-	close(batch)
+	close(b.batch)
 	b.batch = nil
 }
 

@@ -41,13 +41,14 @@ func TestCompletionsGoInBatches(t *testing.T) {
 
 // TestAFullBatchGoesBeforeItsWait: the completion that fills a batch sends
 // it at once; the next one starts a batch of its own, and the first
-// batch's wait ending later leaves that one gathering.
+// batch's timer, which runs sendLocked once its wait is over, leaves that
+// one gathering.
 func TestAFullBatchGoesBeforeItsWait(t *testing.T) {
 	var w Work
 	wait := 50 * time.Millisecond
 	first, ok := w.StartCompletion(wait)
 	require.True(t, ok)
-	for range MaxBatch - 2 {
+	for range maxBatch - 2 {
 		c, ok := w.StartCompletion(wait)
 		require.True(t, ok)
 		require.Equal(t, first, c, "one batch")
@@ -68,9 +69,11 @@ func TestAFullBatchGoesBeforeItsWait(t *testing.T) {
 	next, ok := w.StartCompletion(time.Hour)
 	require.True(t, ok)
 	assert.NotEqual(t, first, next, "a new batch after a full one")
-	// The full batch's timer fires after its wait and must not send the
+	// The full batch's timer, firing after its wait, must not send the
 	// new batch: a completion that joins now still shares it.
-	time.Sleep(2 * wait)
+	w.mu.Lock()
+	w.sendLocked(first)
+	w.mu.Unlock()
 	joined, ok := w.StartCompletion(time.Hour)
 	require.True(t, ok)
 	assert.Equal(t, next, joined, "the full batch's timer sent the next batch")
@@ -79,7 +82,7 @@ func TestAFullBatchGoesBeforeItsWait(t *testing.T) {
 		t.Fatal("the next batch went before its wait")
 	default:
 	}
-	for range MaxBatch + 2 {
+	for range maxBatch + 2 {
 		w.DoneCompletion()
 	}
 	require.NoError(t, w.WaitCompletions(context.Background()))
