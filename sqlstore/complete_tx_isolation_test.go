@@ -2,6 +2,7 @@ package sqlstore_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
 
@@ -22,6 +23,44 @@ import (
 // statement in flight), PostgreSQL and MariaDB; SQLite has one writer at a
 // time, so there every completion waits for an open write transaction.
 func TestCompleteTxDoesNotStallOtherCompletions(t *testing.T) {
+	whileOneIsHeld(t, func(t *testing.T, ctx context.Context, store *sqlstore.Store, tx *sql.Tx, heldDelivery recordstore.Delivery, others []recordstore.Record) {
+		// A copy of the held record completes outside the
+		// transaction: it must wait for it, and only it.
+		copyDone := make(chan error, 1)
+		go func() { copyDone <- store.Complete(ctx, heldDelivery) }()
+
+		// Completions that waited for the open transaction fail
+		// with this deadline rather than hang the test.
+		waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		done := make(chan error, len(others))
+		for _, r := range others {
+			go func() {
+				done <- store.Complete(waitCtx, recordstore.Delivery{ID: r.ID, Topic: "payments", Consumer: "payments-handler"})
+			}()
+		}
+		for range others {
+			require.NoError(t, <-done, "a completion of another topic waited for the open transaction")
+		}
+		select {
+		case err := <-copyDone:
+			t.Fatalf("the copy of the held record did not wait for its transaction: %v", err)
+		default:
+		}
+		require.NoError(t, tx.Commit())
+		assert.ErrorIs(t, <-copyDone, recordstore.ErrNotPending, "the transaction completed it first")
+
+		pending, err := store.PendingAfter(ctx, "payments", 0, 100)
+		require.NoError(t, err)
+		assert.Empty(t, pending)
+	})
+}
+
+// whileOneIsHeld runs test, on PostgreSQL and MariaDB in both completion
+// modes, with a store holding one record of "orders" and 20 of
+// "payments", while a CompleteTx transaction (tx, not yet committed)
+// holds the record of "orders", whose delivery is held.
+func whileOneIsHeld(t *testing.T, test func(t *testing.T, ctx context.Context, store *sqlstore.Store, tx *sql.Tx, held recordstore.Delivery, others []recordstore.Record)) {
 	for _, b := range testenv.Backends() {
 		if b.Name == "SQLite" {
 			continue
@@ -41,39 +80,10 @@ func TestCompleteTxDoesNotStallOtherCompletions(t *testing.T) {
 
 				tx, err := db.BeginTx(ctx, nil)
 				require.NoError(t, err)
-				defer tx.Rollback() //nolint:errcheck // committed below
+				defer tx.Rollback() //nolint:errcheck // committed by the test
 				heldDelivery := recordstore.Delivery{ID: held[0].ID, Topic: "orders", Consumer: "orders-handler"}
 				require.NoError(t, store.CompleteTx(ctx, tx, heldDelivery))
-
-				// A copy of the held record completes outside the
-				// transaction: it must wait for it, and only it.
-				copyDone := make(chan error, 1)
-				go func() { copyDone <- store.Complete(ctx, heldDelivery) }()
-
-				// Completions that waited for the open transaction fail
-				// with this deadline rather than hang the test.
-				waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
-				defer cancel()
-				done := make(chan error, len(others))
-				for _, r := range others {
-					go func() {
-						done <- store.Complete(waitCtx, recordstore.Delivery{ID: r.ID, Topic: "payments", Consumer: "payments-handler"})
-					}()
-				}
-				for range others {
-					require.NoError(t, <-done, "a completion of another topic waited for the open transaction")
-				}
-				select {
-				case err := <-copyDone:
-					t.Fatalf("the copy of the held record did not wait for its transaction: %v", err)
-				default:
-				}
-				require.NoError(t, tx.Commit())
-				assert.ErrorIs(t, <-copyDone, recordstore.ErrNotPending, "the transaction completed it first")
-
-				pending, err := store.PendingAfter(ctx, "payments", 0, 100)
-				require.NoError(t, err)
-				assert.Empty(t, pending)
+				test(t, ctx, store, tx, heldDelivery, others)
 			})
 		}
 	}
