@@ -30,10 +30,12 @@ type Coalescing struct {
 	// a lease are combined into one query over arrays of ids and
 	// consumers. Elsewhere each check runs its own query.
 	DisableCheck bool
-	// DisableComplete makes every Complete call run its own statement.
-	// Defaults to false: concurrent completions are combined wherever the
-	// dialect can report which of the ids a statement completed (PostgreSQL
-	// and SQLite always; elsewhere one statement per id).
+	// DisableComplete makes every Complete call, and every delivery of a
+	// CompleteBatch call, run its own statement. Defaults to false:
+	// concurrent completions are combined on PostgreSQL and SQLite, whose
+	// statements report which ids they completed; on MySQL and MariaDB
+	// the deliveries of one CompleteBatch call complete in one
+	// transaction of two statements, and each Complete call alone.
 	DisableComplete bool
 	// MaxBatch is the most records (for completions, ids) one combined
 	// statement carries; a single call with more records runs on its own.

@@ -70,7 +70,7 @@ func (s *Store) CompleteBatch(ctx context.Context, ds []recordstore.Delivery) []
 		if errs[i] = s.refuses("complete", d, true); errs[i] != nil {
 			continue
 		}
-		if s.completes != nil && !declares(d) {
+		if s.combinesBatches() && !declares(d) {
 			together = append(together, i)
 			continue
 		}
@@ -81,7 +81,7 @@ func (s *Store) CompleteBatch(ctx context.Context, ds []recordstore.Delivery) []
 		for j, i := range together {
 			args[j] = ds[i]
 		}
-		for j, err := range s.completes.doAll(ctx, args) {
+		for j, err := range s.completeTogether(ctx, args) {
 			errs[together[j]] = err
 		}
 	}
@@ -108,6 +108,38 @@ func (s *Store) CompleteBatch(ctx context.Context, ds []recordstore.Delivery) []
 		})
 	}
 	wg.Wait()
+	return errs
+}
+
+// combinesBatches reports whether CompleteBatch completes the deliveries
+// of records without consumers together: through the coalescer, or, on a
+// dialect whose combined completion is a transaction of its own
+// (lockedCompleteMany), in one such transaction per call.
+func (s *Store) combinesBatches() bool {
+	return s.completes != nil || !s.coalescing.DisableComplete && s.dialect.completeMany != nil
+}
+
+// completeTogether completes ds, deliveries of records without consumers,
+// for CompleteBatch; errAlone for those to complete on their own.
+func (s *Store) completeTogether(ctx context.Context, ds []recordstore.Delivery) []error {
+	if s.completes != nil {
+		return s.completes.doAll(ctx, ds)
+	}
+	calls := make([]*call[recordstore.Delivery], len(ds))
+	for i, d := range ds {
+		calls[i] = &call[recordstore.Delivery]{ctx: ctx, arg: d, items: 1}
+	}
+	maxItems := s.coalescing.MaxBatch
+	if maxItems <= 0 {
+		maxItems = len(calls)
+	}
+	for start := 0; start < len(calls); start += maxItems {
+		s.completeBatch(ctx, calls[start:min(start+maxItems, len(calls))])
+	}
+	errs := make([]error, len(calls))
+	for i, c := range calls {
+		errs[i] = c.err
+	}
 	return errs
 }
 
@@ -391,6 +423,8 @@ func (q *queries) buildComplete(f fragments, mode Completion) {
 		q.completeAlone = fmt.Sprintf(complete, t, clock, p(1), lazyFrom, p(2), f.message("uuid", 3))
 		q.completeIn = fmt.Sprintf("UPDATE %s SET processed_at = %s, completed_by = %s WHERE processed_at IS NULL AND consumers = 0 AND id IN (",
 			t, clock, p(1))
+		q.lockIn = fmt.Sprintf("SELECT id FROM %s%s WHERE processed_at IS NULL AND consumers = 0 AND id IN (", t, f.d.forceIndex("PRIMARY"))
+		q.writeIn = fmt.Sprintf("UPDATE ({ids}) AS k STRAIGHT_JOIN %s AS r ON r.id = k.id SET r.processed_at = %s, r.completed_by = {consumer}", t, clock)
 		q.finishRecord = fmt.Sprintf("UPDATE %s SET processed_at = %s WHERE id = %s", t, clock, p(1))
 		q.abandonRecord = fmt.Sprintf("UPDATE %s SET abandoned_at = %s, processed_at = %s WHERE id = %s", t, clock, clock, p(1))
 	} else {
@@ -398,6 +432,8 @@ func (q *queries) buildComplete(f fragments, mode Completion) {
 		q.complete = fmt.Sprintf(complete, t, "", p(1), f.message("uuid", 2))
 		q.completeAlone = fmt.Sprintf(complete, t, lazyUsing, p(1), f.message("uuid", 2))
 		q.completeIn = fmt.Sprintf("DELETE FROM %s WHERE consumers = 0 AND abandoned_at IS NULL AND id IN (", t)
+		q.lockIn = fmt.Sprintf("SELECT id FROM %s%s WHERE consumers = 0 AND abandoned_at IS NULL AND id IN (", t, f.d.forceIndex("PRIMARY"))
+		q.writeIn = fmt.Sprintf("DELETE r FROM ({ids}) AS k STRAIGHT_JOIN %s AS r ON r.id = k.id", t)
 		q.finishRecord = fmt.Sprintf("DELETE FROM %s WHERE id = %s", t, p(1))
 		q.abandonRecord = fmt.Sprintf("UPDATE %s SET abandoned_at = %s WHERE id = %s", t, clock, p(1))
 	}
@@ -421,9 +457,32 @@ func (q *queries) buildComplete(f fragments, mode Completion) {
 // record of one of them completes only when it was saved with that UUID
 // (ids are distinct, so each pair is the one of its id).
 func completeInQuery(d *Dialect, q *queries, first, n, named int) string {
+	return inListQuery(d, q.completeIn, " RETURNING id", first, n, named)
+}
+
+// inListArgs appends the arguments of inListQuery's list to args: the ids
+// of ids[start:end], then the id and UUID of each of them whose delivery
+// names its message (uuids[i] not ""), whose count it returns too.
+func inListArgs(args []any, ids []int64, uuids []string, start, end int) ([]any, int) {
+	for _, id := range ids[start:end] {
+		args = append(args, id)
+	}
+	named := 0
+	for i := start; i < end; i++ {
+		if uuids[i] != "" {
+			args = append(args, ids[i], uuids[i])
+			named++
+		}
+	}
+	return args, named
+}
+
+// inListQuery is completeInQuery's text with the statement prefix (ending
+// in "id IN (") and suffix given.
+func inListQuery(d *Dialect, prefix, suffix string, first, n, named int) string {
 	var b strings.Builder
-	b.Grow(len(q.completeIn) + n*4 + named*16 + 40)
-	b.WriteString(q.completeIn)
+	b.Grow(len(prefix) + n*4 + named*16 + len(suffix) + 20)
+	b.WriteString(prefix)
 	for i := first; i < first+n; i++ {
 		if i > first {
 			b.WriteByte(',')
@@ -439,6 +498,6 @@ func completeInQuery(d *Dialect, q *queries, first, n, named int) string {
 		}
 		b.WriteString(" ELSE uuid END")
 	}
-	b.WriteString(" RETURNING id")
+	b.WriteString(suffix)
 	return b.String()
 }

@@ -56,6 +56,44 @@ func TestCompleteTxDoesNotStallOtherCompletions(t *testing.T) {
 	})
 }
 
+// TestCompleteBatchSkipsARowAnOpenTransactionHolds holds one CompleteTx
+// transaction open on a record while one CompleteBatch call carries its
+// delivery among those of 20 other records: the 20 complete together
+// while the transaction is still open, and the held record's delivery
+// waits for it alone, then finds it completed. Topology: one store, two
+// topics, one handler each, the middleware's batch window (one
+// CompleteBatch call), PostgreSQL and MariaDB; SQLite has one writer at a
+// time.
+func TestCompleteBatchSkipsARowAnOpenTransactionHolds(t *testing.T) {
+	whileOneIsHeld(t, func(t *testing.T, ctx context.Context, store *sqlstore.Store, tx *sql.Tx, heldDelivery recordstore.Delivery, others []recordstore.Record) {
+		ds := []recordstore.Delivery{heldDelivery}
+		for _, r := range others {
+			ds = append(ds, recordstore.Delivery{ID: r.ID, Topic: "payments", Consumer: "payments-handler", UUID: r.UUID})
+		}
+		batchDone := make(chan []error, 1)
+		go func() { batchDone <- store.CompleteBatch(ctx, ds) }()
+
+		// The 20 are complete while the transaction is open, and
+		// the call still waits for the held record.
+		require.Eventually(t, func() bool {
+			pending, err := store.PendingAfter(ctx, "payments", 0, 100)
+			return err == nil && len(pending) == 0
+		}, 20*time.Second, 5*time.Millisecond, "the batch waited for the open transaction")
+		select {
+		case errs := <-batchDone:
+			t.Fatalf("the held record's delivery did not wait for its transaction: %v", errs)
+		default:
+		}
+		require.NoError(t, tx.Commit())
+		errs := <-batchDone
+		require.Len(t, errs, len(ds))
+		assert.ErrorIs(t, errs[0], recordstore.ErrNotPending, "the transaction completed it first")
+		for i, err := range errs[1:] {
+			assert.NoError(t, err, "delivery %d", i+1)
+		}
+	})
+}
+
 // whileOneIsHeld runs test, on PostgreSQL and MariaDB in both completion
 // modes, with a store holding one record of "orders" and 20 of
 // "payments", while a CompleteTx transaction (tx, not yet committed)

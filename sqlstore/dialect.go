@@ -56,10 +56,12 @@ type Dialect struct {
 	// insertOriginOneSQL is the insert of one record with the origin
 	// column, for the quoted {table}; "" for the plain INSERT … VALUES.
 	insertOriginOneSQL string
-	// batchComplete reports whether completeMany exists. It needs
-	// UPDATE … RETURNING (Mark) or DELETE … RETURNING (Delete), so that
-	// each caller of a combined completion learns whether its own record
-	// was pending; without it the store completes one id per statement.
+	// batchComplete reports whether completeMany is one statement, which
+	// concurrent Complete calls may share. It needs UPDATE … RETURNING
+	// (Mark) or DELETE … RETURNING (Delete), so that each caller of a
+	// combined completion learns whether its own record was pending;
+	// without it a Complete call runs its own statement, and only a
+	// CompleteBatch call's deliveries go through completeMany.
 	batchComplete bool
 	// completeMarkSQL and completeDeleteSQL are completeMany's statement
 	// for the quoted {table}, when the dialect has one of fixed text; ""
@@ -161,8 +163,9 @@ type Dialect struct {
 	// of st and sets their ids in order.
 	insert func(ctx context.Context, db executor, st *insertStatements, records []recordstore.Record, metadata []string) error
 	// completeMany completes the records without consumers of ids for the
-	// consumer with one statement and returns the ids it completed, those
-	// that were pending, in any order; nil unless batchComplete. ids are
+	// consumer (with one statement where batchComplete, in a transaction
+	// of its own otherwise) and returns the ids it completed, those that
+	// were pending, in any order; nil where neither can be done. ids are
 	// distinct; uuids[i] is the message UUID of the delivery of ids[i],
 	// and a record whose delivery names one ("" names none) completes only
 	// when it was saved with it.

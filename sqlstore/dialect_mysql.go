@@ -87,9 +87,11 @@ func mysqlDialect(noReturning bool) *Dialect {
 		skipLockedSQL: " FOR UPDATE SKIP LOCKED",
 		ageMicrosSQL:  "TIMESTAMPDIFF(MICROSECOND, {ts}, UTC_TIMESTAMP(6))",
 		// No batchComplete: neither MySQL nor MariaDB has UPDATE …
-		// RETURNING, so a combined completion could not tell each caller
-		// whether its own record was pending. Completions run one
-		// statement per id.
+		// RETURNING, so one statement could not tell each caller whether
+		// its own record was pending, and a Complete call runs one
+		// statement. The deliveries of a CompleteBatch complete together
+		// in a transaction of two statements (lockedCompleteMany).
+		completeMany: lockedCompleteMany,
 		//
 		// forceIndexSQL: MySQL and MariaDB have no partial indexes, so
 		// every pending record of a marking table has processed_at NULL in
@@ -479,4 +481,80 @@ func mysqlRecordError(err error) bool {
 func mysqlUniqueViolation(err error) bool {
 	var myErr *mysqldriver.MySQLError
 	return errors.As(err, &myErr) && (myErr.Number == 1062 || myErr.Number == 1586)
+}
+
+// lockedMaxIDs is how many ids one lockedCompleteMany statement lists at
+// most.
+const lockedMaxIDs = 1000
+
+// lockedCompleteMany is completeMany for a dialect without RETURNING, in
+// one READ COMMITTED transaction (no gap locks, which would hold up
+// inserts): the first statement locks the rows of ids that are pending,
+// have no consumers and are of their delivery's message, skipping those
+// another transaction holds (a CompleteTx still open), and the second
+// completes exactly the rows it locked. So the batch never waits for
+// another delivery's transaction, and it knows which ids it completed.
+func lockedCompleteMany(ctx context.Context, d *Dialect, db executor, q *queries, consumer string, ids []int64, uuids []string) ([]int64, error) {
+	pool, ok := db.(*sqlx.DB)
+	if !ok {
+		return nil, errors.New("sqlstore: a combined completion needs the pool")
+	}
+	tx, err := pool.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // rolled back only when not committed
+	done := make([]int64, 0, len(ids))
+	for start := 0; start < len(ids); start += lockedMaxIDs {
+		end := min(start+lockedMaxIDs, len(ids))
+		args := make([]any, 0, 3*(end-start))
+		args, named := inListArgs(args, ids, uuids, start, end)
+		rows, err := tx.QueryContext(ctx, inListQuery(d, q.lockIn, d.lockRows(true), 1, end-start, named), args...)
+		if err != nil {
+			return nil, err
+		}
+		locked, err := scanIDList(rows, nil)
+		if err != nil {
+			return nil, err
+		}
+		if len(locked) == 0 {
+			continue
+		}
+		args = args[:0]
+		for _, id := range locked {
+			args = append(args, id)
+		}
+		if q.mark {
+			args = append(args, consumer)
+		}
+		if _, err := tx.ExecContext(ctx, lockedWrite(q, len(locked)), args...); err != nil {
+			return nil, err
+		}
+		done = append(done, locked...)
+	}
+	if len(done) == 0 {
+		return done, nil
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	return done, nil
+}
+
+// lockedWrite is q.writeIn for n ids: they are a derived table of
+// constants, joined to the record table by its primary key. Listed in an
+// IN instead, the ids of a small table are read by a scan, which waits for
+// every row another transaction holds (a DELETE takes no semi-consistent
+// read).
+func lockedWrite(q *queries, n int) string {
+	var b strings.Builder
+	b.Grow(n * 20)
+	for i := range n {
+		if i == 0 {
+			b.WriteString("SELECT ? AS id")
+			continue
+		}
+		b.WriteString(" UNION ALL SELECT ?")
+	}
+	return fill(q.writeIn, "{ids}", b.String(), "{consumer}", "?")
 }

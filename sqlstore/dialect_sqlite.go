@@ -137,16 +137,7 @@ func sqliteCompleteMany(ctx context.Context, d *Dialect, db executor, q *queries
 			args = append(args, consumer)
 		}
 		first := len(args) + 1
-		for _, id := range ids[start:end] {
-			args = append(args, id)
-		}
-		named := 0
-		for i := start; i < end; i++ {
-			if uuids[i] != "" {
-				args = append(args, ids[i], uuids[i])
-				named++
-			}
-		}
+		args, named := inListArgs(args, ids, uuids, start, end)
 		rows, err := db.QueryContext(ctx, completeInQuery(d, q, first, end-start, named), args...)
 		if err != nil {
 			return nil, err

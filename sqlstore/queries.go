@@ -54,6 +54,13 @@ type queries struct {
 	completeAlone string
 	completeMany  string
 	completeIn    string
+	// lockIn, followed by ids, and writeIn, with its {ids} and
+	// {consumer} filled, are the combined completion of a dialect without
+	// RETURNING (lockedCompleteMany): the first locks the pending rows
+	// without consumers that no other transaction holds, the second
+	// completes the rows it locked.
+	lockIn  string
+	writeIn string
 	// completeUnheld is completeAlone skipping a row that another
 	// transaction may hold (a CompleteTx still open), so that the
 	// coalesced path never waits for one: "" where the dialect has none
