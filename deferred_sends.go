@@ -1,36 +1,31 @@
 package outbox
 
-// Deferred sends: on a topic with an order key, a later message of a key
-// whose earlier record is on its way in this process is sent only once that
-// record completed here, while this process sees its keyed messages come
-// back out of order.
+// Deferred sends: on a topic with an order key and one local consumer, a
+// later message of a key whose earlier record is on its way in this
+// process is sent only once that record completed here.
 //
-// A broker that reorders the messages of one Publish (GoChannel sends each
-// on a goroutine of its own) delivers a key's later messages before its
-// earlier ones. Each such first copy waits off the handler's path for its
-// earlier record (ordering.go's park) and is sent again once that record
-// completed: two deliveries for one message, one of them through the
-// broker's queue behind everything sent meanwhile. Holding the later
-// message in the publisher until the earlier record completed here sends
-// it once, when it can run. A broker that keeps the order of a Publish
-// never shows a first copy before its earlier record's first copy, so
-// nothing is held there: each copy arrives after the earlier one and, when
-// that one's completion is still on its way, waits for it in the handler.
+// A key's messages in one Publish would otherwise follow each other in the
+// broker: on a broker that keeps their order, each copy arrives right
+// after the earlier one and waits in the handler for that one's completion
+// to commit, holding up the subscription meanwhile; on one that reorders
+// them (GoChannel sends each on a goroutine of its own), a later copy
+// arrives first, waits off the handler's path (ordering.go's park) and is
+// sent again: two deliveries for one message. Held in the publisher until
+// the earlier record completed here, the later message is sent once, when
+// it can run, and the subscription goes on with other keys meanwhile.
 //
-// The publisher holds messages only after this process saw the reordering:
-// a first copy parked here, and the first copy of the earlier record it
-// waited for arrived here after it (sawReorder). A held message whose
-// earlier record did not complete here within Check.HeldWait (another instance
-// took its copy, or its handler fails) is sent all the same, and then
-// nothing is held for reorderQuiet: its receiver side checks and holds it
-// as any copy. Under a backlog, a copy takes longer than Check.HeldWait to
-// come: while the earlier record's copy is behind the first copies that
-// keep coming, or it runs here, or its own message waits here in turn,
-// the message waits on (stillComing). Giving up then would send every
-// later message of a busy key as a checked copy, each put back and
-// claimed again in the store. The records are saved before anything is
-// held, so a crash leaves the held messages to the stale resubmitter and
-// the next replay.
+// A held message whose earlier record did not complete here within
+// Check.HeldWait (another instance took its copy, or its handler fails) is
+// sent all the same, and then nothing is held until this process sees its
+// keyed messages come back out of order (sawReorder), reorderQuiet later
+// at the soonest: its receiver side checks and holds it as any copy. Under
+// a backlog, a copy takes longer than Check.HeldWait to come: while the
+// earlier record's copy is behind the first copies that keep coming, or it
+// runs here, or its own message waits here in turn, the message waits on
+// (stillComing). Giving up then would send every later message of a busy
+// key as a checked copy, each put back and claimed again in the store. The
+// records are saved before anything is held, so a crash leaves the held
+// messages to the stale resubmitter and the next replay.
 
 import (
 	"sync"
@@ -54,10 +49,10 @@ type deferredSends struct {
 	// byBefore holds, per earlier record, the message sent once it
 	// completed here.
 	byBefore map[int64]*deferredSend
-	// reordered is set once this process saw its keyed messages come back
-	// out of order; quietUntil (unix nanoseconds) is when a held message
-	// that waited in vain lets it be set again.
-	reordered  atomic.Bool
+	// off is set once a held message's earlier record did not complete
+	// here in time, and cleared when this process sees its keyed messages
+	// come back out of order after quietUntil (unix nanoseconds).
+	off        atomic.Bool
 	quietUntil atomic.Int64
 }
 
@@ -72,8 +67,8 @@ type deferredSend struct {
 // sawReorder records that a first copy came here before the first copy of
 // the earlier record of its key, which came here after it.
 func (d *deferredSends) sawReorder() {
-	if !d.reordered.Load() && time.Now().UnixNano() >= d.quietUntil.Load() {
-		d.reordered.Store(true)
+	if d.off.Load() && time.Now().UnixNano() >= d.quietUntil.Load() {
+		d.off.Store(false)
 	}
 }
 
@@ -143,7 +138,7 @@ func (t *tracked) stillComing(reg *Registry, id int64, consumer string, wait, wa
 func (p *publisher) sendOrdered(t *tracked, msgs []*message.Message, records []recordstore.Record, before map[int64]int64) error {
 	consumer, ok := t.localConsumer()
 	wait := time.Duration(p.reg.heldWait.Load())
-	if !ok || wait <= 0 || !t.deferred.reordered.Load() {
+	if !ok || wait <= 0 || t.deferred.off.Load() {
 		return sendRecorded(p.pub, p.reg, t, msgs, records)
 	}
 	nowMsgs := make([]*message.Message, 0, len(msgs))
@@ -190,7 +185,7 @@ func (d *deferredSends) hold(p *publisher, t *tracked, consumer string, before, 
 		if !d.take(before, s) {
 			return
 		}
-		d.reordered.Store(false)
+		d.off.Store(true)
 		d.quietUntil.Store(time.Now().Add(reorderQuiet).UnixNano())
 		p.reg.logger().Debug("A held message's earlier record did not complete here in time; sending it, and holding none for a while",
 			watermill.LogFields{"topic": t.topic, "held_by": before, "message_uuid": msg.UUID})

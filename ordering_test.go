@@ -380,21 +380,17 @@ func TestOrderedFirstCopiesWaitOffTheHandlersPath(t *testing.T) {
 	})
 }
 
-// TestOrderedMessagesHeldInThePublisherWhileTheBrokerReorders, one
-// handler of a topic with an order key and a running sender, every option
-// at its default: once a first copy came before its earlier record's (as
-// GoChannel reorders the messages of one Publish), the publisher sends a
-// later message of a key only once the earlier record completed here, so
-// that it arrives once, and runs unchecked; a held message whose earlier
-// record does not complete here within Check.HeldWait is sent all the same, and
-// then nothing is held for a while.
-func TestOrderedMessagesHeldInThePublisherWhileTheBrokerReorders(t *testing.T) {
+// TestOrderedMessagesHeldInThePublisher, one handler of a topic with an
+// order key and a running sender, every option at its default: the
+// publisher sends a later message of a key only once the earlier record
+// completed here, so that it arrives once, after it, and runs unchecked.
+func TestOrderedMessagesHeldInThePublisher(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
 		b := setup(t, backend, sqlstore.Mark)
 		store := &checkCounter{Store: b.store}
 		c := newOrderedCaseOn(t, b, store, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
-		reg, again := c.reg, c.again
+		reg := c.reg
 		h := newOrderedHandler()
 		mw, err := outbox.NewMiddleware(reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: guard}}, watermill.NopLogger{})
 		require.NoError(t, err)
@@ -412,14 +408,14 @@ func TestOrderedMessagesHeldInThePublisherWhileTheBrokerReorders(t *testing.T) {
 			return false
 		}
 
-		// The broker reorders 1 and 2: 2's first copy waits, 1 runs, and
-		// the publisher learns that this broker reorders.
-		msgs := c.publish("1", "2")
-		deliver(msgs["2"])
-		deliver(msgs["1"])
-		deliver(receive(again, "record 2, once record 1 completed,"))
+		// One Publish of 1 and 2: only 1 is sent; 2 once 1 completed.
+		publish("1", "2")
+		one := receive(c.sent, "record 1")
+		require.Equal(t, "1", one.Metadata["seq"], "record 2 was held until record 1 completed")
+		deliver(one)
+		deliver(receive(c.sent, "record 2, once record 1 completed,"))
 
-		// One Publish of 3 and 4: only 3 is sent; 4 once 3 completed.
+		// Again with 3 and 4.
 		publish("3", "4")
 		three := receive(c.sent, "record 3")
 		require.Equal(t, "3", three.Metadata["seq"], "record 4 was held until record 3 completed")
@@ -436,10 +432,10 @@ func TestOrderedMessagesHeldInThePublisherWhileTheBrokerReorders(t *testing.T) {
 }
 
 // TestAHeldMessageWhoseEarlierRecordDoesNotCompleteIsSentAfterHeldWait,
-// one handler of a topic with an order key and a running sender: once the
-// publisher holds later messages (the broker reordered two first copies),
-// a held message whose earlier record's copy is lost is sent after
-// HeldWait all the same, and then the publisher holds nothing for a while.
+// one handler of a topic with an order key and a running sender: a message
+// the publisher holds, whose earlier record's copy is lost (or taken by
+// another instance), is sent after HeldWait all the same, and then the
+// publisher holds nothing for a while.
 func TestAHeldMessageWhoseEarlierRecordDoesNotCompleteIsSentAfterHeldWait(t *testing.T) {
 	t.Parallel()
 	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
@@ -452,11 +448,10 @@ func TestAHeldMessageWhoseEarlierRecordDoesNotCompleteIsSentAfterHeldWait(t *tes
 		receive := func(from <-chan *message.Message, what string) *message.Message { return receiveSent(t, from, what) }
 		publish := func(seqs ...string) { c.publishTogether(t, seqs...) }
 
-		// The broker reorders 1 and 2: the publisher learns it.
-		msgs := c.publish("1", "2")
-		deliver(msgs["2"])
-		deliver(msgs["1"])
-		deliver(receive(c.again, "record 2, once record 1 completed,"))
+		// One Publish of 1 and 2: 2 is sent once 1 completed.
+		publish("1", "2")
+		deliver(receive(c.sent, "record 1"))
+		deliver(receive(c.sent, "record 2, once record 1 completed,"))
 
 		// Record 3's copy is lost: 4, held for it, is sent after HeldWait,
 		// as no copy comes here meanwhile (none is queued in front of 3).
@@ -490,7 +485,7 @@ func receiveWithin(t *testing.T, from <-chan *message.Message, within time.Durat
 
 // TestAHeldMessageWaitsForItsEarlierRecordBehindABacklog, one handler of
 // a topic with an order key and a running sender, the publisher holding
-// later messages (the broker reordered two first copies): the copy of the
+// later messages: the copy of the
 // earlier record is queued behind a backlog that takes longer than
 // HeldWait to come, while first copies keep coming. The held message waits
 // for it rather than going out after HeldWait, and both run unchecked.
@@ -506,11 +501,10 @@ func TestAHeldMessageWaitsForItsEarlierRecordBehindABacklog(t *testing.T) {
 		require.NoError(t, err)
 		deliver := throughDrained(t, mw, h)
 
-		// The broker reorders 1 and 2: the publisher learns it.
-		msgs := c.publish("1", "2")
-		deliver(msgs["2"])
-		deliver(msgs["1"])
-		deliver(receiveSent(t, c.again, "record 2, once record 1 completed,"))
+		// One Publish of 1 and 2: 2 is sent once 1 completed.
+		c.publishTogether(t, "1", "2")
+		deliver(receiveSent(t, c.sent, "record 1"))
+		deliver(receiveSent(t, c.sent, "record 2, once record 1 completed,"))
 		checked := store.checks.Load()
 
 		// A backlog of other keys' messages is queued in front of 3; 4
