@@ -470,6 +470,53 @@ func TestAHeldMessageWhoseEarlierRecordDoesNotCompleteIsSentAfterHeldWait(t *tes
 	})
 }
 
+// TestAHeldMessageWhoseEarlierRecordRanInAnotherInstanceGoesOn, two
+// instances of one service on one table, sharing a queue: instance A
+// publishes records 1 and 2 of a key in one Publish and holds 2 for 1;
+// the broker gives 1 to B, which runs it. A sends 2 after HeldWait all the
+// same, 2 runs in A after 1 ran in B, and then A holds nothing for a
+// while: 3 and 4 go out at once.
+func TestAHeldMessageWhoseEarlierRecordRanInAnotherInstanceGoesOn(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		const heldWait = 100 * time.Millisecond
+		b := setup(t, backend, sqlstore.Mark)
+		c := newOrderedCaseOn(t, b, nil, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
+		hA := newOrderedHandler()
+		mwA, err := outbox.NewMiddleware(c.reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: heldWait}}, watermill.NopLogger{})
+		require.NoError(t, err)
+		deliverA := through(t, mwA, hA)
+		regB, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
+		require.NoError(t, err)
+		hB := newOrderedHandler()
+		mwB, err := outbox.NewMiddleware(regB, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: heldWait}}, watermill.NopLogger{})
+		require.NoError(t, err)
+		deliverB := through(t, mwB, hB)
+
+		c.publishTogether(t, "1", "2")
+		one := receiveSent(t, c.sent, "record 1")
+		require.Equal(t, "1", one.Metadata["seq"], "record 2 was held for record 1")
+		deliverB(one)
+		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), regB))
+		two := receiveWithin(t, c.sent, 10*heldWait, "record 2, once HeldWait passed,")
+		require.Equal(t, "2", two.Metadata["seq"])
+		// 1 never comes to A: its first copy of 2 waits for it off the
+		// handler's path, then goes again as a checked copy, and runs.
+		deliverA(two)
+		deliverA(receiveWithin(t, c.again, 50*heldWait, "record 2, checked,"))
+		assert.Equal(t, []string{"1"}, hB.handled["k"], "record 1 ran in B")
+		assert.Equal(t, []string{"2"}, hA.handled["k"], "record 2 ran in A")
+
+		c.publishTogether(t, "3", "4")
+		got := map[string]bool{}
+		for range 2 {
+			got[receiveSent(t, c.sent, "records 3 and 4").Metadata["seq"]] = true
+		}
+		assert.Equal(t, map[string]bool{"3": true, "4": true}, got, "nothing held after a held message waited in vain")
+		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), c.reg))
+	})
+}
+
 // receiveWithin is receiveSent with a deadline of its own.
 func receiveWithin(t *testing.T, from <-chan *message.Message, within time.Duration, what string) *message.Message {
 	t.Helper()
