@@ -482,22 +482,15 @@ func TestAHeldMessageWhoseEarlierRecordRanInAnotherInstanceGoesOn(t *testing.T) 
 		const heldWait = 100 * time.Millisecond
 		b := setup(t, backend, sqlstore.Mark)
 		c := newOrderedCaseOn(t, b, nil, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
-		hA := newOrderedHandler()
-		mwA, err := outbox.NewMiddleware(c.reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: heldWait}}, watermill.NopLogger{})
-		require.NoError(t, err)
+		mwA, hA, regB, hB := twoInstances(t, b, c, heldWait)
 		deliverA := through(t, mwA, hA)
-		regB, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
-		require.NoError(t, err)
-		hB := newOrderedHandler()
-		mwB, err := outbox.NewMiddleware(regB, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: heldWait}}, watermill.NopLogger{})
-		require.NoError(t, err)
-		deliverB := through(t, mwB, hB)
+		deliverB := through(t, regB.mw, hB)
 
 		c.publishTogether(t, "1", "2")
 		one := receiveSent(t, c.sent, "record 1")
 		require.Equal(t, "1", one.Metadata["seq"], "record 2 was held for record 1")
 		deliverB(one)
-		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), regB))
+		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), regB.reg))
 		two := receiveWithin(t, c.sent, 10*heldWait, "record 2, once HeldWait passed,")
 		require.Equal(t, "2", two.Metadata["seq"])
 		// 1 never comes to A: its first copy of 2 waits for it off the
@@ -515,6 +508,28 @@ func TestAHeldMessageWhoseEarlierRecordRanInAnotherInstanceGoesOn(t *testing.T) 
 		assert.Equal(t, map[string]bool{"3": true, "4": true}, got, "nothing held after a held message waited in vain")
 		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), c.reg))
 	})
+}
+
+// instanceB is a second instance of the service of an orderedCase: its
+// own registry and middleware on the same table and topic.
+type instanceB struct {
+	reg *outbox.Registry
+	mw  message.HandlerMiddleware
+}
+
+// twoInstances returns the middleware of c's instance (A) and a second
+// instance (B) on the same table, each with a handler, both with the
+// given HeldWait.
+func twoInstances(t *testing.T, b *bundle, c *orderedCase, heldWait time.Duration) (message.HandlerMiddleware, *orderedHandler, instanceB, *orderedHandler) {
+	t.Helper()
+	cfg := outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: heldWait}}
+	mwA, err := outbox.NewMiddleware(c.reg, cfg, watermill.NopLogger{})
+	require.NoError(t, err)
+	regB, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
+	require.NoError(t, err)
+	mwB, err := outbox.NewMiddleware(regB, cfg, watermill.NopLogger{})
+	require.NoError(t, err)
+	return mwA, newOrderedHandler(), instanceB{reg: regB, mw: mwB}, newOrderedHandler()
 }
 
 // receiveWithin is receiveSent with a deadline of its own.
@@ -654,16 +669,9 @@ func TestAParkedCopyWhoseEarlierRecordRanInAnotherInstanceGoesOn(t *testing.T) {
 		const heldWait = 100 * time.Millisecond
 		b := setup(t, backend, sqlstore.Mark)
 		c := newOrderedCaseOn(t, b, nil, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
-		hA := newOrderedHandler()
-		mwA, err := outbox.NewMiddleware(c.reg, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: heldWait}}, watermill.NopLogger{})
-		require.NoError(t, err)
+		mwA, hA, regB, hB := twoInstances(t, b, c, heldWait)
 		deliverA := throughDrained(t, mwA, hA)
-		regB, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
-		require.NoError(t, err)
-		hB := newOrderedHandler()
-		mwB, err := outbox.NewMiddleware(regB, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: heldWait}}, watermill.NopLogger{})
-		require.NoError(t, err)
-		deliverB := through(t, mwB, hB)
+		deliverB := through(t, regB.mw, hB)
 
 		c.publishTogether(t, "1", "2")
 		one := receiveSent(t, c.sent, "records 1 and 2")
@@ -674,7 +682,7 @@ func TestAParkedCopyWhoseEarlierRecordRanInAnotherInstanceGoesOn(t *testing.T) {
 		require.Equal(t, []string{"1", "2"}, []string{one.Metadata["seq"], two.Metadata["seq"]})
 		deliverA(two) // parked for 1
 		deliverB(one)
-		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), regB))
+		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), regB.reg))
 
 		// A's subscription keeps bringing first copies, of other keys,
 		// published after 1.
