@@ -94,6 +94,9 @@ func (m *middleware) admit(msg *message.Message, idText string) (*admission, obs
 		m.reg.observer().NotOwned(topic, consumer)
 		return nil, observe.CheckUntracked, nil
 	}
+	if t.unreceived.Load() {
+		t.unreceived.Store(false)
+	}
 	a := &admission{t: t, idText: idText, identity: identity,
 		d: recordstore.Delivery{ID: id, Topic: topic, Consumer: consumer, Declared: t.deliveries, UUID: msg.UUID,
 			Lease: m.leasePrefix + strconv.FormatUint(m.leaseSeq.Add(1), 36), Ordered: t.orderKey != "", SkipAbandoned: t.skipAbandoned},

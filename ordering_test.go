@@ -709,3 +709,89 @@ func TestAParkedCopyWhoseEarlierRecordRanInAnotherInstanceGoesOn(t *testing.T) {
 		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), c.reg))
 	})
 }
+
+// TestAProcessThatDoesNotReceiveAnOrderedTopicReadsAndHoldsNothing, two
+// services sharing a database: A publishes a topic with an order key that
+// only B handles, and A's router, with ReplayPlugin, handles another topic
+// only. A's Publish of a key's two messages reads no earlier record and
+// holds neither (HeldWait is an hour): both are sent at once, and B runs
+// them in order. Once a delivery of the topic came to A (a deploy that
+// adds a handler of it there), A's publish reads the earlier records
+// again, and the later message runs unchecked after the earlier one.
+func TestAProcessThatDoesNotReceiveAnOrderedTopicReadsAndHoldsNothing(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		b := setup(t, backend, sqlstore.Mark)
+		ctx := b.ctx(t)
+		store := &predecessorCounter{checkCounter: &checkCounter{Store: b.store}}
+		regA, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store, OrderKey: "order"})
+		require.NoError(t, err)
+		mwA, err := outbox.NewMiddleware(regA, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: time.Hour}}, watermill.NopLogger{})
+		require.NoError(t, err)
+		broker := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
+		t.Cleanup(func() { _ = broker.Close() })
+		sent, err := broker.Subscribe(ctx, b.topic)
+		require.NoError(t, err)
+		pubA, err := outbox.NewPublisher(regA, broker)
+		require.NoError(t, err)
+		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+		require.NoError(t, err)
+		router.AddMiddleware(mwA)
+		router.AddPlugin(outbox.ReplayPlugin(regA, broker, outbox.ReplayConfig{Resubmit: outbox.StaleResubmitterConfig{OlderThan: time.Hour}}, watermill.NopLogger{}))
+		router.AddNoPublisherHandler("other", b.topic+"_other", broker, func(*message.Message) error { return nil })
+		go func() { _ = router.Run(ctx) }()
+		t.Cleanup(func() { _ = router.Close() })
+		<-router.Running()
+
+		publish := func(seqs ...string) {
+			t.Helper()
+			var msgs []*message.Message
+			for _, seq := range seqs {
+				msg := message.NewMessage(watermill.NewUUID(), []byte(seq))
+				msg.Metadata.Set("order", "k")
+				msg.Metadata.Set("seq", seq)
+				msgs = append(msgs, msg)
+			}
+			require.NoError(t, pubA.Publish(b.topic, msgs...))
+		}
+		bySeq := func(n int, what string) map[string]*message.Message {
+			t.Helper()
+			got := map[string]*message.Message{}
+			for range n {
+				msg := receiveSent(t, sent, what)
+				got[msg.Metadata["seq"]] = msg
+			}
+			return got
+		}
+
+		publish("1", "2")
+		got := bySeq(2, "records 1 and 2, at once,")
+		assert.Zero(t, store.asked.Load(), "A read no earlier record")
+		regB, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
+		require.NoError(t, err)
+		mwB, err := outbox.NewMiddleware(regB, outbox.MiddlewareConfig{}, watermill.NopLogger{})
+		require.NoError(t, err)
+		hB := newOrderedHandler()
+		deliverB := through(t, mwB, hB)
+		deliverB(got["1"])
+		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), regB))
+		deliverB(got["2"])
+		assert.Equal(t, []string{"1", "2"}, hB.handled["k"], "B ran them in order")
+		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), regB))
+
+		// A handles a delivery of the topic: it reads and holds again.
+		hA := newOrderedHandler()
+		deliverA := through(t, mwA, hA)
+		publish("3")
+		deliverA(receiveSent(t, sent, "record 3"))
+		checked := store.checks.Load()
+		publish("4", "5")
+		assert.Equal(t, int64(1), store.asked.Load(), "A read the earlier record of 4")
+		deliverA(receiveSent(t, sent, "record 4"))
+		deliverA(receiveSent(t, sent, "record 5, once record 4 completed,"))
+		assert.Equal(t, []string{"3", "4", "5"}, hA.handled["k"])
+		assert.Equal(t, checked, store.checks.Load(), "4 and 5 ran unchecked")
+		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), regA))
+		assert.Zero(t, b.pendingCount(t), "nothing is left pending")
+	})
+}

@@ -106,7 +106,7 @@ func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 		return sendStamped(ctx, p.pub, p.reg, t, msgs, records, true)
 	}
 	var before map[int64]int64
-	if t.firstCopies.On.Load() && t.completedBy == ByConsumers {
+	if t.firstCopies.On.Load() && t.completedBy == ByConsumers && t.receivedHere() {
 		if t.orderKey == "" {
 			t.firstCopies.Saved(records, nil)
 		} else {
@@ -120,6 +120,17 @@ func (p *publisher) save(t *tracked, msgs []*message.Message) error {
 		return p.sendOrdered(t, msgs, records, before)
 	}
 	return sendRecorded(p.pub, p.reg, t, msgs, records)
+}
+
+// receivedHere is false when this process does not receive the topic: a
+// router with [ReplayPlugin] started without a handler of it, and no
+// delivery of it came since. A publish then remembers no record for its
+// first copy (and, on an ordered topic, reads no earlier record of a key
+// and holds no message): a process that publishes a topic others handle
+// would pay for that and never use it. A first copy that comes here all
+// the same is checked, as any copy.
+func (t *tracked) receivedHere() bool {
+	return !t.unreceived.Load()
 }
 
 // savedOrdered remembers the records a publish saved to an ordered topic,

@@ -127,6 +127,10 @@ type tracked struct {
 	subscriptions atomic.Int32
 	// subscribed is set when a router's handler subscribes to the topic.
 	subscribed atomic.Bool
+	// unreceived is set when a router with [ReplayPlugin] started with no
+	// handler subscribed to the topic, and cleared when one subscribes or
+	// the middleware admits a delivery of it (receivedHere).
+	unreceived atomic.Bool
 	// seen holds, per delivery (in the order of deliveries), when this
 	// process last recorded the receiver seen; seenOne the same for the
 	// receiver of a topic without declared consumers (receivers_seen.go).

@@ -374,6 +374,7 @@ func ReplayPlugin(reg *Registry, pub message.Publisher, cfg ReplayConfig, logger
 			}
 		default:
 			gate = &subscribeGate{expected: expected, replay: func(ctx context.Context) error {
+				r.markUnreceived()
 				r.reportUncompleted(router)
 				_, err := r.run(ctx)
 				return err
@@ -417,6 +418,7 @@ func (r *replayer) afterRunning(router *message.Router) {
 	if router.IsClosed() {
 		return
 	}
+	r.markUnreceived()
 	r.reportUncompleted(router)
 	if _, err := r.run(context.Background()); err != nil {
 		if cerr := router.Close(); cerr != nil {
@@ -521,6 +523,7 @@ func (r *replayer) countSubscription(topic string) {
 		return
 	}
 	t.subscribed.Store(true)
+	t.unreceived.Store(false)
 	if len(t.consumers) > 0 {
 		return
 	}
@@ -541,6 +544,16 @@ func (r *replayer) replayClaimed(ctx context.Context, t *tracked, claimer record
 		return reads.Replay(ctx, claimer, t.topic, after, r.cfg.ClaimGrace)
 	}
 	return r.out.sendClaimed(ctx, t, identity, r.cfg.StatementTimeout, "pending records", claim, nil)
+}
+
+// markUnreceived marks, once every handler of the router subscribed, the
+// tracked topics that none receives (tracked.receivedHere).
+func (r *replayer) markUnreceived() {
+	for _, t := range r.reg.entries() {
+		if !t.subscribed.Load() {
+			t.unreceived.Store(true)
+		}
+	}
 }
 
 // reportUncompleted logs, at start, each tracked topic whose records
