@@ -795,3 +795,67 @@ func TestAProcessThatDoesNotReceiveAnOrderedTopicReadsAndHoldsNothing(t *testing
 		assert.Zero(t, b.pendingCount(t), "nothing is left pending")
 	})
 }
+
+// TestARecordPutBackInAnotherInstanceIsClaimedWhenTheEarlierCompletes,
+// two instances of one service on one table, sharing a queue: B takes the
+// copy of record 2 of key k, which B published, while record 1, which A
+// published, is pending; B puts it back. A runs the first copy of 1,
+// unchecked: its completion finds 2 waiting in the store (B's put-back is
+// not A's to know), claims it and sends it again, and 2 runs in A after 1.
+func TestARecordPutBackInAnotherInstanceIsClaimedWhenTheEarlierCompletes(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		b := setup(t, backend, sqlstore.Mark)
+		ctx := b.ctx(t)
+		c := newOrderedCaseOn(t, b, nil, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
+		mwA, err := outbox.NewMiddleware(c.reg, outbox.MiddlewareConfig{}, watermill.NopLogger{})
+		require.NoError(t, err)
+		hA := newOrderedHandler()
+		deliverA := through(t, mwA, hA)
+
+		c.publishTogether(t, "1")
+		one := receiveSent(t, c.sent, "record 1")
+		// B checks every copy; its publish of 2 is held by 1 there.
+		regB, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
+		require.NoError(t, err)
+		putBack := &signalLogger{msg: "Record held by an earlier record of its key, putting the copy back", hit: make(chan struct{}, 4)}
+		mwB, err := outbox.NewMiddleware(regB, outbox.MiddlewareConfig{Check: outbox.CheckConfig{FirstCopies: true, HeldWait: time.Millisecond, HeldResendAfter: time.Hour}}, putBack)
+		require.NoError(t, err)
+		brokerB := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 4}, watermill.NopLogger{})
+		t.Cleanup(func() { _ = brokerB.Close() })
+		sentB, err := brokerB.Subscribe(ctx, b.topic)
+		require.NoError(t, err)
+		pubB, err := outbox.NewPublisher(regB, brokerB)
+		require.NoError(t, err)
+		// B's sender, which a put-back needs.
+		running := &signalLogger{msg: "Stale resubmitter running", hit: make(chan struct{}, 1)}
+		rsB, err := outbox.NewStaleResubmitter(regB, brokerB, outbox.StaleResubmitterConfig{OlderThan: time.Hour}, running)
+		require.NoError(t, err)
+		runCtx, stop := context.WithCancel(ctx)
+		stopped := make(chan error, 1)
+		go func() { stopped <- rsB.Run(runCtx) }()
+		t.Cleanup(func() { stop(); <-stopped })
+		<-running.hit
+		two := message.NewMessage(watermill.NewUUID(), []byte("2"))
+		two.Metadata.Set("order", "k")
+		two.Metadata.Set("seq", "2")
+		require.NoError(t, pubB.Publish(b.topic, two))
+		hB := newOrderedHandler()
+		through(t, mwB, hB)(receiveSent(t, sentB, "record 2"))
+		select {
+		case <-putBack.hit:
+		default:
+			t.Fatal("B did not put record 2 back for record 1")
+		}
+		assert.Empty(t, hB.handled["k"], "record 2 did not run in B")
+		// B's ask to send record 1 again (its copy may be lost) is over
+		// before 1 completes: it would claim 2 in B instead.
+		require.NoError(t, regB.WaitCompletions(ctx))
+
+		deliverA(one)
+		deliverA(receiveSent(t, c.again, "record 2, claimed once record 1 completed in A,"))
+		assert.Equal(t, []string{"1", "2"}, hA.handled["k"], "handled in the order saved")
+		require.NoError(t, outbox.WaitBackgroundCompletions(context.Background(), c.reg))
+		assert.Zero(t, b.pendingCount(t))
+	})
+}
