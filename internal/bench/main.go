@@ -7,7 +7,7 @@
 //
 //	go run ./internal/bench -db postgres
 //	go run ./internal/bench -db postgres,mariadb,sqlite
-//	go run ./internal/bench -db postgres,sqlite -tiny   # seconds; what CI runs
+//	go run ./internal/bench -db postgres,sqlite -tiny   # seconds; every case, tiny sizes
 //	go run ./internal/bench -cases saturated -publishers 4   # one publisher count alone
 //
 // It needs PostgreSQL at OUTBOX_TEST_POSTGRES_DSN (default
