@@ -68,6 +68,20 @@ func newOrderedCase(t *testing.T, backend testenv.Backend, resubmit outbox.Stale
 	return newOrderedCaseOn(t, setup(t, backend, sqlstore.Mark), nil, resubmit)
 }
 
+// runResubmitter runs a stale resubmitter of reg, sending on pub, until
+// the test ends, and returns once it runs.
+func runResubmitter(t *testing.T, ctx context.Context, reg *outbox.Registry, pub message.Publisher, cfg outbox.StaleResubmitterConfig) {
+	t.Helper()
+	running := &signalLogger{msg: "Stale resubmitter running", hit: make(chan struct{}, 1)}
+	rs, err := outbox.NewStaleResubmitter(reg, pub, cfg, running)
+	require.NoError(t, err)
+	runCtx, stop := context.WithCancel(ctx)
+	stopped := make(chan error, 1)
+	go func() { stopped <- rs.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-stopped })
+	<-running.hit
+}
+
 // newOrderedCaseOn is newOrderedCase on b, with store as the topic's store
 // (b's own when nil).
 func newOrderedCaseOn(t *testing.T, b *bundle, store recordstore.Store, resubmit outbox.StaleResubmitterConfig) *orderedCase {
@@ -83,14 +97,7 @@ func newOrderedCaseOn(t *testing.T, b *bundle, store recordstore.Store, resubmit
 	t.Cleanup(func() { _ = resent.Close() })
 	again, err := resent.Subscribe(ctx, b.topic)
 	require.NoError(t, err)
-	running := &signalLogger{msg: "Stale resubmitter running", hit: make(chan struct{}, 1)}
-	rs, err := outbox.NewStaleResubmitter(reg, resent, resubmit, running)
-	require.NoError(t, err)
-	runCtx, stop := context.WithCancel(ctx)
-	stopped := make(chan error, 1)
-	go func() { stopped <- rs.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-stopped })
-	<-running.hit
+	runResubmitter(t, ctx, reg, resent, resubmit)
 
 	first := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
 	t.Cleanup(func() { _ = first.Close() })
