@@ -82,6 +82,34 @@ func runResubmitter(t *testing.T, ctx context.Context, reg *outbox.Registry, pub
 	<-running.hit
 }
 
+// orderedInstance is an instance of a service on an ordered topic (order
+// key "order"): its registry on store, its middleware, and its publisher
+// on a GoChannel of its own, whose sends arrive on sent.
+type orderedInstance struct {
+	reg    *outbox.Registry
+	mw     message.HandlerMiddleware
+	broker *gochannel.GoChannel
+	pub    message.Publisher
+	sent   <-chan *message.Message
+}
+
+func newOrderedInstance(t *testing.T, ctx context.Context, store recordstore.Store, topic string, cfg outbox.MiddlewareConfig, logger watermill.LoggerAdapter) *orderedInstance {
+	t.Helper()
+	in := &orderedInstance{}
+	var err error
+	in.reg, err = outbox.NewRegistry(outbox.Tracked{Topic: topic, Store: store, OrderKey: "order"})
+	require.NoError(t, err)
+	in.mw, err = outbox.NewMiddleware(in.reg, cfg, logger)
+	require.NoError(t, err)
+	in.broker = gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
+	t.Cleanup(func() { _ = in.broker.Close() })
+	in.sent, err = in.broker.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	in.pub, err = outbox.NewPublisher(in.reg, in.broker)
+	require.NoError(t, err)
+	return in
+}
+
 // newOrderedCaseOn is newOrderedCase on b, with store as the topic's store
 // (b's own when nil).
 func newOrderedCaseOn(t *testing.T, b *bundle, store recordstore.Store, resubmit outbox.StaleResubmitterConfig) *orderedCase {
@@ -160,6 +188,13 @@ func receiveSent(t *testing.T, from <-chan *message.Message, what string) *messa
 // publishTogether publishes one message of key "k" per seq in one Publish.
 func (c *orderedCase) publishTogether(t *testing.T, seqs ...string) {
 	t.Helper()
+	publishSeqs(t, c.pub, c.b.topic, seqs...)
+}
+
+// publishSeqs publishes to topic one message of key "k" per seq, in one
+// Publish of pub.
+func publishSeqs(t *testing.T, pub message.Publisher, topic string, seqs ...string) {
+	t.Helper()
 	var msgs []*message.Message
 	for _, seq := range seqs {
 		msg := message.NewMessage(watermill.NewUUID(), []byte(seq))
@@ -167,7 +202,7 @@ func (c *orderedCase) publishTogether(t *testing.T, seqs ...string) {
 		msg.Metadata.Set("seq", seq)
 		msgs = append(msgs, msg)
 	}
-	require.NoError(t, c.pub.Publish(c.b.topic, msgs...))
+	require.NoError(t, pub.Publish(topic, msgs...))
 }
 
 func (o *orderedHandler) handle(msg *message.Message) ([]*message.Message, error) {
@@ -731,36 +766,18 @@ func TestAProcessThatDoesNotReceiveAnOrderedTopicReadsAndHoldsNothing(t *testing
 		b := setup(t, backend, sqlstore.Mark)
 		ctx := b.ctx(t)
 		store := &predecessorCounter{checkCounter: &checkCounter{Store: b.store}}
-		regA, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: store, OrderKey: "order"})
-		require.NoError(t, err)
-		mwA, err := outbox.NewMiddleware(regA, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: time.Hour}}, watermill.NopLogger{})
-		require.NoError(t, err)
-		broker := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 16}, watermill.NopLogger{})
-		t.Cleanup(func() { _ = broker.Close() })
-		sent, err := broker.Subscribe(ctx, b.topic)
-		require.NoError(t, err)
-		pubA, err := outbox.NewPublisher(regA, broker)
-		require.NoError(t, err)
+		a := newOrderedInstance(t, ctx, store, b.topic, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: time.Hour}}, watermill.NopLogger{})
+		regA, mwA, pubA, sent := a.reg, a.mw, a.pub, a.sent
 		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
 		require.NoError(t, err)
 		router.AddMiddleware(mwA)
-		router.AddPlugin(outbox.ReplayPlugin(regA, broker, outbox.ReplayConfig{Resubmit: outbox.StaleResubmitterConfig{OlderThan: time.Hour}}, watermill.NopLogger{}))
-		router.AddNoPublisherHandler("other", b.topic+"_other", broker, func(*message.Message) error { return nil })
+		router.AddPlugin(outbox.ReplayPlugin(regA, a.broker, outbox.ReplayConfig{Resubmit: outbox.StaleResubmitterConfig{OlderThan: time.Hour}}, watermill.NopLogger{}))
+		router.AddNoPublisherHandler("other", b.topic+"_other", a.broker, func(*message.Message) error { return nil })
 		go func() { _ = router.Run(ctx) }()
 		t.Cleanup(func() { _ = router.Close() })
 		<-router.Running()
 
-		publish := func(seqs ...string) {
-			t.Helper()
-			var msgs []*message.Message
-			for _, seq := range seqs {
-				msg := message.NewMessage(watermill.NewUUID(), []byte(seq))
-				msg.Metadata.Set("order", "k")
-				msg.Metadata.Set("seq", seq)
-				msgs = append(msgs, msg)
-			}
-			require.NoError(t, pubA.Publish(b.topic, msgs...))
-		}
+		publish := func(seqs ...string) { publishSeqs(t, pubA, b.topic, seqs...) }
 		bySeq := func(n int, what string) map[string]*message.Message {
 			t.Helper()
 			got := map[string]*message.Message{}
@@ -822,33 +839,15 @@ func TestARecordPutBackInAnotherInstanceIsClaimedWhenTheEarlierCompletes(t *test
 
 		c.publishTogether(t, "1")
 		one := receiveSent(t, c.sent, "record 1")
-		// B checks every copy; its publish of 2 is held by 1 there.
-		regB, err := outbox.NewRegistry(outbox.Tracked{Topic: b.topic, Store: b.store, OrderKey: "order"})
-		require.NoError(t, err)
+		// B checks every copy; its publish of 2 is held by 1 there, and
+		// put back through its sender.
 		putBack := &signalLogger{msg: "Record held by an earlier record of its key, putting the copy back", hit: make(chan struct{}, 4)}
-		mwB, err := outbox.NewMiddleware(regB, outbox.MiddlewareConfig{Check: outbox.CheckConfig{FirstCopies: true, HeldWait: time.Millisecond, HeldResendAfter: time.Hour}}, putBack)
-		require.NoError(t, err)
-		brokerB := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 4}, watermill.NopLogger{})
-		t.Cleanup(func() { _ = brokerB.Close() })
-		sentB, err := brokerB.Subscribe(ctx, b.topic)
-		require.NoError(t, err)
-		pubB, err := outbox.NewPublisher(regB, brokerB)
-		require.NoError(t, err)
-		// B's sender, which a put-back needs.
-		running := &signalLogger{msg: "Stale resubmitter running", hit: make(chan struct{}, 1)}
-		rsB, err := outbox.NewStaleResubmitter(regB, brokerB, outbox.StaleResubmitterConfig{OlderThan: time.Hour}, running)
-		require.NoError(t, err)
-		runCtx, stop := context.WithCancel(ctx)
-		stopped := make(chan error, 1)
-		go func() { stopped <- rsB.Run(runCtx) }()
-		t.Cleanup(func() { stop(); <-stopped })
-		<-running.hit
-		two := message.NewMessage(watermill.NewUUID(), []byte("2"))
-		two.Metadata.Set("order", "k")
-		two.Metadata.Set("seq", "2")
-		require.NoError(t, pubB.Publish(b.topic, two))
+		inB := newOrderedInstance(t, ctx, b.store, b.topic, outbox.MiddlewareConfig{Check: outbox.CheckConfig{FirstCopies: true, HeldWait: time.Millisecond, HeldResendAfter: time.Hour}}, putBack)
+		regB := inB.reg
+		runResubmitter(t, ctx, regB, inB.broker, outbox.StaleResubmitterConfig{OlderThan: time.Hour})
+		publishSeqs(t, inB.pub, b.topic, "2")
 		hB := newOrderedHandler()
-		through(t, mwB, hB)(receiveSent(t, sentB, "record 2"))
+		through(t, inB.mw, hB)(receiveSent(t, inB.sent, "record 2"))
 		select {
 		case <-putBack.hit:
 		default:
