@@ -36,7 +36,7 @@ func TestTinyRunMeasuresEveryCase(t *testing.T) {
 		"WAL B/msg", "DB CPU ms/msg", "redo B/msg", "bytes written/msg", "rows read/msg by path: pkey",
 		"forwarder (watermill-sql, tx per publish), 1 s poll", "forwarder (watermill-sql, tx per publish), 100 ms poll", "forwarder (watermill-sql, tx per publish), 10 ms poll",
 		"saturated at 16: project / forwarder, 10 ms poll", "saturated at 16: project / hand loop",
-		"bursts: 1,000 keys, 10 messages each in a row, 50 per Publish, 4 publishers, OrderKey set", "keys far apart: 1,000 keys in turn, 50 per Publish, 4 publishers, no OrderKey", "one hot key, 50 per Publish, 4 publishers, OrderKey set",
+		"bursts: 1,000 keys, 10 messages each in a row, 50 per Publish, 4 publishers, OrderKey set", "keys far apart: 1,000 keys in turn, 50 per Publish, 4 publishers, no OrderKey", "keys far apart: 1,000 keys in turn, 50 per Publish, 4 publishers, inserts alone, OrderKey set", "one hot key, 50 per Publish, 4 publishers, OrderKey set",
 		"GoChannel (reorders) | ordered (OrderKey)", "remote on GoChannel (reorders): ordered / unordered", "held/msg",
 		"ordered bursts: keyed ≥ 0.8× unordered", "ordered, keys far apart: DB CPU/msg ≤ 1.1× unordered", "ordered, one hot key: ≥ 300 msg/s",
 		"paced 500 msg/s", "replay of 2000 pending rows",

@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/wmoutbox/outbox"
+	"github.com/wmoutbox/outbox/recordstore"
 )
 
 // orderedWorkload is one workload of the ordered cases: n messages to one
@@ -60,6 +61,20 @@ func orderedSteps(ctx context.Context, d *database, o options, rep *report) erro
 		group := fmt.Sprintf("ordered, %d messages", w.n)
 		rep.add(group, w.name+", OrderKey set", w.publishers, rs[0], "msg/s")
 		rep.add(group, w.name+", no OrderKey", w.publishers, rs[1], "msg/s")
+		if w.keyOf(0) != w.keyOf(1) {
+			// Keys far apart: the inserts alone, keyed and not, to tell
+			// what the order index and the key locks cost before any
+			// completion (the floor of the keyed topic's extra cost).
+			ins, err := sideBySide(o.saturatedRounds,
+				func() (result, error) { return orderedInserts(ctx, d, o, w, true, m) },
+				func() (result, error) { return orderedInserts(ctx, d, o, w, false, m) },
+			)
+			if err != nil {
+				return err
+			}
+			rep.add(group, w.name+", inserts alone, OrderKey set", w.publishers, ins[0], "msg/s")
+			rep.add(group, w.name+", inserts alone, no OrderKey", w.publishers, ins[1], "msg/s")
+		}
 		switch {
 		case w.keyOf(0) == w.keyOf(1) && w.keyOf(0) == w.keyOf(w.n-1):
 			rep.atLeast("ordered, one hot key: ≥ 300 msg/s", rs[0].rate, 300, "%.0f msg/s")
@@ -211,6 +226,56 @@ wait:
 	}
 	if inversions > 0 {
 		return r, fmt.Errorf("%s: %d messages ran before an earlier message of their key", w.name, inversions)
+	}
+	return r, nil
+}
+
+// orderedInserts saves w's records with the store's Insert alone, from
+// w's publishers, w.perPublish to a call, with their order keys or
+// without: no publisher, broker or handler, nothing completed.
+func orderedInserts(ctx context.Context, d *database, o options, w orderedWorkload, keyed bool, m *meter) (result, error) {
+	store, err := d.newStore(ctx, o.coalesced())
+	if err != nil {
+		return result{}, err
+	}
+	defer d.drop(context.Background(), store)
+	var next, failed atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	m.start(ctx)
+	start := time.Now()
+	for range w.publishers {
+		wg.Go(func() {
+			for {
+				first := int(next.Add(int64(w.perPublish))) - w.perPublish
+				if first >= w.n {
+					return
+				}
+				var recs []recordstore.Record
+				for i := first; i < min(first+w.perPublish, w.n); i++ {
+					r := recordstore.Record{Topic: "bench_ordered", UUID: watermill.NewUUID(), Payload: payload, Metadata: message.Metadata{sentKey: "0"}}
+					if keyed {
+						r.OrderKey = w.keyOf(i)
+					}
+					recs = append(recs, r)
+				}
+				if err := store.Insert(ctx, recs); err != nil {
+					failed.Add(int64(len(recs)))
+					once.Do(func() { firstErr = err })
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	saved := int64(w.n) - failed.Load()
+	if saved <= 0 {
+		return result{}, errors.Join(errors.New("no record was saved"), firstErr)
+	}
+	r := result{rate: float64(saved) / elapsed.Seconds(), errors: failed.Load(), firstErr: firstErr}
+	if r.cost, err = m.stop(ctx, saved); err != nil {
+		return result{}, err
 	}
 	return r, nil
 }
