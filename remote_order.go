@@ -155,7 +155,7 @@ func sendStamped(ctx context.Context, pub message.Publisher, reg *Registry, t *t
 	// Remembered when each record's earlier one is known: read, or none
 	// has a key.
 	known := before != nil || !slices.ContainsFunc(records, func(r recordstore.Record) bool { return t.keyOf(r) != "" })
-	if firstCopies && known && t.firstCopies.On.Load() && t.completedBy == ByConsumers {
+	if firstCopies && known && t.firstCopies.On.Load() && t.completedBy == ByConsumers && t.receivedHere() {
 		ids := make(map[int64]int64, len(records))
 		for _, r := range records {
 			ids[r.ID] = before[r.ID].ID
