@@ -110,6 +110,22 @@ func newOrderedInstance(t *testing.T, ctx context.Context, store recordstore.Sto
 	return in
 }
 
+// runRouter runs, until the test ends, a router of the instance with its
+// middleware, ReplayPlugin (sending on the instance's GoChannel) and one
+// handler, named handler, that receives topic from sub and does nothing;
+// it returns once the router runs.
+func (in *orderedInstance) runRouter(t *testing.T, ctx context.Context, sub message.Subscriber, handler, topic string) {
+	t.Helper()
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	require.NoError(t, err)
+	router.AddMiddleware(in.mw)
+	router.AddPlugin(outbox.ReplayPlugin(in.reg, in.broker, outbox.ReplayConfig{Resubmit: outbox.StaleResubmitterConfig{OlderThan: time.Hour}}, watermill.NopLogger{}))
+	router.AddNoPublisherHandler(handler, topic, sub, func(*message.Message) error { return nil })
+	go func() { _ = router.Run(ctx) }()
+	t.Cleanup(func() { _ = router.Close() })
+	<-router.Running()
+}
+
 // newOrderedCaseOn is newOrderedCase on b, with store as the topic's store
 // (b's own when nil).
 func newOrderedCaseOn(t *testing.T, b *bundle, store recordstore.Store, resubmit outbox.StaleResubmitterConfig) *orderedCase {
@@ -768,14 +784,7 @@ func TestAProcessThatDoesNotReceiveAnOrderedTopicReadsAndHoldsNothing(t *testing
 		store := &predecessorCounter{checkCounter: &checkCounter{Store: b.store}}
 		a := newOrderedInstance(t, ctx, store, b.topic, outbox.MiddlewareConfig{Check: outbox.CheckConfig{HeldWait: time.Hour}}, watermill.NopLogger{})
 		regA, mwA, pubA, sent := a.reg, a.mw, a.pub, a.sent
-		router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
-		require.NoError(t, err)
-		router.AddMiddleware(mwA)
-		router.AddPlugin(outbox.ReplayPlugin(regA, a.broker, outbox.ReplayConfig{Resubmit: outbox.StaleResubmitterConfig{OlderThan: time.Hour}}, watermill.NopLogger{}))
-		router.AddNoPublisherHandler("other", b.topic+"_other", a.broker, func(*message.Message) error { return nil })
-		go func() { _ = router.Run(ctx) }()
-		t.Cleanup(func() { _ = router.Close() })
-		<-router.Running()
+		a.runRouter(t, ctx, a.broker, "other", b.topic+"_other")
 
 		publish := func(seqs ...string) { publishSeqs(t, pubA, b.topic, seqs...) }
 		bySeq := func(n int, what string) map[string]*message.Message {
