@@ -874,3 +874,32 @@ func TestARecordPutBackInAnotherInstanceIsClaimedWhenTheEarlierCompletes(t *test
 		assert.Zero(t, b.pendingCount(t))
 	})
 }
+
+// TestASecondRouterThatReceivesTheTopicTurnsItsFirstCopiesBackOn, one
+// process with two routers on one registry, as a deploy that adds a
+// consumer of the topic to a process that only published it: the first
+// router (ReplayPlugin, a handler of another topic) starts, and the
+// process publishes records 1 and 2 of a key without reading an earlier
+// record. A second router whose handler subscribes to the topic starts,
+// before any delivery of it comes: the next Publish reads the earlier
+// record of its key again.
+func TestASecondRouterThatReceivesTheTopicTurnsItsFirstCopiesBackOn(t *testing.T) {
+	t.Parallel()
+	forEachBackend(t, func(t *testing.T, backend testenv.Backend) {
+		b := setup(t, backend, sqlstore.Mark)
+		ctx := b.ctx(t)
+		store := &predecessorCounter{checkCounter: &checkCounter{Store: b.store}}
+		a := newOrderedInstance(t, ctx, store, b.topic, outbox.MiddlewareConfig{}, watermill.NopLogger{})
+		a.runRouter(t, ctx, a.broker, "other", b.topic+"_other")
+		publishSeqs(t, a.pub, b.topic, "1", "2")
+		assert.Zero(t, store.asked.Load(), "no earlier record read while no handler here receives the topic")
+
+		// Its handler reads another GoChannel, which the replay of 1 and 2
+		// does not reach: no delivery comes here.
+		other := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+		t.Cleanup(func() { _ = other.Close() })
+		a.runRouter(t, ctx, other, "orders-handler", b.topic)
+		publishSeqs(t, a.pub, b.topic, "3")
+		assert.Equal(t, int64(1), store.asked.Load(), "the earlier record of 3 read once a handler here receives the topic")
+	})
+}
