@@ -547,11 +547,17 @@ func (r *replayer) replayClaimed(ctx context.Context, t *tracked, claimer record
 }
 
 // markUnreceived marks, once every handler of the router subscribed, the
-// tracked topics that none receives (tracked.receivedHere).
+// tracked topics that none receives (tracked.receivedHere). A handler of
+// another router may subscribe meanwhile (countSubscription sets
+// subscribed, then clears unreceived): the mark is taken back when
+// subscribed was set before it, and cleared after it otherwise.
 func (r *replayer) markUnreceived() {
 	for _, t := range r.reg.entries() {
 		if !t.subscribed.Load() {
 			t.unreceived.Store(true)
+			if t.subscribed.Load() {
+				t.unreceived.Store(false)
+			}
 		}
 	}
 }
